@@ -1,0 +1,40 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "keychainfs",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "keychainfs", targets: ["keychainfs"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+    ],
+    targets: [
+        // System libraries: the design's three fixed dependencies, each wrapped once.
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3",
+                       providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CSodium", pkgConfig: "libsodium",
+                       providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CFuse", pkgConfig: "fuse3",
+                       providers: [.apt(["libfuse3-dev"])]),
+        // Linux calls Swift's Glibc module lacks (prctl is variadic).
+        .systemLibrary(name: "CPlatform"),
+
+        // Keys in guarded memory, AEAD, Argon2id, keyed hashes. Knows nothing of SQLite.
+        .target(name: "KeychainCrypto", dependencies: ["CSodium", "CPlatform"]),
+        // The SQLite file: schema, transactions, opaque rows. Never sees plaintext.
+        .target(name: "KeychainStore", dependencies: ["CSQLite"]),
+        // The keychain: classes, attributes, queries, status codes, key hierarchy, lock state.
+        .target(name: "Keychain", dependencies: ["KeychainStore", "KeychainCrypto"]),
+        // The FUSE face: paths, xattrs, errno. Translates; decides nothing.
+        .target(name: "KeychainFS", dependencies: ["Keychain", "CFuse"]),
+        .executableTarget(name: "keychainfs", dependencies: [
+            "Keychain", "KeychainFS",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .testTarget(name: "KeychainTests", dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite"]),
+        .testTarget(name: "CLITests", dependencies: ["Keychain"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

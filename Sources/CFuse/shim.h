@@ -1,0 +1,20 @@
+#ifndef KEYCHAINFS_CFUSE_SHIM_H
+#define KEYCHAINFS_CFUSE_SHIM_H
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+#include <sys/xattr.h>
+#include <sys/stat.h>
+#include <stdio.h>
+#include <linux/fs.h>
+
+/* Macros and bit-fields Swift cannot reach, wrapped once. */
+static inline struct fuse_args kcfs_fuse_args_init(int argc, char **argv) {
+    struct fuse_args a = FUSE_ARGS_INIT(argc, argv);
+    return a;
+}
+static inline void kcfs_fi_set_direct_io(struct fuse_file_info *fi, int on) { fi->direct_io = on ? 1 : 0; }
+static inline void kcfs_fi_set_keep_cache(struct fuse_file_info *fi, int on) { fi->keep_cache = on ? 1 : 0; }
+static inline void kcfs_fi_set_nonseekable(struct fuse_file_info *fi, int on) { fi->nonseekable = on ? 1 : 0; }
+static inline unsigned int kcfs_rename_noreplace(void) { return RENAME_NOREPLACE; }
+static inline unsigned int kcfs_rename_exchange(void) { return RENAME_EXCHANGE; }
+#endif

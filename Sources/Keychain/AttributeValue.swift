@@ -1,0 +1,150 @@
+import Foundation
+
+/// One attribute value. The case must match the attribute's `AttributeType`.
+public enum AttributeValue: Hashable, Sendable {
+    case string(String)
+    case data([UInt8])
+    case number(Int64)
+    case bool(Bool)
+    case date(Date)
+    case accessibility(Accessibility)
+    case accessControl(AccessControl)
+
+    /// The value of a key attribute that was not given: key attributes are never null,
+    /// a missing account *is* the empty account.
+    static func defaultValue(for type: AttributeType) -> AttributeValue {
+        switch type {
+        case .string: .string("")
+        case .data: .data([])
+        case .number: .number(0)
+        case .bool: .bool(false)
+        case .date: .date(Date(timeIntervalSince1970: 0))
+        case .accessibility: .accessibility(.whenUnlocked)
+        case .accessControl: .accessControl(AccessControl(protection: .whenUnlocked, flags: []))
+        }
+    }
+
+    func fits(_ type: AttributeType) -> Bool {
+        switch (self, type) {
+        case (.string, .string), (.data, .data), (.number, .number), (.bool, .bool), (.date, .date),
+             (.accessibility, .accessibility), (.accessControl, .accessControl): true
+        default: false
+        }
+    }
+
+    /// Size of the value in bytes, for the per-attribute limit.
+    var byteCount: Int {
+        switch self {
+        case .string(let s): s.utf8.count
+        case .data(let d): d.count
+        default: 8
+        }
+    }
+
+    /// Equality as a query sees it: strings optionally ignoring case (kSecMatchCaseInsensitive).
+    func matches(_ other: AttributeValue, caseInsensitive: Bool) -> Bool {
+        if caseInsensitive, case .string(let a) = self, case .string(let b) = other {
+            return a.compare(b, options: [.caseInsensitive]) == .orderedSame
+        }
+        return self == other
+    }
+}
+
+/// An item's attributes, keyed by schema attribute.
+public typealias Attributes = [Attribute: AttributeValue]
+
+/// A compact, versioned binary encoding of an attribute set, sealed as one AEAD box per item.
+/// Layout: version byte, then per attribute: code (u8 length + bytes), type tag (u8),
+/// value (u32 length + bytes). Decoding is strict: anything unexpected is errSecDecode.
+enum AttributeCodec {
+    static let version: UInt8 = 1
+
+    static func encode(_ attributes: Attributes) -> [UInt8] {
+        var out: [UInt8] = [version]
+        for (attribute, value) in attributes.sorted(by: { $0.key < $1.key }) {
+            let code = Array(attribute.code.utf8)
+            out.append(UInt8(code.count)); out += code
+            let (tag, bytes) = encode(value)
+            out.append(tag)
+            withUnsafeBytes(of: UInt32(bytes.count).littleEndian) { out += $0 }
+            out += bytes
+        }
+        return out
+    }
+
+    private static func encode(_ value: AttributeValue) -> (UInt8, [UInt8]) {
+        func int(_ v: Int64) -> [UInt8] { withUnsafeBytes(of: v.littleEndian) { Array($0) } }
+        switch value {
+        case .string(let s): return (1, Array(s.utf8))
+        case .data(let d): return (2, d)
+        case .number(let n): return (3, int(n))
+        case .bool(let b): return (4, [b ? 1 : 0])
+        case .date(let d): return (5, int(Int64(bitPattern: d.timeIntervalSince1970.bitPattern)))
+        case .accessibility(let a): return (6, Array(a.rawValue.utf8))
+        case .accessControl(let ac): return (7, Array(ac.protection.rawValue.utf8) + [0] + int(Int64(ac.flags.rawValue)))
+        }
+    }
+
+    static func decode(_ bytes: [UInt8], itemClass: ItemClass) throws -> Attributes {
+        let bad = KeychainError(.decode, "item attributes are malformed")
+        guard bytes.first == version else { throw bad }
+        var i = 1
+        var out: Attributes = [:]
+        func take(_ n: Int) throws -> ArraySlice<UInt8> {
+            guard n >= 0, i + n <= bytes.count else { throw bad }
+            defer { i += n }
+            return bytes[i..<(i + n)]
+        }
+        func int64(_ s: ArraySlice<UInt8>) throws -> Int64 {
+            guard s.count == 8 else { throw bad }
+            return s.reversed().reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+        }
+        while i < bytes.count {
+            let codeLen = Int(try take(1).first!)
+            guard let code = String(bytes: try take(codeLen), encoding: .utf8) else { throw bad }
+            let tag = try take(1).first!
+            let lenBytes = try take(4)
+            let len = Int(lenBytes.reversed().reduce(UInt32(0)) { ($0 << 8) | UInt32($1) })
+            let v = try take(len)
+            guard let attribute = Schema.attributes(of: itemClass).first(where: { $0.code == code }) else { throw bad }
+            let value: AttributeValue
+            switch tag {
+            case 1:
+                guard let s = String(bytes: v, encoding: .utf8) else { throw bad }
+                value = .string(s)
+            case 2: value = .data(Array(v))
+            case 3: value = .number(try int64(v))
+            case 4: value = .bool(v.first == 1)
+            case 5: value = .date(Date(timeIntervalSince1970: Double(bitPattern: UInt64(bitPattern: try int64(v)))))
+            case 6:
+                guard let a = Accessibility(rawValue: String(decoding: v, as: UTF8.self)) else { throw bad }
+                value = .accessibility(a)
+            case 7:
+                guard let zero = v.firstIndex(of: 0),
+                      let a = Accessibility(rawValue: String(decoding: v[v.startIndex..<zero], as: UTF8.self)) else { throw bad }
+                let flags = AccessControlFlags(rawValue: UInt32(truncatingIfNeeded: try int64(v[(zero + 1)...])))
+                value = .accessControl(AccessControl(protection: a, flags: flags))
+            default: throw bad
+            }
+            guard value.fits(attribute.type) else { throw bad }
+            out[attribute] = value
+        }
+        return out
+    }
+}
+
+/// Length-prefixed concatenation, so that no two different lists of parts encode alike.
+/// Used for AEAD associated data and for blind-index inputs.
+enum Framing {
+    static func frame(_ parts: [[UInt8]]) -> [UInt8] {
+        var out: [UInt8] = []
+        for part in parts {
+            withUnsafeBytes(of: UInt32(part.count).littleEndian) { out += $0 }
+            out += part
+        }
+        return out
+    }
+
+    static func int(_ v: Int64) -> [UInt8] { withUnsafeBytes(of: v.littleEndian) { Array($0) } }
+    static func text(_ s: String) -> [UInt8] { Array(s.utf8) }
+}

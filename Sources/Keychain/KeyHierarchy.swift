@@ -1,0 +1,160 @@
+import Foundation
+import KeychainCrypto
+import KeychainStore
+
+/// The vault's key hierarchy (docs/security.md draws it):
+///
+///     passphrase ──Argon2id(salt, params)──► KEK ──wraps──► master key
+///     master key ──crypto_kdf──► metadata key, index key, manifest key
+///     master key ──wraps──► class key per accessibility class
+///     master key + device key ──BLAKE2b──► wrap key of the …ThisDeviceOnly class keys
+///     class key ──wraps──► per-item key ──seals──► the item's secret data
+///
+/// The master key exists only during unlock and passphrase change; what stays in memory
+/// afterwards are the subkeys and the class keys, all in libsodium guarded memory.
+struct VaultHeader {
+    static let formatVersion: Int64 = 1
+
+    var format: Int64
+    var vaultID: [UInt8]
+    var parameters: PasswordHashParameters
+    var salt: [UInt8]
+    var wrappedMaster: [UInt8]
+    /// A keyed hash identifying the device key the ThisDeviceOnly class keys were bound to,
+    /// so that "copied to another machine" is told apart from tampering.
+    var deviceKeyID: [UInt8]
+
+    /// Binds the wrapped master key to the vault and to the KDF parameters: editing the
+    /// parameters in the header makes the unwrap fail instead of weakening the KDF.
+    var masterAssociatedData: [UInt8] {
+        Framing.frame([Framing.text("kcfs/master/v1"), vaultID, Framing.int(format),
+                       Framing.int(Int64(bitPattern: parameters.opsLimit)),
+                       Framing.int(Int64(bitPattern: parameters.memLimit)), salt])
+    }
+
+    static func read(from store: VaultStore) throws -> VaultHeader {
+        func field(_ name: String) throws -> [UInt8] {
+            guard let v = try store.meta(name) else {
+                throw KeychainError(.decode, "vault header is incomplete: '\(name)' is missing")
+            }
+            return v
+        }
+        func int(_ name: String) throws -> Int64 {
+            let b = try field(name)
+            guard b.count == 8 else { throw KeychainError(.decode, "vault header field '\(name)' is malformed") }
+            return b.reversed().reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+        }
+        let format = try int("format")
+        guard format <= formatVersion else {
+            throw KeychainError(.unimplemented, "vault format \(format) is newer than this keychainfs supports (\(formatVersion)); upgrade keychainfs")
+        }
+        return VaultHeader(format: format, vaultID: try field("vault_id"),
+                           parameters: PasswordHashParameters(opsLimit: UInt64(bitPattern: try int("kdf_ops")),
+                                                              memLimit: UInt64(bitPattern: try int("kdf_mem"))),
+                           salt: try field("kdf_salt"), wrappedMaster: try field("master_key"),
+                           deviceKeyID: try field("device_key_id"))
+    }
+
+    func write(to store: VaultStore) throws {
+        try store.write {
+            try store.setMeta("format", Framing.int(format))
+            try store.setMeta("vault_id", vaultID)
+            try store.setMeta("kdf_ops", Framing.int(Int64(bitPattern: parameters.opsLimit)))
+            try store.setMeta("kdf_mem", Framing.int(Int64(bitPattern: parameters.memLimit)))
+            try store.setMeta("kdf_salt", salt)
+            try store.setMeta("master_key", wrappedMaster)
+            try store.setMeta("device_key_id", deviceKeyID)
+        }
+    }
+
+    /// Derives the key-encryption key and unwraps the master key. Parameters outside the
+    /// accepted range are refused before any work is done.
+    func unwrapMaster(passphrase: SecureBytes) throws -> SecureBytes {
+        guard parameters.isAtLeastInteractive else {
+            throw KeychainError(.decode, "vault header asks for Argon2id parameters below INTERACTIVE (opslimit \(parameters.opsLimit), memlimit \(parameters.memLimit)): refused as a downgrade")
+        }
+        guard parameters.isWithinSaneMaximum else {
+            throw KeychainError(.decode, "vault header asks for Argon2id parameters far above SENSITIVE (opslimit \(parameters.opsLimit), memlimit \(parameters.memLimit)): refused")
+        }
+        let kek: SecureBytes
+        do {
+            kek = try KeyDerivation.passwordKey(passphrase: passphrase, salt: salt, parameters: parameters)
+        } catch {
+            throw KeychainError(.allocate, "Argon2id key derivation failed (memlimit \(parameters.memLimit) bytes): \(error)")
+        }
+        do {
+            return try AEAD.openKey(wrappedMaster, associatedData: masterAssociatedData, key: kek)
+        } catch {
+            throw KeychainError(.authFailed, "wrong passphrase (or the vault header was altered)")
+        }
+    }
+
+    static func wrapMaster(_ master: SecureBytes, header: inout VaultHeader, passphrase: SecureBytes) throws {
+        header.salt = Sodium.randomBytes(PasswordHashParameters.saltBytes)
+        let kek = try KeyDerivation.passwordKey(passphrase: passphrase, salt: header.salt, parameters: header.parameters)
+        header.wrappedMaster = try master.withUnsafeBytes {
+            try AEAD.seal($0, associatedData: header.masterAssociatedData, key: kek)
+        }
+    }
+}
+
+/// The machine-local secret that ThisDeviceOnly class keys are bound to. It lives outside
+/// the vault (0600, under $XDG_STATE_HOME/keychainfs/), so a vault file copied to another
+/// machine cannot open those items there.
+enum DeviceKey {
+    static func loadOrCreate(at path: String) throws -> SecureBytes {
+        if let key = try load(at: path) { return key }
+        let dir = (path as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        var bytes = Sodium.randomBytes(32)
+        defer { Sodium.wipe(&bytes) }
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if fd < 0 {
+            // Another process made it first: use theirs.
+            if errno == EEXIST, let key = try load(at: path) { return key }
+            throw KeychainError(.io, "cannot create device key \(path): \(String(cString: strerror(errno)))")
+        }
+        let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, 32) }
+        fsync(fd)
+        close(fd)
+        guard written == 32 else { throw KeychainError(.io, "cannot write device key \(path)") }
+        return try SecureBytes(copying: bytes)
+    }
+
+    static func load(at path: String) throws -> SecureBytes? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return nil }
+            throw KeychainError(.io, "cannot read device key \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(fd) }
+        return try SecureBytes(count: 32) { buf in
+            guard read(fd, buf.baseAddress, 32) == 32 else {
+                throw KeychainError(.decode, "device key \(path) is not 32 bytes")
+            }
+        }
+    }
+
+    static func identifier(of key: SecureBytes) -> [UInt8] {
+        KeyedHash.hash(Framing.text("kcfs/device-key-id/v1"), key: key, outputBytes: 16)
+    }
+}
+
+/// Subkey ids under the crypto_kdf context "kcfsvlt1".
+enum Subkey: UInt64 {
+    case metadata = 1, index = 2, manifest = 3
+    static let context = "kcfsvlt1"
+}
+
+func classKeyAssociatedData(vaultID: [UInt8], _ protection: Accessibility) -> [UInt8] {
+    Framing.frame([Framing.text("kcfs/class-key/v1"), vaultID, Framing.text(protection.rawValue)])
+}
+
+/// The wrap key for one class key: the master key, or for ThisDeviceOnly classes the
+/// master key combined with the device key.
+func classWrapKey(master: SecureBytes, device: SecureBytes?, _ protection: Accessibility) throws -> SecureBytes? {
+    guard protection.isThisDeviceOnly else { return master }
+    guard let device else { return nil }
+    return try KeyDerivation.combine(master, label: "kcfs/device-bound/v1", with: device)
+}

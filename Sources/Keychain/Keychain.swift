@@ -1,0 +1,744 @@
+import Foundation
+import KeychainCrypto
+import KeychainStore
+
+/// Where the keychain is in its lock cycle.
+public enum LockState: Equatable, Sendable {
+    /// Opened without a passphrase: nothing is readable, not even attributes.
+    case neverUnlocked
+    case unlocked(since: Date)
+    /// Locked again: WhenUnlocked data is unreadable; AfterFirstUnlock data and all
+    /// attributes stay available, as on iOS.
+    case locked(since: Date)
+}
+
+/// The keychain core: Apple's SecItem semantics (add, copyMatching, update, delete) over an
+/// encrypted vault file. The only place keychain rules live; front ends translate to it.
+/// Thread-safe: the daemon calls it from many FUSE threads at once.
+public final class Keychain: @unchecked Sendable {
+    // @unchecked: mutable state (`keys`, `state`) is only touched with `stateLock` held;
+    // the store serialises its own connection.
+
+    /// Largest secret accepted (errSecDataTooLarge above it).
+    public static let maxDataSize = 1 << 20
+    /// Largest single attribute value (the xattr value limit).
+    public static let maxAttributeSize = 64 << 10
+
+    public let path: String
+    let store: VaultStore
+    private let header: VaultHeader
+    private let deviceKeyPath: String
+
+    /// Keys held while the vault is (or was) unlocked.
+    private final class Keys: @unchecked Sendable {
+        let metadata: SecureBytes
+        let index: SecureBytes
+        let manifest: SecureBytes
+        var classKeys: [Accessibility: SecureBytes]
+        /// ThisDeviceOnly class keys could not be opened because the device key differs.
+        let deviceMismatch: Bool
+        init(metadata: SecureBytes, index: SecureBytes, manifest: SecureBytes,
+             classKeys: [Accessibility: SecureBytes], deviceMismatch: Bool) {
+            self.metadata = metadata; self.index = index; self.manifest = manifest
+            self.classKeys = classKeys; self.deviceMismatch = deviceMismatch
+        }
+    }
+
+    private let stateLock = NSLock()
+    private var keys: Keys?
+    private var state: LockState = .neverUnlocked
+
+    private init(path: String, store: VaultStore, header: VaultHeader, deviceKeyPath: String) {
+        self.path = path
+        self.store = store
+        self.header = header
+        self.deviceKeyPath = deviceKeyPath
+    }
+
+    // MARK: Creating, opening, locking
+
+    /// Creates a new vault at `path` (refusing to overwrite anything) and returns it unlocked.
+    public static func create(at path: String, passphrase: SecureBytes, parameters: PasswordHashParameters = .moderate,
+                              deviceKeyPath: String = KeychainPaths.deviceKey()) throws -> Keychain {
+        guard parameters.isAtLeastInteractive else {
+            throw KeychainError(.param, "Argon2id parameters below INTERACTIVE are not allowed")
+        }
+        if FileManager.default.fileExists(atPath: path) {
+            throw KeychainError(.duplicateItem, "a file already exists at \(path); refusing to overwrite it")
+        }
+        let store: VaultStore
+        do { store = try VaultStore.create(at: path) } catch { throw mapStoreError(error, path: path) }
+        do {
+            let device = try DeviceKey.loadOrCreate(at: deviceKeyPath)
+            let master = try SecureBytes.random()
+            var header = VaultHeader(format: VaultHeader.formatVersion, vaultID: Sodium.randomBytes(16),
+                                     parameters: parameters, salt: [], wrappedMaster: [],
+                                     deviceKeyID: DeviceKey.identifier(of: device))
+            try VaultHeader.wrapMaster(master, header: &header, passphrase: passphrase)
+            try store.write {
+                try header.write(to: store)
+                for protection in Accessibility.allCases {
+                    let classKey = try SecureBytes.random()
+                    let wrapKey = try classWrapKey(master: master, device: device, protection)!
+                    let wrapped = try classKey.withUnsafeBytes {
+                        try AEAD.seal($0, associatedData: classKeyAssociatedData(vaultID: header.vaultID, protection), key: wrapKey)
+                    }
+                    try store.setClassKey(protection.rawValue, wrapped: wrapped)
+                }
+                try store.setMeta("manifest", Manifest.empty.encoded)
+            }
+            let keychain = Keychain(path: path, store: store, header: header, deviceKeyPath: deviceKeyPath)
+            try keychain.unlock(master: master)
+            return keychain
+        } catch {
+            for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
+            throw error
+        }
+    }
+
+    /// Opens an existing vault, locked. Checks that it is a vault of a version we read.
+    public static func open(at path: String, deviceKeyPath: String = KeychainPaths.deviceKey()) throws -> Keychain {
+        let store: VaultStore
+        do { store = try VaultStore.open(at: path) } catch { throw mapStoreError(error, path: path) }
+        let header: VaultHeader
+        do { header = try VaultHeader.read(from: store) } catch let e as KeychainError { throw e } catch {
+            throw mapStoreError(error, path: path)
+        }
+        return Keychain(path: path, store: store, header: header, deviceKeyPath: deviceKeyPath)
+    }
+
+    /// Unlocks with the passphrase: unwraps the class keys and verifies the manifest.
+    public func unlock(passphrase: SecureBytes) throws {
+        let master = try header.unwrapMaster(passphrase: passphrase)
+        try unlock(master: master)
+    }
+
+    private func unlock(master: SecureBytes) throws {
+        let device = try DeviceKey.load(at: deviceKeyPath)
+        let deviceMatches = device.map { DeviceKey.identifier(of: $0) == header.deviceKeyID } ?? false
+        let wrapped = try storeCall { try store.classKeys() }
+        var classKeys: [Accessibility: SecureBytes] = [:]
+        for protection in Accessibility.allCases {
+            if protection.isThisDeviceOnly && !deviceMatches { continue }
+            guard let box = wrapped[protection.rawValue],
+                  let wrapKey = try classWrapKey(master: master, device: device, protection) else {
+                throw KeychainError(.decode, "vault is damaged: the \(protection.name) class key is missing")
+            }
+            do {
+                classKeys[protection] = try AEAD.openKey(box, associatedData: classKeyAssociatedData(vaultID: header.vaultID, protection), key: wrapKey)
+            } catch {
+                throw KeychainError(.decode, "vault is damaged: the \(protection.name) class key does not authenticate")
+            }
+        }
+        let newKeys = Keys(metadata: try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context),
+                           index: try KeyDerivation.subkey(of: master, id: Subkey.index.rawValue, context: Subkey.context),
+                           manifest: try KeyDerivation.subkey(of: master, id: Subkey.manifest.rawValue, context: Subkey.context),
+                           classKeys: classKeys, deviceMismatch: !deviceMatches)
+        try verifyManifest(keys: newKeys)
+        stateLock.withLock {
+            keys = newKeys
+            state = .unlocked(since: Date())
+        }
+    }
+
+    /// Locks: drops the class keys of WhenUnlocked-type classes. Attributes and
+    /// AfterFirstUnlock data stay available (Apple's behaviour after first unlock).
+    public func lock() {
+        stateLock.withLock {
+            guard let keys, case .unlocked = state else { return }
+            for protection in Accessibility.allCases where !protection.readableWhileLocked {
+                keys.classKeys[protection] = nil
+            }
+            state = .locked(since: Date())
+        }
+    }
+
+    public var lockState: LockState { stateLock.withLock { state } }
+
+    /// Changes the passphrase (and optionally the KDF parameters). Only the master-key wrap
+    /// changes: no item is re-encrypted.
+    public func changePassphrase(old: SecureBytes, new: SecureBytes, parameters: PasswordHashParameters? = nil) throws {
+        let master = try header.unwrapMaster(passphrase: old)
+        var newHeader = header
+        if let parameters {
+            guard parameters.isAtLeastInteractive else {
+                throw KeychainError(.param, "Argon2id parameters below INTERACTIVE are not allowed")
+            }
+            newHeader.parameters = parameters
+        }
+        try VaultHeader.wrapMaster(master, header: &newHeader, passphrase: new)
+        try storeCall { try newHeader.write(to: store) }
+    }
+
+    public var kdfParameters: PasswordHashParameters { header.parameters }
+
+    private func currentKeys() throws -> Keys {
+        try stateLock.withLock {
+            guard let keys else {
+                throw KeychainError(.interactionNotAllowed, "the keychain has not been unlocked since it was opened")
+            }
+            return keys
+        }
+    }
+
+    // MARK: Integrity
+
+    /// Recomputes the manifest over every row and compares it with the stored one.
+    public func verifyIntegrity() throws { try verifyManifest(keys: try currentKeys()) }
+
+    private func verifyManifest(keys: Keys) throws {
+        try storeCall {
+            try store.read {
+                guard let stored = try store.meta("manifest"), let expected = Manifest(encoded: stored) else {
+                    throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
+                }
+                var actual = Manifest.empty
+                try store.forEachItem { actual.insert(Manifest.entry($0, key: keys.manifest)) }
+                guard actual.count == expected.count, Sodium.constantTimeEqual(actual.accumulator, expected.accumulator) else {
+                    throw KeychainError(.decode, "vault integrity check failed: the item table does not match its authenticated manifest (\(actual.count) rows found, \(expected.count) expected): rows were deleted, altered, swapped or replayed")
+                }
+            }
+        }
+    }
+
+    public func itemCount() throws -> Int { try storeCall { try store.itemCount() } }
+
+    // MARK: SecItemAdd
+
+    /// SecItemAdd. Returns the stored item (attributes as stored, no data).
+    @discardableResult
+    public func add(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8], caller: Caller = .default) throws -> KeychainItem {
+        guard itemClass != .identity else {
+            throw KeychainError(.param, "identities cannot be added directly: add the certificate and the private key")
+        }
+        let keys = try currentKeys()
+        try validate(given, in: itemClass, forUpdate: false)
+        try checkDataSize(data, itemClass, given)
+        var attributes = given
+        let now = Date()
+        // Defaults set by the system.
+        if attributes[Schema.accessGroup] == nil {
+            guard let first = caller.accessGroups.first else {
+                throw KeychainError(.missingEntitlement, "the caller has no access group to add \(Self.describe(itemClass, given)) to")
+            }
+            attributes[Schema.accessGroup] = .string(first)
+        }
+        try checkEntitlement(attributes, caller: caller)
+        if let ac = accessControl(of: attributes) {
+            guard attributes[Schema.accessible] == nil else {
+                throw KeychainError(.param, "accessControl and accessible cannot both be given for \(Self.describe(itemClass, given)): the access control carries the protection class")
+            }
+            attributes[Schema.accessible] = .accessibility(ac.protection)
+        } else if attributes[Schema.accessible] == nil {
+            attributes[Schema.accessible] = .accessibility(.whenUnlocked)
+        }
+        if attributes[Schema.creationDate] == nil { attributes[Schema.creationDate] = .date(now) }
+        if attributes[Schema.modificationDate] == nil { attributes[Schema.modificationDate] = .date(now) }
+        for key in Schema.primaryKey(of: itemClass) where attributes[key] == nil {
+            attributes[key] = AttributeValue.defaultValue(for: key.type)
+        }
+        try checkSynchronizable(attributes, itemClass)
+        let protection = Self.accessibility(of: attributes)
+        let classKey = try self.classKey(protection, keys: keys, for: Self.describe(itemClass, attributes))
+
+        return try storeCall {
+            try store.write {
+                let id = try store.nextItemID()
+                let row = try seal(id: id, itemClass: itemClass, attributes: attributes, data: data, version: 1,
+                                   keys: keys, classKey: classKey)
+                do { try store.insert(row, id: id) } catch StoreError.duplicate {
+                    throw KeychainError(.duplicateItem, "\(Self.describe(itemClass, attributes)) already exists")
+                }
+                try updateManifest(keys: keys, removing: nil, adding: row)
+                return KeychainItem(id: id, itemClass: itemClass, attributes: attributes, data: nil)
+            }
+        }
+    }
+
+    // MARK: SecItemCopyMatching
+
+    /// SecItemCopyMatching. Throws errSecItemNotFound when nothing matches.
+    public func copyMatching(_ query: Query, caller: Caller = .default) throws -> [KeychainItem] {
+        if case .count(let n)? = query.matchLimit, n < 1 {
+            throw KeychainError(.param, "match limit must be at least 1")
+        }
+        let keys = try currentKeys()
+        let candidates = try matches(query, caller: caller, keys: keys, withData: query.returnData == true)
+        var results: [KeychainItem] = []
+        let limit: Int
+        switch query.matchLimit ?? .one {
+        case .one: limit = 1
+        case .all: limit = .max
+        case .count(let n): limit = n
+        }
+        for (row, attributes) in candidates {
+            if results.count >= limit { break }
+            var data: [UInt8]?
+            if query.returnData == true {
+                let item = KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil)
+                do {
+                    data = try openData(row, item: item, keys: keys, caller: caller, ui: query.authenticationUI ?? caller.authenticationUI)
+                } catch SkipItem.skip { continue }
+            }
+            results.append(KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: data))
+        }
+        guard !results.isEmpty else {
+            throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found")
+        }
+        return results
+    }
+
+    /// The one item a query names (match limit one), with data if asked.
+    public func find(_ query: Query, caller: Caller = .default) throws -> KeychainItem {
+        var q = query
+        q.matchLimit = .one
+        return try copyMatching(q, caller: caller)[0]
+    }
+
+    /// Reads one item by persistent reference, checking visibility and access like a query.
+    public func item(id: Int64, itemClass: ItemClass, withData: Bool, caller: Caller = .default, ui: AuthenticationUI? = nil) throws -> KeychainItem {
+        try find(Query(itemClass, returnData: withData, persistentReference: id, authenticationUI: ui), caller: caller)
+    }
+
+    // MARK: SecItemUpdate
+
+    /// SecItemUpdate: applies `changes` (and new data, if given) to every match, atomically.
+    /// Returns how many items were updated.
+    @discardableResult
+    public func update(_ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, caller: Caller = .default) throws -> Int {
+        guard query.matchLimit == nil, query.returnData == nil, query.returnAttributes == nil, query.caseInsensitive == nil else {
+            throw KeychainError(.param, "an update query may not hold kSecReturn… or kSecMatch… keys")
+        }
+        guard !changes.isEmpty || data != nil else {
+            throw KeychainError(.param, "nothing to update for \(Self.describe(query))")
+        }
+        try validate(changes, in: query.itemClass, forUpdate: true)
+        try checkEntitlement(changes, caller: caller)
+        if let data { try checkDataSize(data, query.itemClass, query.attributes) }
+        let keys = try currentKeys()
+        var all = query
+        all.matchLimit = .all
+        return try storeCall {
+            try store.write {
+                let found = try matches(all, caller: caller, keys: keys, withData: true)
+                guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
+                for (old, oldAttributes) in found {
+                    var attributes = oldAttributes
+                    for (k, v) in changes { attributes[k] = v }
+                    if let ac = accessControl(of: changes) {
+                        guard changes[Schema.accessible] == nil else {
+                            throw KeychainError(.param, "accessControl and accessible cannot both be given")
+                        }
+                        attributes[Schema.accessible] = .accessibility(ac.protection)
+                    } else if case .accessibility(let p)? = changes[Schema.accessible],
+                              var ac = accessControl(of: oldAttributes) {
+                        ac.protection = p
+                        attributes[Schema.accessControl] = .accessControl(ac)
+                    }
+                    attributes[Schema.modificationDate] = .date(Date())
+                    try checkSynchronizable(attributes, query.itemClass)
+                    let name = Self.describe(query.itemClass, attributes, id: old.id)
+                    let oldItem = KeychainItem(id: old.id, itemClass: query.itemClass, attributes: oldAttributes, data: nil)
+                    let protectionChanged = Self.accessibility(of: attributes) != Self.accessibility(of: oldAttributes)
+                        || attributes[Schema.accessGroup] != oldAttributes[Schema.accessGroup]
+                    let row: StoredItem
+                    if data != nil || protectionChanged {
+                        // New data, or a new protection class / access group: the data is sealed
+                        // again (the old data is needed only when it is kept).
+                        let plaintext = try data ?? openData(old, item: oldItem, keys: keys, caller: caller, ui: caller.authenticationUI)
+                        if data != nil, oldItem.accessControl?.requiresPresence == true {
+                            try checkPresence(oldItem, caller: caller, ui: caller.authenticationUI)
+                        }
+                        let classKey = try self.classKey(Self.accessibility(of: attributes), keys: keys, for: name)
+                        row = try seal(id: old.id, itemClass: query.itemClass, attributes: attributes, data: plaintext,
+                                       version: old.version + 1, keys: keys, classKey: classKey)
+                    } else {
+                        row = try resealAttributes(old, itemClass: query.itemClass, attributes: attributes, keys: keys)
+                    }
+                    do { try store.replace(row) } catch StoreError.duplicate {
+                        throw KeychainError(.duplicateItem, "cannot update \(Self.describe(query.itemClass, oldAttributes)): \(Self.describe(query.itemClass, attributes)) already exists")
+                    }
+                    try updateManifest(keys: keys, removing: old, adding: row)
+                }
+                return found.count
+            }
+        }
+    }
+
+    // MARK: SecItemDelete
+
+    /// SecItemDelete: deletes every match. Returns how many were deleted.
+    @discardableResult
+    public func delete(_ query: Query, caller: Caller = .default) throws -> Int {
+        guard query.matchLimit == nil else {
+            throw KeychainError(.param, "a delete query may not hold kSecMatchLimit")
+        }
+        let keys = try currentKeys()
+        var all = query
+        all.matchLimit = .all
+        return try storeCall {
+            try store.write {
+                let found = try matches(all, caller: caller, keys: keys, withData: true)
+                guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
+                for (row, _) in found {
+                    try store.delete(id: row.id)
+                    try updateManifest(keys: keys, removing: row, adding: nil)
+                }
+                return found.count
+            }
+        }
+    }
+
+    // MARK: Matching
+
+    private enum SkipItem: Error { case skip }
+
+    /// Candidate rows for a query, decrypted attributes, filtered. Uses the primary index
+    /// when the query names the whole primary key, the secondary index when it names the
+    /// grouping attribute, and a class scan otherwise (or when matching ignores case).
+    private func matches(_ query: Query, caller: Caller, keys: Keys, withData: Bool) throws -> [(StoredItem, Attributes)] {
+        let itemClass = query.itemClass
+        guard itemClass != .identity else {
+            throw KeychainError(.unimplemented, "identity queries are not supported yet")
+        }
+        for (attribute, value) in query.attributes {
+            guard Schema.belongs(attribute, to: itemClass) else {
+                throw KeychainError(.noSuchAttr, "attribute '\(attribute.name)' does not belong to class \(itemClass)")
+            }
+            guard value.fits(attribute.type) else {
+                throw KeychainError(.param, "attribute '\(attribute.name)' has a value of the wrong type")
+            }
+        }
+        let groups: [String]
+        if case .string(let g)? = query.attributes[Schema.accessGroup] {
+            guard caller.accessGroups.contains(g) else {
+                throw KeychainError(.missingEntitlement, "the caller is not entitled to access group '\(g)'")
+            }
+            groups = [g]
+        } else {
+            groups = caller.accessGroups
+        }
+        let syncValues: [Bool]
+        if query.synchronizableAny { syncValues = [false, true] }
+        else if case .bool(let s)? = query.attributes[Schema.synchronizable] { syncValues = [s] }
+        else { syncValues = [false] }
+        let caseInsensitive = query.caseInsensitive == true
+
+        var rows: [StoredItem] = []
+        if let id = query.persistentReference {
+            if let row = try store.item(id: id, withData: withData) { rows = [row] }
+        } else if !caseInsensitive, Schema.primaryKey(of: itemClass).allSatisfy({ $0 == Schema.accessGroup || $0 == Schema.synchronizable || query.attributes[$0] != nil }) {
+            for g in groups {
+                for s in syncValues {
+                    var key = query.attributes
+                    key[Schema.accessGroup] = .string(g)
+                    key[Schema.synchronizable] = .bool(s)
+                    if let row = try store.item(primaryIndex: primaryIndex(itemClass, key, keys: keys), withData: withData) {
+                        rows.append(row)
+                    }
+                }
+            }
+        } else if !caseInsensitive, let grouping = query.attributes[Schema.groupingAttribute(of: itemClass)] {
+            for g in groups {
+                rows += try store.items(secondaryIndex: secondaryIndex(itemClass, group: g, grouping, keys: keys), withData: withData)
+            }
+            rows.sort { $0.id < $1.id }
+        } else {
+            rows = try store.items(itemClass: itemClass.rawValue, withData: withData)
+        }
+
+        var out: [(StoredItem, Attributes)] = []
+        for row in rows where row.itemClass == itemClass.rawValue {
+            let attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
+            guard case .string(let g)? = attributes[Schema.accessGroup], groups.contains(g) else { continue }
+            guard case .bool(let s)? = attributes[Schema.synchronizable], syncValues.contains(s) else { continue }
+            let all = query.attributes.allSatisfy { attribute, wanted in
+                guard let have = attributes[attribute] ?? (Schema.isPrimaryKey(attribute, in: itemClass) ? AttributeValue.defaultValue(for: attribute.type) : nil) else { return false }
+                return have.matches(wanted, caseInsensitive: caseInsensitive)
+            }
+            if all { out.append((row, attributes)) }
+        }
+        return out
+    }
+
+    // MARK: Sealing
+
+    private func primaryIndex(_ itemClass: ItemClass, _ attributes: Attributes, keys: Keys) -> [UInt8] {
+        var parts: [[UInt8]] = [Framing.text("kcfs/pidx/v1"), Framing.text(itemClass.rawValue)]
+        for key in Schema.primaryKey(of: itemClass) {
+            let value = attributes[key] ?? AttributeValue.defaultValue(for: key.type)
+            parts.append(AttributeCodec.encode([key: value]))
+        }
+        return KeyedHash.hash(Framing.frame(parts), key: keys.index)
+    }
+
+    private func secondaryIndex(_ itemClass: ItemClass, group: String, _ value: AttributeValue, keys: Keys) -> [UInt8] {
+        let attribute = Schema.groupingAttribute(of: itemClass)
+        return KeyedHash.hash(Framing.frame([Framing.text("kcfs/sidx/v1"), Framing.text(itemClass.rawValue),
+                                             Framing.text(group), AttributeCodec.encode([attribute: value])]), key: keys.index)
+    }
+
+    private func attributesAD(id: Int64, itemClass: ItemClass, version: Int64) -> [UInt8] {
+        Framing.frame([Framing.text("kcfs/item-attrs/v1"), header.vaultID, Framing.int(id),
+                       Framing.text(itemClass.rawValue), Framing.int(version)])
+    }
+
+    /// AD of the wrapped item key and of the data: binds vault, item, field, protection
+    /// class, access group and the generation at which they were sealed.
+    private func dataAD(_ field: String, id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64) -> [UInt8] {
+        var group = ""
+        if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
+        return Framing.frame([Framing.text("kcfs/item-\(field)/v1"), header.vaultID, Framing.int(id),
+                              Framing.text(itemClass.rawValue), Framing.text(Self.accessibility(of: attributes).rawValue),
+                              Framing.text(group), Framing.int(generation)])
+    }
+
+    private func seal(id: Int64, itemClass: ItemClass, attributes: Attributes, data: [UInt8], version: Int64,
+                      keys: Keys, classKey: SecureBytes) throws -> StoredItem {
+        let itemKey = try SecureBytes.random()
+        let wrappedKey = try itemKey.withUnsafeBytes {
+            try AEAD.seal($0, associatedData: dataAD("key", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: classKey)
+        }
+        let sealedData = try AEAD.seal(data, associatedData: dataAD("data", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: itemKey)
+        var row = try resealAttributes(StoredItem(itemClass: itemClass.rawValue, primaryIndex: [], secondaryIndex: [], version: version - 1,
+                                                  dataGeneration: version, sealedAttributes: [], wrappedItemKey: wrappedKey, sealedData: sealedData),
+                                       itemClass: itemClass, attributes: attributes, keys: keys)
+        row.id = id
+        return row
+    }
+
+    /// A new row version with new attributes and indexes; data and item key unchanged.
+    private func resealAttributes(_ old: StoredItem, itemClass: ItemClass, attributes: Attributes, keys: Keys) throws -> StoredItem {
+        var row = old
+        row.version = old.version + 1
+        var group = ""
+        if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
+        row.primaryIndex = primaryIndex(itemClass, attributes, keys: keys)
+        row.secondaryIndex = secondaryIndex(itemClass, group: group,
+                                            attributes[Schema.groupingAttribute(of: itemClass)] ?? .string(""), keys: keys)
+        row.sealedAttributes = try AEAD.seal(AttributeCodec.encode(attributes),
+                                             associatedData: attributesAD(id: old.id, itemClass: itemClass, version: row.version),
+                                             key: keys.metadata)
+        return row
+    }
+
+    private func openAttributes(_ row: StoredItem, itemClass: ItemClass, keys: Keys) throws -> Attributes {
+        do {
+            let plain = try AEAD.open(row.sealedAttributes, associatedData: attributesAD(id: row.id, itemClass: itemClass, version: row.version), key: keys.metadata)
+            return try AttributeCodec.decode(plain, itemClass: itemClass)
+        } catch {
+            throw KeychainError(.decode, "item \(row.id) is damaged or was tampered with: its attributes do not authenticate")
+        }
+    }
+
+    private func checkPresence(_ item: KeychainItem, caller: Caller, ui: AuthenticationUI) throws {
+        guard let ac = item.accessControl, ac.requiresPresence else { return }
+        switch ui {
+        case .skip: throw SkipItem.skip
+        case .fail:
+            throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and prompting is not allowed here")
+        case .allow:
+            guard let presence = caller.presence else {
+                throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and there is no way to ask")
+            }
+            try presence.verify(item: item, flags: ac.flags)
+        }
+    }
+
+    private func openData(_ row: StoredItem, item: KeychainItem, keys: Keys, caller: Caller, ui: AuthenticationUI) throws -> [UInt8] {
+        let classKey = try self.classKey(item.accessibility, keys: keys, for: item.summary)
+        try checkPresence(item, caller: caller, ui: ui)
+        let gen = row.dataGeneration
+        do {
+            let itemKey = try AEAD.openKey(row.wrappedItemKey, associatedData: dataAD("key", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen), key: classKey)
+            return try AEAD.open(row.sealedData, associatedData: dataAD("data", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen), key: itemKey)
+        } catch {
+            throw KeychainError(.decode, "item \(row.id) is damaged or was tampered with: its data does not authenticate")
+        }
+    }
+
+    private func classKey(_ protection: Accessibility, keys: Keys, for name: String) throws -> SecureBytes {
+        if let key = stateLock.withLock({ keys.classKeys[protection] }) { return key }
+        if protection.isThisDeviceOnly && keys.deviceMismatch {
+            throw KeychainError(.interactionNotAllowed, "\(name) is \(protection.name), and this vault's device key is not on this machine")
+        }
+        throw KeychainError(.interactionNotAllowed, "\(name) is \(protection.name), and the keychain is locked")
+    }
+
+    private func updateManifest(keys: Keys, removing old: StoredItem?, adding new: StoredItem?) throws {
+        guard let stored = try store.meta("manifest"), var manifest = Manifest(encoded: stored) else {
+            throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
+        }
+        if let old { manifest.remove(Manifest.entry(old, key: keys.manifest)) }
+        if let new { manifest.insert(Manifest.entry(new, key: keys.manifest)) }
+        try store.setMeta("manifest", manifest.encoded)
+    }
+
+    // MARK: Validation
+
+    private func validate(_ attributes: Attributes, in itemClass: ItemClass, forUpdate: Bool) throws {
+        for (attribute, value) in attributes {
+            guard Schema.belongs(attribute, to: itemClass) else {
+                throw KeychainError(.noSuchAttr, "attribute '\(attribute.name)' does not belong to class \(itemClass)")
+            }
+            guard value.fits(attribute.type) else {
+                throw KeychainError(.param, "attribute '\(attribute.name)' has a value of the wrong type")
+            }
+            if forUpdate && attribute.access != .readWrite {
+                throw KeychainError(.readOnlyAttr, "attribute '\(attribute.name)' is read-only")
+            }
+            guard value.byteCount <= Self.maxAttributeSize else {
+                throw KeychainError(.dataTooLarge, "attribute '\(attribute.name)' is \(value.byteCount) bytes, over the limit of \(Self.maxAttributeSize) bytes")
+            }
+            if case .accessControl(let ac) = value, !AccessControlFlags.supported.isSuperset(of: ac.flags) {
+                throw KeychainError(.unimplemented, "access-control flags '\(ac.flags.subtracting(.supported).text)' cannot be enforced on Linux")
+            }
+        }
+    }
+
+    private func checkDataSize(_ data: [UInt8], _ itemClass: ItemClass, _ attributes: Attributes) throws {
+        guard data.count <= Self.maxDataSize else {
+            throw KeychainError(.dataTooLarge, "the secret for \(Self.describe(itemClass, attributes)) is \(data.count) bytes, over the limit of \(Self.maxDataSize) bytes (1 MiB)")
+        }
+    }
+
+    private func checkEntitlement(_ attributes: Attributes, caller: Caller) throws {
+        if case .string(let g)? = attributes[Schema.accessGroup], !caller.accessGroups.contains(g) {
+            throw KeychainError(.missingEntitlement, "the caller is not entitled to access group '\(g)'")
+        }
+    }
+
+    private func checkSynchronizable(_ attributes: Attributes, _ itemClass: ItemClass) throws {
+        if case .bool(true)? = attributes[Schema.synchronizable], Self.accessibility(of: attributes).isThisDeviceOnly {
+            throw KeychainError(.param, "a synchronizable item cannot be \(Self.accessibility(of: attributes).name)")
+        }
+    }
+
+    private func accessControl(of attributes: Attributes) -> AccessControl? {
+        if case .accessControl(let ac)? = attributes[Schema.accessControl] { return ac }
+        return nil
+    }
+
+    static func accessibility(of attributes: Attributes) -> Accessibility {
+        if case .accessibility(let a)? = attributes[Schema.accessible] { return a }
+        return .whenUnlocked
+    }
+
+    private func storeCall<R>(_ body: () throws -> R) throws -> R {
+        do { return try body() } catch let e as KeychainError { throw e } catch {
+            throw Self.mapStoreError(error, path: path)
+        }
+    }
+
+    static func mapStoreError(_ error: any Error, path: String) -> KeychainError {
+        switch error {
+        case let e as KeychainError: return e
+        case StoreError.noSuchFile(let p): return KeychainError(.noSuchKeychain, "no vault at \(p)")
+        case StoreError.notAVault(let why): return KeychainError(.decode, "\(path) is not a keychainfs vault (\(why))")
+        case StoreError.newerFormat(let found, let supported):
+            return KeychainError(.unimplemented, "vault \(path) has schema version \(found), newer than this keychainfs supports (\(supported)); upgrade keychainfs")
+        case StoreError.busy: return KeychainError(.notAvailable, "vault \(path) is busy: another process held it for more than 30 s")
+        case StoreError.duplicate: return KeychainError(.duplicateItem, "duplicate item")
+        case StoreError.sqlite(let code, let message): return KeychainError(.io, "vault \(path): SQLite error \(code): \(message)")
+        default: return KeychainError(.io, "vault \(path): \(error)")
+        }
+    }
+
+    // MARK: Naming items in messages
+
+    /// A secret-free one-line name: class and the attributes that identify the item.
+    static func describe(_ itemClass: ItemClass, _ attributes: Attributes, id: Int64? = nil) -> String {
+        let shown: [Attribute]
+        switch itemClass {
+        case .genericPassword: shown = [Schema.service, Schema.account]
+        case .internetPassword: shown = [Schema.server, Schema.account, Schema.protocolAttribute, Schema.port, Schema.path]
+        default: shown = [Schema.label]
+        }
+        var parts = [itemClass.rawValue]
+        for attribute in shown {
+            switch attributes[attribute] {
+            case .string(let s)?: if !s.isEmpty || attribute == Schema.account { parts.append("\(attribute.name)=\(quoted(s))") }
+            case .number(let n)?: if n != 0 { parts.append("\(attribute.name)=\(n)") }
+            default: break
+            }
+        }
+        if let id { parts.append("(item \(id))") }
+        return parts.joined(separator: " ")
+    }
+
+    static func describe(_ query: Query) -> String {
+        query.persistentReference.map { "item \($0)" } ?? describe(query.itemClass, query.attributes)
+    }
+
+    /// Quotes a name for a message, escaping control characters so a message stays one line.
+    static func quoted(_ s: String) -> String {
+        var out = "\""
+        for scalar in s.unicodeScalars.prefix(200) {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7f: out += String(format: "\\x%02x", scalar.value)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        if s.unicodeScalars.count > 200 { out += "…" }
+        return out + "\""
+    }
+}
+
+/// The authenticated manifest: a count and the XOR of a keyed hash per row over
+/// (id, version, digest of every stored column). XOR makes it updatable in O(1) per change;
+/// without the manifest key nobody can compute the entry of a row, so rows cannot be
+/// deleted, swapped, altered or replayed without the total changing.
+struct Manifest {
+    var count: Int64
+    var accumulator: [UInt8]
+
+    static let empty = Manifest(count: 0, accumulator: [UInt8](repeating: 0, count: 32))
+
+    init(count: Int64, accumulator: [UInt8]) {
+        self.count = count
+        self.accumulator = accumulator
+    }
+
+    init?(encoded: [UInt8]) {
+        guard encoded.count == 40 else { return nil }
+        count = encoded[0..<8].reversed().reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+        accumulator = Array(encoded[8...])
+    }
+
+    var encoded: [UInt8] { Framing.int(count) + accumulator }
+
+    static func entry(_ row: StoredItem, key: SecureBytes) -> [UInt8] {
+        let digest = KeyedHash.digest([Framing.text(row.itemClass), row.primaryIndex, row.secondaryIndex,
+                                       Framing.int(row.version), Framing.int(row.dataGeneration),
+                                       row.sealedAttributes, row.wrappedItemKey, row.sealedData])
+        return KeyedHash.hash(Framing.frame([Framing.text("kcfs/manifest/v1"), Framing.int(row.id), Framing.int(row.version), digest]), key: key)
+    }
+
+    mutating func insert(_ entry: [UInt8]) { xor(entry); count += 1 }
+    mutating func remove(_ entry: [UInt8]) { xor(entry); count -= 1 }
+    private mutating func xor(_ entry: [UInt8]) {
+        for i in 0..<32 { accumulator[i] ^= entry[i] }
+    }
+}
+
+/// Default locations, after the XDG base directory spec.
+public enum KeychainPaths {
+    static func xdg(_ variable: String, _ fallback: String) -> String {
+        if let v = ProcessInfo.processInfo.environment[variable], v.hasPrefix("/") { return v }
+        let home = ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()
+        return home + "/" + fallback
+    }
+
+    /// `$KEYCHAINFS_VAULT`, else `$XDG_DATA_HOME/keychainfs/default.vault`.
+    public static func defaultVault() -> String {
+        if let v = ProcessInfo.processInfo.environment["KEYCHAINFS_VAULT"], !v.isEmpty { return v }
+        return xdg("XDG_DATA_HOME", ".local/share") + "/keychainfs/default.vault"
+    }
+
+    /// `$XDG_STATE_HOME/keychainfs/device.key`.
+    public static func deviceKey() -> String {
+        xdg("XDG_STATE_HOME", ".local/state") + "/keychainfs/device.key"
+    }
+}

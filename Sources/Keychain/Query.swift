@@ -1,0 +1,122 @@
+import Foundation
+
+/// kSecMatchLimit.
+public enum MatchLimit: Hashable, Sendable {
+    case one
+    case all
+    case count(Int)
+}
+
+/// kSecUseAuthenticationUI: what to do with items that would need a prompt.
+public enum AuthenticationUI: Sendable {
+    /// Prompt (through the caller's presence verifier).
+    case allow
+    /// errSecInteractionNotAllowed instead of prompting.
+    case fail
+    /// Leave such items out of the results silently.
+    case skip
+}
+
+/// A query, as the dictionary passed to SecItemCopyMatching / Update / Delete.
+/// Fields left nil are "not in the dictionary": the rules about which keys each call
+/// accepts (no kSecReturn… or kSecMatch… in an update query, no match limit in a delete)
+/// are checked against exactly what the caller set.
+public struct Query: Sendable {
+    public var itemClass: ItemClass
+    /// Attribute values that must match. May include accessGroup and synchronizable.
+    public var attributes: Attributes
+    public var matchLimit: MatchLimit?
+    public var caseInsensitive: Bool?
+    public var returnData: Bool?
+    public var returnAttributes: Bool?
+    /// kSecAttrSynchronizableAny: match synchronizable and non-synchronizable items alike.
+    public var synchronizableAny: Bool
+    /// Match by persistent reference (the item's id), as kSecValuePersistentRef.
+    public var persistentReference: Int64?
+    public var authenticationUI: AuthenticationUI?
+
+    public init(_ itemClass: ItemClass, _ attributes: Attributes = [:], matchLimit: MatchLimit? = nil,
+                caseInsensitive: Bool? = nil, returnData: Bool? = nil, returnAttributes: Bool? = nil,
+                synchronizableAny: Bool = false, persistentReference: Int64? = nil,
+                authenticationUI: AuthenticationUI? = nil) {
+        self.itemClass = itemClass
+        self.attributes = attributes
+        self.matchLimit = matchLimit
+        self.caseInsensitive = caseInsensitive
+        self.returnData = returnData
+        self.returnAttributes = returnAttributes
+        self.synchronizableAny = synchronizableAny
+        self.persistentReference = persistentReference
+        self.authenticationUI = authenticationUI
+    }
+}
+
+/// One result of copyMatching: its persistent reference, attributes and (if asked) data.
+public struct KeychainItem: Sendable {
+    /// Stable for the item's lifetime; never reused (kSecValuePersistentRef).
+    public let id: Int64
+    public let itemClass: ItemClass
+    public let attributes: Attributes
+    public let data: [UInt8]?
+
+    public subscript(_ attribute: Attribute) -> AttributeValue? { attributes[attribute] }
+
+    public func string(_ attribute: Attribute) -> String? {
+        if case .string(let s)? = attributes[attribute] { return s }
+        return nil
+    }
+
+    public var accessGroup: String { string(Schema.accessGroup) ?? "" }
+
+    public var accessibility: Accessibility {
+        if case .accessibility(let a)? = attributes[Schema.accessible] { return a }
+        return .whenUnlocked
+    }
+
+    public var accessControl: AccessControl? {
+        if case .accessControl(let ac)? = attributes[Schema.accessControl] { return ac }
+        return nil
+    }
+
+    public var modificationDate: Date? {
+        if case .date(let d)? = attributes[Schema.modificationDate] { return d }
+        return nil
+    }
+
+    public var creationDate: Date? {
+        if case .date(let d)? = attributes[Schema.creationDate] { return d }
+        return nil
+    }
+
+    /// A one-line, secret-free description for messages and logs: class, key attributes, id.
+    public var summary: String { Keychain.describe(itemClass, attributes, id: id) }
+}
+
+/// Who is asking. The access layer fills this in per request (process → access groups);
+/// the core only ever sees the result.
+public struct Caller: Sendable {
+    /// The caller's access groups; the first is where its new items go.
+    public var accessGroups: [String]
+    /// Answers a prompt for items with access control; nil when no prompt is possible.
+    public var presence: (any PresenceVerifier)?
+    /// Default kSecUseAuthenticationUI for this caller.
+    public var authenticationUI: AuthenticationUI
+
+    public init(accessGroups: [String] = [Caller.defaultAccessGroup], presence: (any PresenceVerifier)? = nil,
+                authenticationUI: AuthenticationUI = .allow) {
+        self.accessGroups = accessGroups
+        self.presence = presence
+        self.authenticationUI = authenticationUI
+    }
+
+    /// With no access policy, every process of the user is in this group.
+    public static let defaultAccessGroup = "default"
+    public static let `default` = Caller()
+}
+
+/// The access layer's hook for user presence (a pinentry prompt, …). It returns normally when
+/// the user allowed the use, or throws a KeychainError (userCanceled, authFailed,
+/// interactionNotAllowed, …).
+public protocol PresenceVerifier: Sendable {
+    func verify(item: KeychainItem, flags: AccessControlFlags) throws
+}
