@@ -34,7 +34,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .testTarget(name: "KeychainTests", dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite"]),
-        .testTarget(name: "CLITests", dependencies: ["Keychain"]),
+        .testTarget(name: "CLITests", dependencies: ["keychainfs"]),
     ],
     swiftLanguageModes: [.v6]
 )

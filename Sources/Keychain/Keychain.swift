@@ -500,11 +500,9 @@ public final class Keychain: @unchecked Sendable {
             try AEAD.seal($0, associatedData: dataAD("key", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: classKey)
         }
         let sealedData = try AEAD.seal(data, associatedData: dataAD("data", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: itemKey)
-        var row = try resealAttributes(StoredItem(itemClass: itemClass.rawValue, primaryIndex: [], secondaryIndex: [], version: version - 1,
+        return try resealAttributes(StoredItem(id: id, itemClass: itemClass.rawValue, primaryIndex: [], secondaryIndex: [], version: version - 1,
                                                   dataGeneration: version, sealedAttributes: [], wrappedItemKey: wrappedKey, sealedData: sealedData),
                                        itemClass: itemClass, attributes: attributes, keys: keys)
-        row.id = id
-        return row
     }
 
     /// A new row version with new attributes and indexes; data and item key unchanged.

@@ -18,12 +18,9 @@ public final class SecureBytes: @unchecked Sendable {
         }
         pointer = p
         self.count = count
-        do {
-            try fill(UnsafeMutableRawBufferPointer(start: p, count: count))
-        } catch {
-            sodium_free(p)
-            throw error
-        }
+        // If `fill` throws, the object is already fully initialised, so `deinit` runs and
+        // frees (and wipes) the region: freeing it here too would be a double free.
+        try fill(UnsafeMutableRawBufferPointer(start: p, count: count))
         sodium_mprotect_readonly(p)
     }
 

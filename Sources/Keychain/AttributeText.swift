@@ -1,0 +1,126 @@
+import Foundation
+
+/// The readable text form of attribute values, shared by every front end (xattr values,
+/// CLI options and output, JSON): strings as UTF-8, numbers in decimal, booleans as
+/// `true`/`false`, dates in ISO 8601 (UTC), accessibility as the constant's lowerCamel
+/// name, access control as its flag names, hashes and DER fields in hex, `generic` and
+/// `applicationTag` as raw bytes, protocol as its name (`https`).
+public enum AttributeText {
+    /// Data attributes whose bytes are the user's own (shown raw); the others are binary
+    /// identifiers (hashes, DER) and shown as lowercase hex.
+    static let rawDataAttributes: Set<String> = ["generic", "applicationTag"]
+
+    public static func render(_ attribute: Attribute, _ value: AttributeValue) -> [UInt8] {
+        switch value {
+        case .string(let s):
+            if attribute == Schema.protocolAttribute, let name = InternetProtocol.name(for: s) { return Array(name.utf8) }
+            return Array(s.utf8)
+        case .data(let d):
+            return rawDataAttributes.contains(attribute.name) ? d : Array(hex(d).utf8)
+        case .number(let n): return Array(String(n).utf8)
+        case .bool(let b): return Array((b ? "true" : "false").utf8)
+        case .date(let d): return Array(iso8601(d).utf8)
+        case .accessibility(let a): return Array(a.name.utf8)
+        case .accessControl(let ac): return Array(ac.flags.text.utf8)
+        }
+    }
+
+    public static func renderString(_ attribute: Attribute, _ value: AttributeValue) -> String {
+        String(decoding: render(attribute, value), as: UTF8.self)
+    }
+
+    /// Parses the text form. `current` supplies the protection class when an access control
+    /// is given as flags only. Invalid text is errSecParam with the attribute named.
+    public static func parse(_ attribute: Attribute, _ bytes: [UInt8], currentProtection: Accessibility = .whenUnlocked) throws -> AttributeValue {
+        func text() throws -> String {
+            guard let s = String(validatingUTF8: bytes.map { CChar(bitPattern: $0) } + [0]), s.utf8.count == bytes.count else {
+                throw KeychainError(.param, "value of '\(attribute.name)' is not valid UTF-8 text")
+            }
+            return s
+        }
+        let bad = { (why: String) in KeychainError(.param, "invalid value for '\(attribute.name)': \(why)") }
+        switch attribute.type {
+        case .string:
+            let s = try text()
+            if attribute == Schema.protocolAttribute {
+                if s.isEmpty { return .string("") }
+                guard let code = InternetProtocol.code(for: s) else { throw bad("unknown protocol '\(s)'") }
+                return .string(code)
+            }
+            return .string(s)
+        case .data:
+            if rawDataAttributes.contains(attribute.name) { return .data(bytes) }
+            guard let d = unhex(try text()) else { throw bad("expected hexadecimal bytes") }
+            return .data(d)
+        case .number:
+            let s = try text().trimmingCharacters(in: .whitespaces)
+            guard let n = Int64(s) else { throw bad("expected a decimal integer") }
+            return .number(n)
+        case .bool:
+            switch try text().trimmingCharacters(in: .whitespaces).lowercased() {
+            case "true", "1", "yes": return .bool(true)
+            case "false", "0", "no": return .bool(false)
+            default: throw bad("expected true or false")
+            }
+        case .date:
+            guard let d = parseDate(try text()) else { throw bad("expected an ISO 8601 date such as 2026-01-31T12:00:00Z") }
+            return .date(d)
+        case .accessibility:
+            guard let a = Accessibility(text: try text()) else {
+                throw bad("expected one of \(Accessibility.allCases.map(\.name).joined(separator: ", "))")
+            }
+            return .accessibility(a)
+        case .accessControl:
+            let s = try text()
+            guard let flags = AccessControlFlags(text: s) else {
+                throw bad("expected flags such as userPresence or devicePasscode, comma-separated")
+            }
+            return .accessControl(AccessControl(protection: currentProtection, flags: flags))
+        }
+    }
+
+    public static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func unhex(_ text: String) -> [UInt8]? {
+        let chars = Array(text.utf8.filter { $0 != UInt8(ascii: ":") && $0 != UInt8(ascii: " ") })
+        guard chars.count % 2 == 0 else { return nil }
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 48...57: c - 48
+            case 97...102: c - 87
+            case 65...70: c - 55
+            default: nil
+            }
+        }
+        var out = [UInt8]()
+        out.reserveCapacity(chars.count / 2)
+        var i = 0
+        while i < chars.count {
+            guard let hi = nibble(chars[i]), let lo = nibble(chars[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        return out
+    }
+
+    public static func iso8601(_ date: Date) -> String {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        f.timeZone = TimeZone(identifier: "UTC")
+        return f.string(from: date)
+    }
+
+    static func parseDate(_ text: String) -> Date? {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        if let d = f.date(from: text) { return d }
+        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return f.date(from: text)
+    }
+}

@@ -1,0 +1,128 @@
+import ArgumentParser
+import Foundation
+import Keychain
+import KeychainCrypto
+
+/// Which vault and how to unlock it; shared by every command that opens a vault.
+struct VaultOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The vault file.", discussion: "Default: $KEYCHAINFS_VAULT, else $XDG_DATA_HOME/keychainfs/default.vault.", valueName: "path"))
+    var vault: String?
+
+    @Option(name: .long, help: ArgumentHelp("Read the passphrase from this file (one trailing newline is ignored).", valueName: "path"))
+    var passphraseFile: String?
+
+    @Option(name: .long, help: ArgumentHelp("Read the passphrase from this open file descriptor until EOF.", valueName: "fd"))
+    var passphraseFd: Int32?
+
+    var path: String { vault ?? KeychainPaths.defaultVault() }
+    var passphrase: PassphraseSource { PassphraseSource(file: passphraseFile, fd: passphraseFd) }
+
+    func validate() throws {
+        if passphraseFile != nil && passphraseFd != nil {
+            throw ValidationError("give --passphrase-file or --passphrase-fd, not both")
+        }
+    }
+
+    /// Opens and unlocks the vault.
+    func openUnlocked() throws -> Keychain {
+        let keychain = try Keychain.open(at: path)
+        try keychain.unlock(passphrase: passphrase.read(prompt: "passphrase for \(path): "))
+        return keychain
+    }
+}
+
+/// Options common to adding, finding and deleting passwords.
+struct CommonItemOptions: ParsableArguments {
+    @Option(name: .customShort("a"), help: "Account name.")
+    var account: String?
+    @Option(name: .customShort("l"), help: "Label.")
+    var label: String?
+    @Option(name: .customShort("j"), help: "Comment.")
+    var comment: String?
+    @Option(name: .customShort("D"), help: "Kind (kSecAttrDescription).")
+    var kind: String?
+    @Option(name: .customShort("c"), help: "Creator (a four-character code or a number).")
+    var creator: String?
+    @Option(name: .customShort("C"), help: "Type (a four-character code or a number).")
+    var type: String?
+    @Option(name: .long, help: "Access group (default: the caller's first group).")
+    var accessGroup: String?
+
+    func attributes(_ itemClass: ItemClass) throws -> Attributes {
+        var out = Attributes()
+        try set(&out, itemClass, "account", account)
+        try set(&out, itemClass, "label", label)
+        try set(&out, itemClass, "comment", comment)
+        try set(&out, itemClass, "description", kind)
+        try set(&out, itemClass, "accessGroup", accessGroup)
+        if let creator { out[Schema.named("creator")] = .number(try fourCharCode(creator, option: "-c")) }
+        if let type { out[Schema.named("type")] = .number(try fourCharCode(type, option: "-C")) }
+        return out
+    }
+}
+
+/// Options that only make sense when adding.
+struct AddOptions: ParsableArguments {
+    @Option(name: .customShort("w"), help: ArgumentHelp("The secret. Visible to other processes in argv: prefer stdin.", valueName: "password"))
+    var password: String?
+    @Flag(name: .customShort("U"), help: "Update the item if it already exists.")
+    var updateIfPresent = false
+    @Option(name: .long, help: ArgumentHelp("When the data is readable: whenUnlocked (default), afterFirstUnlock, whenUnlockedThisDeviceOnly, …", valueName: "class"))
+    var accessible: String?
+    @Option(name: .long, help: ArgumentHelp("Access control flags: userPresence or devicePasscode.", valueName: "flags"))
+    var accessControl: String?
+    @Flag(name: .long, help: "Mark the item synchronizable.")
+    var synchronizable = false
+
+    func apply(to attributes: inout Attributes, _ itemClass: ItemClass) throws {
+        let protection: Accessibility
+        if let accessible {
+            guard let a = Accessibility(text: accessible) else {
+                throw CLIError.usage("--accessible: unknown class '\(accessible)'; expected one of \(Accessibility.allCases.map(\.name).joined(separator: ", "))")
+            }
+            protection = a
+        } else {
+            protection = .whenUnlocked
+        }
+        if let accessControl {
+            guard let flags = AccessControlFlags(text: accessControl), !flags.isEmpty else {
+                throw CLIError.usage("--access-control: expected userPresence or devicePasscode, not '\(accessControl)'")
+            }
+            attributes[Schema.accessControl] = .accessControl(AccessControl(protection: protection, flags: flags))
+        } else if accessible != nil {
+            attributes[Schema.accessible] = .accessibility(protection)
+        }
+        if synchronizable { attributes[Schema.synchronizable] = .bool(true) }
+    }
+
+    /// The secret: `-w`, else stdin (a no-echo prompt, typed twice, when stdin is a terminal).
+    func secret() throws -> [UInt8] {
+        if let password {
+            return Array(password.utf8)
+        }
+        if isatty(0) == 1 {
+            guard let first = try SecretInput.prompt("password data for new item: "),
+                  let second = try SecretInput.prompt("retype password for new item: ") else {
+                throw CLIError.failure("no terminal to prompt on")
+            }
+            guard first == second else { throw CLIError.failure("the passwords do not match") }
+            return first
+        }
+        return try SecretInput.readAll(fd: 0, limit: Keychain.maxDataSize, what: "the secret on standard input")
+    }
+}
+
+func set(_ attributes: inout Attributes, _ itemClass: ItemClass, _ name: String, _ text: String?) throws {
+    guard let text else { return }
+    let attribute = try Schema.attribute(named: name, in: itemClass)
+    attributes[attribute] = try AttributeText.parse(attribute, Array(text.utf8))
+}
+
+/// macOS `security` takes creator and type as four-character codes ('aapl'); a plain
+/// number is taken as is.
+func fourCharCode(_ text: String, option: String) throws -> Int64 {
+    if let n = Int64(text) { return n }
+    let bytes = Array(text.utf8)
+    guard bytes.count == 4 else { throw CLIError.usage("\(option): expected a four-character code or a number, not '\(text)'") }
+    return bytes.reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+}

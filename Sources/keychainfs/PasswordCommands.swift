@@ -1,0 +1,162 @@
+import ArgumentParser
+import Foundation
+import Keychain
+import KeychainCrypto
+
+/// The two password classes share their commands; this says how they differ.
+protocol PasswordClass {
+    static var itemClass: ItemClass { get }
+    static var noun: String { get }
+}
+
+struct GenericPasswordOptions: ParsableArguments {
+    @Option(name: .customShort("s"), help: "Service name.")
+    var service: String?
+    @OptionGroup var common: CommonItemOptions
+    @Option(name: .customShort("G"), help: "Generic attribute value (raw bytes).")
+    var generic: String?
+
+    func attributes() throws -> Attributes {
+        var out = try common.attributes(.genericPassword)
+        try set(&out, .genericPassword, "service", service)
+        try set(&out, .genericPassword, "generic", generic)
+        return out
+    }
+}
+
+struct InternetPasswordOptions: ParsableArguments {
+    @Option(name: .customShort("s"), help: "Server name.")
+    var server: String?
+    @OptionGroup var common: CommonItemOptions
+    @Option(name: .customShort("r"), help: "Protocol: a name (https) or a four-character code (htps).")
+    var `protocol`: String?
+    @Option(name: .customShort("P"), help: "Port number.")
+    var port: String?
+    @Option(name: .customShort("p"), help: "Path.")
+    var path: String?
+    @Option(name: .customShort("d"), help: "Security domain.")
+    var securityDomain: String?
+    @Option(name: .customShort("t"), help: "Authentication type (four-character code, e.g. dflt, form).")
+    var authenticationType: String?
+
+    func attributes() throws -> Attributes {
+        var out = try common.attributes(.internetPassword)
+        try set(&out, .internetPassword, "server", server)
+        try set(&out, .internetPassword, "protocol", `protocol`)
+        try set(&out, .internetPassword, "port", port)
+        try set(&out, .internetPassword, "path", path)
+        try set(&out, .internetPassword, "securityDomain", securityDomain)
+        try set(&out, .internetPassword, "authenticationType", authenticationType)
+        return out
+    }
+}
+
+/// SecItemAdd, or with -U SecItemUpdate of the item with the same primary key.
+func addPassword(_ keychain: Keychain, _ itemClass: ItemClass, attributes: Attributes, add: AddOptions) throws {
+    var attributes = attributes
+    try add.apply(to: &attributes, itemClass)
+    var secret = try add.secret()
+    defer { Sodium.wipe(&secret) }
+    do {
+        try keychain.add(itemClass, attributes, data: secret)
+    } catch KeychainStatus.duplicateItem where add.updateIfPresent {
+        // -U: same primary key → replace data and the other given attributes.
+        let keyNames = Set(Schema.primaryKey(of: itemClass).map(\.name))
+        let query = Query(itemClass, attributes.filter { keyNames.contains($0.key.name) })
+        let changes = attributes.filter { !keyNames.contains($0.key.name) }
+        try keychain.update(query, attributes: changes, data: secret)
+    }
+}
+
+struct AddGenericPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "add-generic-password",
+        abstract: "Add a generic password item (the secret from stdin unless -w is given).")
+    @OptionGroup var vault: VaultOptions
+    @OptionGroup var item: GenericPasswordOptions
+    @OptionGroup var add: AddOptions
+
+    func run() throws {
+        try addPassword(vault.openUnlocked(), .genericPassword, attributes: item.attributes(), add: add)
+    }
+}
+
+struct AddInternetPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "add-internet-password",
+        abstract: "Add an internet password item (the secret from stdin unless -w is given).")
+    @OptionGroup var vault: VaultOptions
+    @OptionGroup var item: InternetPasswordOptions
+    @OptionGroup var add: AddOptions
+
+    func run() throws {
+        try addPassword(vault.openUnlocked(), .internetPassword, attributes: item.attributes(), add: add)
+    }
+}
+
+struct FindOptions: ParsableArguments {
+    @Flag(name: .customShort("w"), help: "Print only the secret (followed by a newline).")
+    var passwordOnly = false
+    @Flag(name: .customShort("g"), help: "Also print the secret, on stderr, after the attributes.")
+    var showPassword = false
+}
+
+func findPassword(_ keychain: Keychain, _ itemClass: ItemClass, attributes: Attributes, find: FindOptions) throws {
+    let wantData = find.passwordOnly || find.showPassword
+    let item = try keychain.find(Query(itemClass, attributes, returnData: wantData))
+    if find.passwordOnly {
+        Output.write(item.data ?? [])
+        Output.write(Array("\n".utf8))
+        return
+    }
+    Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
+    if find.showPassword, let data = item.data {
+        Output.writeError(Array("password: ".utf8) + Array(ItemPrinter.quoted(data).utf8) + [10])
+    }
+}
+
+struct FindGenericPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "find-generic-password",
+        abstract: "Find a generic password item and print its attributes (or, with -w, only its secret).")
+    @OptionGroup var vault: VaultOptions
+    @OptionGroup var item: GenericPasswordOptions
+    @OptionGroup var find: FindOptions
+
+    func run() throws { try findPassword(vault.openUnlocked(), .genericPassword, attributes: item.attributes(), find: find) }
+}
+
+struct FindInternetPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "find-internet-password",
+        abstract: "Find an internet password item and print its attributes (or, with -w, only its secret).")
+    @OptionGroup var vault: VaultOptions
+    @OptionGroup var item: InternetPasswordOptions
+    @OptionGroup var find: FindOptions
+
+    func run() throws { try findPassword(vault.openUnlocked(), .internetPassword, attributes: item.attributes(), find: find) }
+}
+
+func deletePassword(_ keychain: Keychain, _ itemClass: ItemClass, attributes: Attributes) throws {
+    // Like macOS `security`, delete the one item the options name (the first match), and
+    // print what was deleted.
+    let item = try keychain.find(Query(itemClass, attributes))
+    try keychain.delete(Query(itemClass, persistentReference: item.id))
+    Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
+    Output.write(Array("password has been deleted.\n".utf8))
+}
+
+struct DeleteGenericPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "delete-generic-password",
+        abstract: "Delete a generic password item.")
+    @OptionGroup var vault: VaultOptions
+    @OptionGroup var item: GenericPasswordOptions
+
+    func run() throws { try deletePassword(vault.openUnlocked(), .genericPassword, attributes: item.attributes()) }
+}
+
+struct DeleteInternetPassword: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "delete-internet-password",
+        abstract: "Delete an internet password item.")
+    @OptionGroup var vault: VaultOptions
+    @OptionGroup var item: InternetPasswordOptions
+
+    func run() throws { try deletePassword(vault.openUnlocked(), .internetPassword, attributes: item.attributes()) }
+}
+

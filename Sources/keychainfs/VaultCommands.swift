@@ -1,0 +1,76 @@
+import ArgumentParser
+import Foundation
+import Keychain
+import KeychainCrypto
+
+enum KDFProfile: String, ExpressibleByArgument, CaseIterable {
+    case interactive, moderate, sensitive
+    var parameters: PasswordHashParameters {
+        switch self {
+        case .interactive: .interactive
+        case .moderate: .moderate
+        case .sensitive: .sensitive
+        }
+    }
+}
+
+struct Init: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Create a new, empty vault.")
+    @OptionGroup var vault: VaultOptions
+    @Option(name: .long, help: "Argon2id cost: interactive, moderate (default) or sensitive.")
+    var kdf: KDFProfile = .moderate
+
+    func run() throws {
+        let passphrase = try vault.passphrase.readNew(what: "new passphrase for \(vault.path)")
+        _ = try Keychain.create(at: vault.path, passphrase: passphrase, parameters: kdf.parameters)
+        Output.errorLine("keychainfs: created vault \(vault.path)")
+    }
+}
+
+struct Passwd: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Change the vault's passphrase (re-wraps the master key only).")
+    @OptionGroup var vault: VaultOptions
+    @Option(name: .long, help: ArgumentHelp("Read the new passphrase from this file.", valueName: "path"))
+    var newPassphraseFile: String?
+    @Option(name: .long, help: ArgumentHelp("Read the new passphrase from this descriptor.", valueName: "fd"))
+    var newPassphraseFd: Int32?
+    @Option(name: .long, help: "New Argon2id cost (default: keep the current one).")
+    var kdf: KDFProfile?
+
+    func run() throws {
+        let keychain = try Keychain.open(at: vault.path)
+        let old = try vault.passphrase.read(prompt: "current passphrase for \(vault.path): ")
+        let new = try PassphraseSource(file: newPassphraseFile, fd: newPassphraseFd).readNew(what: "new passphrase")
+        try keychain.changePassphrase(old: old, new: new, parameters: kdf?.parameters)
+        Output.errorLine("keychainfs: passphrase changed for \(vault.path)")
+    }
+}
+
+struct DumpKeychain: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "dump-keychain",
+        abstract: "Print every item's attributes (secrets only with -d).")
+    @OptionGroup var vault: VaultOptions
+    @Flag(name: .customShort("d"), help: "Also print the secret data.")
+    var data = false
+    @Flag(name: .long, help: "Print JSON.")
+    var json = false
+
+    func run() throws {
+        let keychain = try vault.openUnlocked()
+        var items: [KeychainItem] = []
+        for itemClass in ItemClass.allCases where itemClass != .identity {
+            do {
+                items += try keychain.copyMatching(Query(itemClass, matchLimit: .all, returnData: data ? true : nil,
+                                                         synchronizableAny: true))
+            } catch KeychainStatus.itemNotFound {}
+        }
+        if json {
+            Output.write(Array(ItemPrinter.json(items, includeData: data).utf8))
+            return
+        }
+        for item in items {
+            Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
+            if data, let d = item.data { Output.line("data:\n\(ItemPrinter.quoted(d))") }
+        }
+    }
+}
