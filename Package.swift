@@ -30,7 +30,7 @@ let package = Package(
         // The FUSE face: paths, xattrs, errno. Translates; decides nothing.
         .target(name: "KeychainFS", dependencies: ["Keychain", "CFuse"]),
         .executableTarget(name: "keychainfs", dependencies: [
-            "Keychain", "KeychainFS",
+            "Keychain", "KeychainFS", "CPlatform",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .testTarget(name: "KeychainTests", dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite"]),

@@ -17,4 +17,15 @@ static inline void kcfs_fi_set_keep_cache(struct fuse_file_info *fi, int on) { f
 static inline void kcfs_fi_set_nonseekable(struct fuse_file_info *fi, int on) { fi->nonseekable = on ? 1 : 0; }
 static inline unsigned int kcfs_rename_noreplace(void) { return RENAME_NOREPLACE; }
 static inline unsigned int kcfs_rename_exchange(void) { return RENAME_EXCHANGE; }
+
+/* The multithreaded loop's config API changed across 3.x; one call hides it. */
+static inline int kcfs_session_loop_mt(struct fuse_session *se, unsigned int max_threads) {
+    struct fuse_loop_config *config = fuse_loop_cfg_create();
+    if (!config) return -1;
+    fuse_loop_cfg_set_max_threads(config, max_threads);
+    fuse_loop_cfg_set_clone_fd(config, 0);
+    int rc = fuse_session_loop_mt(se, config);
+    fuse_loop_cfg_destroy(config);
+    return rc;
+}
 #endif

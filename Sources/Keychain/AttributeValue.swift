@@ -42,9 +42,12 @@ public enum AttributeValue: Hashable, Sendable {
     }
 
     /// Equality as a query sees it: strings optionally ignoring case (kSecMatchCaseInsensitive).
+    /// Strings compare by their UTF-8 bytes (Swift's `==` would equate NFC and NFD
+    /// spellings, which the byte-keyed indexes keep apart: Apple compares exactly too).
     func matches(_ other: AttributeValue, caseInsensitive: Bool) -> Bool {
-        if caseInsensitive, case .string(let a) = self, case .string(let b) = other {
-            return a.compare(b, options: [.caseInsensitive]) == .orderedSame
+        if case .string(let a) = self, case .string(let b) = other {
+            if caseInsensitive { return a.compare(b, options: [.caseInsensitive, .literal]) == .orderedSame }
+            return a.utf8.elementsEqual(b.utf8)
         }
         return self == other
     }

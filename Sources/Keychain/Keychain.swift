@@ -26,7 +26,9 @@ public final class Keychain: @unchecked Sendable {
 
     public let path: String
     let store: VaultStore
-    private let header: VaultHeader
+    /// The header as last read or written; re-read at unlock so another process's
+    /// passphrase change is seen. Guarded by `stateLock`.
+    private var header: VaultHeader
     private let deviceKeyPath: String
 
     /// Keys held while the vault is (or was) unlocked.
@@ -48,7 +50,11 @@ public final class Keychain: @unchecked Sendable {
     private var keys: Keys?
     private var state: LockState = .neverUnlocked
 
+    /// Never changes for the life of a vault; bound into every associated data.
+    private let vaultID: [UInt8]
+
     private init(path: String, store: VaultStore, header: VaultHeader, deviceKeyPath: String) {
+        self.vaultID = header.vaultID
         self.path = path
         self.store = store
         self.header = header
@@ -63,8 +69,9 @@ public final class Keychain: @unchecked Sendable {
         guard parameters.isAtLeastInteractive else {
             throw KeychainError(.param, "Argon2id parameters below INTERACTIVE are not allowed")
         }
+        guard passphrase.count > 0 else { throw KeychainError(.param, "the passphrase is empty") }
         if FileManager.default.fileExists(atPath: path) {
-            throw KeychainError(.duplicateItem, "a file already exists at \(path); refusing to overwrite it")
+            throw KeychainError(.duplicateKeychain, "a file already exists at \(path); refusing to overwrite it")
         }
         let store: VaultStore
         do { store = try VaultStore.create(at: path) } catch { throw mapStoreError(error, path: path) }
@@ -109,12 +116,23 @@ public final class Keychain: @unchecked Sendable {
 
     /// Unlocks with the passphrase: unwraps the class keys and verifies the manifest.
     public func unlock(passphrase: SecureBytes) throws {
-        let master = try header.unwrapMaster(passphrase: passphrase)
+        let master = try refreshedHeader().unwrapMaster(passphrase: passphrase)
         try unlock(master: master)
     }
 
+    /// Reads the header from the file again (a passphrase change by another process
+    /// rewrites it) and keeps it.
+    private func refreshedHeader() throws -> VaultHeader {
+        let fresh = try storeCall { try VaultHeader.read(from: store) }
+        stateLock.withLock { header = fresh }
+        return fresh
+    }
+
+    private var currentHeader: VaultHeader { stateLock.withLock { header } }
+
     private func unlock(master: SecureBytes) throws {
         let device = try DeviceKey.load(at: deviceKeyPath)
+        let header = currentHeader
         let deviceMatches = device.map { DeviceKey.identifier(of: $0) == header.deviceKeyID } ?? false
         let wrapped = try storeCall { try store.classKeys() }
         var classKeys: [Accessibility: SecureBytes] = [:]
@@ -158,19 +176,22 @@ public final class Keychain: @unchecked Sendable {
     /// Changes the passphrase (and optionally the KDF parameters). Only the master-key wrap
     /// changes: no item is re-encrypted.
     public func changePassphrase(old: SecureBytes, new: SecureBytes, parameters: PasswordHashParameters? = nil) throws {
-        let master = try header.unwrapMaster(passphrase: old)
-        var newHeader = header
+        let current = try refreshedHeader()
+        let master = try current.unwrapMaster(passphrase: old)
+        var newHeader = current
         if let parameters {
             guard parameters.isAtLeastInteractive else {
                 throw KeychainError(.param, "Argon2id parameters below INTERACTIVE are not allowed")
             }
             newHeader.parameters = parameters
         }
+        guard new.count > 0 else { throw KeychainError(.param, "the new passphrase is empty") }
         try VaultHeader.wrapMaster(master, header: &newHeader, passphrase: new)
         try storeCall { try newHeader.write(to: store) }
+        stateLock.withLock { header = newHeader }
     }
 
-    public var kdfParameters: PasswordHashParameters { header.parameters }
+    public var kdfParameters: PasswordHashParameters { currentHeader.parameters }
 
     private func currentKeys() throws -> Keys {
         try stateLock.withLock {
@@ -250,9 +271,15 @@ public final class Keychain: @unchecked Sendable {
                     throw KeychainError(.duplicateItem, "\(Self.describe(itemClass, attributes)) already exists")
                 }
                 try updateManifest(keys: keys, removing: nil, adding: row)
-                return KeychainItem(id: id, itemClass: itemClass, attributes: attributes, data: nil)
+                return KeychainItem(id: id, itemClass: itemClass, attributes: attributes, data: nil, dataLength: data.count)
             }
         }
+    }
+
+    /// The value add gives a primary-key attribute that was not given.
+    public static func defaultValue(of attribute: Attribute, caller: Caller) -> AttributeValue {
+        if attribute == Schema.accessGroup { return .string(caller.accessGroups.first ?? "") }
+        return AttributeValue.defaultValue(for: attribute.type)
     }
 
     // MARK: SecItemCopyMatching
@@ -280,7 +307,8 @@ public final class Keychain: @unchecked Sendable {
                     data = try openData(row, item: item, keys: keys, caller: caller, ui: query.authenticationUI ?? caller.authenticationUI)
                 } catch SkipItem.skip { continue }
             }
-            results.append(KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: data))
+            results.append(KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: data,
+                                        dataLength: max(0, row.sealedDataLength - AEAD.overhead)))
         }
         guard !results.isEmpty else {
             throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found")
@@ -361,6 +389,46 @@ public final class Keychain: @unchecked Sendable {
                     try updateManifest(keys: keys, removing: old, adding: row)
                 }
                 return found.count
+            }
+        }
+    }
+
+    // MARK: Rename (an update of key attributes that may replace an existing item)
+
+    /// Changes the key attributes of the one item `source` names to `changes`. If another
+    /// item already has the new key it is replaced when `replacing` is true (the old target
+    /// is deleted in the same transaction), else errSecDuplicateItem. This is what a
+    /// filesystem rename onto an existing name means; it is atomic.
+    public func rename(_ source: Query, to changes: Attributes, replacing: Bool, caller: Caller = .default) throws {
+        let keys = try currentKeys()
+        try storeCall {
+            try store.write {
+                var one = source
+                one.matchLimit = .all
+                let found = try matches(one, caller: caller, keys: keys, withData: false)
+                guard let (row, attributes) = found.first else {
+                    throw KeychainError(.itemNotFound, "\(Self.describe(source)) not found")
+                }
+                guard found.count == 1 else {
+                    throw KeychainError(.param, "\(Self.describe(source)) names \(found.count) items; a rename moves one")
+                }
+                var target = attributes
+                for (k, v) in changes { target[k] = v }
+                let keyOnly = Schema.primaryKey(of: source.itemClass)
+                var targetQuery = Query(source.itemClass, synchronizableAny: true)
+                for k in keyOnly { targetQuery.attributes[k] = target[k] ?? AttributeValue.defaultValue(for: k.type) }
+                targetQuery.matchLimit = .all
+                let existing = try matches(targetQuery, caller: caller, keys: keys, withData: true).filter { $0.0.id != row.id }
+                if !existing.isEmpty {
+                    guard replacing else {
+                        throw KeychainError(.duplicateItem, "\(Self.describe(source.itemClass, target)) already exists")
+                    }
+                    for (victim, _) in existing {
+                        try store.delete(id: victim.id)
+                        try updateManifest(keys: keys, removing: victim, adding: nil)
+                    }
+                }
+                try update(Query(source.itemClass, synchronizableAny: true, persistentReference: row.id), attributes: changes, caller: caller)
             }
         }
     }
@@ -479,7 +547,7 @@ public final class Keychain: @unchecked Sendable {
     }
 
     private func attributesAD(id: Int64, itemClass: ItemClass, version: Int64) -> [UInt8] {
-        Framing.frame([Framing.text("kcfs/item-attrs/v1"), header.vaultID, Framing.int(id),
+        Framing.frame([Framing.text("kcfs/item-attrs/v1"), vaultID, Framing.int(id),
                        Framing.text(itemClass.rawValue), Framing.int(version)])
     }
 
@@ -488,7 +556,7 @@ public final class Keychain: @unchecked Sendable {
     private func dataAD(_ field: String, id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64) -> [UInt8] {
         var group = ""
         if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
-        return Framing.frame([Framing.text("kcfs/item-\(field)/v1"), header.vaultID, Framing.int(id),
+        return Framing.frame([Framing.text("kcfs/item-\(field)/v1"), vaultID, Framing.int(id),
                               Framing.text(itemClass.rawValue), Framing.text(Self.accessibility(of: attributes).rawValue),
                               Framing.text(group), Framing.int(generation)])
     }
@@ -735,8 +803,11 @@ public enum KeychainPaths {
         return xdg("XDG_DATA_HOME", ".local/share") + "/keychainfs/default.vault"
     }
 
-    /// `$XDG_STATE_HOME/keychainfs/device.key`.
-    public static func deviceKey() -> String {
-        xdg("XDG_STATE_HOME", ".local/state") + "/keychainfs/device.key"
+    /// `$XDG_STATE_HOME/keychainfs`: the device key, daemon logs.
+    public static func stateDirectory() -> String {
+        xdg("XDG_STATE_HOME", ".local/state") + "/keychainfs"
     }
+
+    /// `$XDG_STATE_HOME/keychainfs/device.key`.
+    public static func deviceKey() -> String { stateDirectory() + "/device.key" }
 }

@@ -58,6 +58,16 @@ public struct KeychainItem: Sendable {
     public let itemClass: ItemClass
     public let attributes: Attributes
     public let data: [UInt8]?
+    /// Length of the secret, known without decrypting it (ciphertext length less overhead).
+    public let dataLength: Int
+
+    public init(id: Int64, itemClass: ItemClass, attributes: Attributes, data: [UInt8]?, dataLength: Int? = nil) {
+        self.id = id
+        self.itemClass = itemClass
+        self.attributes = attributes
+        self.data = data
+        self.dataLength = dataLength ?? data?.count ?? 0
+    }
 
     public subscript(_ attribute: Attribute) -> AttributeValue? { attributes[attribute] }
 

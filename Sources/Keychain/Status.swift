@@ -16,6 +16,7 @@ public struct KeychainStatus: RawRepresentable, Hashable, Sendable, CustomString
     public static let readOnly = KeychainStatus(rawValue: -25292)
     public static let authFailed = KeychainStatus(rawValue: -25293)
     public static let noSuchKeychain = KeychainStatus(rawValue: -25294)
+    public static let duplicateKeychain = KeychainStatus(rawValue: -25296)
     public static let duplicateItem = KeychainStatus(rawValue: -25299)
     public static let itemNotFound = KeychainStatus(rawValue: -25300)
     public static let dataTooLarge = KeychainStatus(rawValue: -25302)
@@ -41,6 +42,7 @@ public struct KeychainStatus: RawRepresentable, Hashable, Sendable, CustomString
         case .readOnly: "errSecReadOnly"
         case .authFailed: "errSecAuthFailed"
         case .noSuchKeychain: "errSecNoSuchKeychain"
+        case .duplicateKeychain: "errSecDuplicateKeychain"
         case .duplicateItem: "errSecDuplicateItem"
         case .itemNotFound: "errSecItemNotFound"
         case .dataTooLarge: "errSecDataTooLarge"

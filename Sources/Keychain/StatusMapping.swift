@@ -11,7 +11,7 @@ extension KeychainStatus {
         switch self {
         case .success: 0
         case .itemNotFound, .noSuchKeychain: ENOENT
-        case .duplicateItem: EEXIST
+        case .duplicateItem, .duplicateKeychain: EEXIST
         case .param, .noSuchClass: EINVAL
         case .noSuchAttr: ENODATA
         case .interactionNotAllowed, .authFailed, .missingEntitlement, .writePermission: EACCES

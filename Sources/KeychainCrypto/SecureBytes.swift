@@ -13,7 +13,8 @@ public final class SecureBytes: @unchecked Sendable {
     /// Allocates `count` bytes and lets `fill` write them once.
     public init(count: Int, fill: (UnsafeMutableRawBufferPointer) throws -> Void) throws {
         try Sodium.ensureInitialised()
-        guard count > 0, let p = sodium_malloc(count) else {
+        // An empty value still gets one guarded byte to point at; `count` stays 0.
+        guard count >= 0, let p = sodium_malloc(Swift.max(count, 1)) else {
             throw CryptoError.unavailable("sodium_malloc(\(count)) failed")
         }
         pointer = p
@@ -31,9 +32,8 @@ public final class SecureBytes: @unchecked Sendable {
 
     /// Copies `bytes` in; the caller should wipe its own copy.
     public convenience init(copying bytes: [UInt8]) throws {
-        try self.init(count: Swift.max(bytes.count, 1)) { buf in
-            if bytes.isEmpty { buf[0] = 0; return }
-            bytes.withUnsafeBytes { buf.copyMemory(from: $0) }
+        try self.init(count: bytes.count) { buf in
+            bytes.withUnsafeBytes { if $0.count > 0 { buf.copyMemory(from: $0) } }
         }
     }
 

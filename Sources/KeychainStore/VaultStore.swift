@@ -17,6 +17,8 @@ public struct StoredItem: Sendable, Equatable {
     public var sealedAttributes: [UInt8]
     public var wrappedItemKey: [UInt8]
     public var sealedData: [UInt8]
+    /// Length of the sealed data column, known even when the data itself was not loaded.
+    public var sealedDataLength: Int
 
     public init(id: Int64 = 0, itemClass: String, primaryIndex: [UInt8], secondaryIndex: [UInt8],
                 version: Int64, dataGeneration: Int64, sealedAttributes: [UInt8],
@@ -30,6 +32,7 @@ public struct StoredItem: Sendable, Equatable {
         self.sealedAttributes = sealedAttributes
         self.wrappedItemKey = wrappedItemKey
         self.sealedData = sealedData
+        self.sealedDataLength = sealedData.count
     }
 }
 
@@ -208,14 +211,16 @@ public final class VaultStore: @unchecked Sendable {
 
     // MARK: Items
 
-    private static let columns = "id, class, pidx, sidx, version, data_gen, attrs, item_key, data"
+    private static let columns = "id, class, pidx, sidx, version, data_gen, attrs, item_key, data, length(data)"
     /// Metadata reads skip the data column: listing a directory never loads secrets.
-    private static let metadataColumns = "id, class, pidx, sidx, version, data_gen, attrs, item_key, x''"
+    private static let metadataColumns = "id, class, pidx, sidx, version, data_gen, attrs, item_key, x'', length(data)"
 
     private static func item(_ row: Connection.Row) -> StoredItem {
-        StoredItem(id: row.int(0), itemClass: row.text(1), primaryIndex: row.blob(2), secondaryIndex: row.blob(3),
-                   version: row.int(4), dataGeneration: row.int(5), sealedAttributes: row.blob(6),
-                   wrappedItemKey: row.blob(7), sealedData: row.blob(8))
+        var item = StoredItem(id: row.int(0), itemClass: row.text(1), primaryIndex: row.blob(2), secondaryIndex: row.blob(3),
+                              version: row.int(4), dataGeneration: row.int(5), sealedAttributes: row.blob(6),
+                              wrappedItemKey: row.blob(7), sealedData: row.blob(8))
+        item.sealedDataLength = Int(row.int(9))
+        return item
     }
 
     /// Inserts a new row and returns its id (ids are never reused: AUTOINCREMENT).

@@ -112,10 +112,15 @@ struct AddOptions: ParsableArguments {
     }
 }
 
+/// Sets an attribute from an option's text; a value that does not parse is a usage error.
 func set(_ attributes: inout Attributes, _ itemClass: ItemClass, _ name: String, _ text: String?) throws {
     guard let text else { return }
     let attribute = try Schema.attribute(named: name, in: itemClass)
-    attributes[attribute] = try AttributeText.parse(attribute, Array(text.utf8))
+    do {
+        attributes[attribute] = try AttributeText.parse(attribute, Array(text.utf8))
+    } catch let e as KeychainError {
+        throw CLIError.usage(e.message)
+    }
 }
 
 /// macOS `security` takes creator and type as four-character codes ('aapl'); a plain

@@ -51,20 +51,31 @@ struct InternetPasswordOptions: ParsableArguments {
     }
 }
 
-/// SecItemAdd, or with -U SecItemUpdate of the item with the same primary key.
-func addPassword(_ keychain: Keychain, _ itemClass: ItemClass, attributes: Attributes, add: AddOptions) throws {
-    var attributes = attributes
+/// SecItemAdd, or with -U SecItemUpdate of the one item with the same primary key.
+/// Options are checked before the vault is opened (usage errors cost no key derivation).
+func addPassword(_ vault: VaultOptions, _ itemClass: ItemClass, attributes given: Attributes, add: AddOptions) throws {
+    var attributes = given
     try add.apply(to: &attributes, itemClass)
+    if add.password == nil && vault.passphraseFd == 0 {
+        throw CLIError.usage("standard input carries the passphrase (--passphrase-fd 0), so it cannot carry the secret too: give the secret on another descriptor's stdin or with -w")
+    }
+    let keychain = try vault.openUnlocked()
     var secret = try add.secret()
     defer { Sodium.wipe(&secret) }
     do {
         try keychain.add(itemClass, attributes, data: secret)
     } catch KeychainStatus.duplicateItem where add.updateIfPresent {
-        // -U: same primary key → replace data and the other given attributes.
-        let keyNames = Set(Schema.primaryKey(of: itemClass).map(\.name))
-        let query = Query(itemClass, attributes.filter { keyNames.contains($0.key.name) })
-        let changes = attributes.filter { !keyNames.contains($0.key.name) }
-        try keychain.update(query, attributes: changes, data: secret)
+        // -U: the item that collided is the one whose whole primary key equals the new
+        // item's, with the defaults add applies (empty account, first access group, not
+        // synchronizable). Only that item is updated, by its persistent reference.
+        var key = Attributes()
+        for attribute in Schema.primaryKey(of: itemClass) {
+            key[attribute] = attributes[attribute] ?? Keychain.defaultValue(of: attribute, caller: .default)
+        }
+        let existing = try keychain.find(Query(itemClass, key))
+        let keyNames = Set(key.keys)
+        try keychain.update(Query(itemClass, persistentReference: existing.id),
+                            attributes: attributes.filter { !keyNames.contains($0.key) }, data: secret)
     }
 }
 
@@ -76,7 +87,7 @@ struct AddGenericPassword: ParsableCommand {
     @OptionGroup var add: AddOptions
 
     func run() throws {
-        try addPassword(vault.openUnlocked(), .genericPassword, attributes: item.attributes(), add: add)
+        try addPassword(vault, .genericPassword, attributes: item.attributes(), add: add)
     }
 }
 
@@ -88,7 +99,7 @@ struct AddInternetPassword: ParsableCommand {
     @OptionGroup var add: AddOptions
 
     func run() throws {
-        try addPassword(vault.openUnlocked(), .internetPassword, attributes: item.attributes(), add: add)
+        try addPassword(vault, .internetPassword, attributes: item.attributes(), add: add)
     }
 }
 
@@ -120,7 +131,10 @@ struct FindGenericPassword: ParsableCommand {
     @OptionGroup var item: GenericPasswordOptions
     @OptionGroup var find: FindOptions
 
-    func run() throws { try findPassword(vault.openUnlocked(), .genericPassword, attributes: item.attributes(), find: find) }
+    func run() throws {
+        let attributes = try item.attributes()
+        try findPassword(vault.openUnlocked(), .genericPassword, attributes: attributes, find: find)
+    }
 }
 
 struct FindInternetPassword: ParsableCommand {
@@ -130,7 +144,10 @@ struct FindInternetPassword: ParsableCommand {
     @OptionGroup var item: InternetPasswordOptions
     @OptionGroup var find: FindOptions
 
-    func run() throws { try findPassword(vault.openUnlocked(), .internetPassword, attributes: item.attributes(), find: find) }
+    func run() throws {
+        let attributes = try item.attributes()
+        try findPassword(vault.openUnlocked(), .internetPassword, attributes: attributes, find: find)
+    }
 }
 
 func deletePassword(_ keychain: Keychain, _ itemClass: ItemClass, attributes: Attributes) throws {
@@ -148,7 +165,10 @@ struct DeleteGenericPassword: ParsableCommand {
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: GenericPasswordOptions
 
-    func run() throws { try deletePassword(vault.openUnlocked(), .genericPassword, attributes: item.attributes()) }
+    func run() throws {
+        let attributes = try item.attributes()
+        try deletePassword(vault.openUnlocked(), .genericPassword, attributes: attributes)
+    }
 }
 
 struct DeleteInternetPassword: ParsableCommand {
@@ -157,6 +177,9 @@ struct DeleteInternetPassword: ParsableCommand {
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: InternetPasswordOptions
 
-    func run() throws { try deletePassword(vault.openUnlocked(), .internetPassword, attributes: item.attributes()) }
+    func run() throws {
+        let attributes = try item.attributes()
+        try deletePassword(vault.openUnlocked(), .internetPassword, attributes: attributes)
+    }
 }
 

@@ -11,7 +11,7 @@ struct KeychainfsCommand: ParsableCommand {
         subcommands: [Init.self, Passwd.self,
                       AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self,
                       AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
-                      DumpKeychain.self])
+                      DumpKeychain.self, Mount.self, Unmount.self])
 }
 
 // Before any key exists in memory: no core dumps, no same-user ptrace.
@@ -24,8 +24,24 @@ func fail(_ message: String, _ code: Int32) -> Never {
     exit(code)
 }
 
+/// macOS `security` (getopt) accepts `-wSECRET`; ArgumentParser would reject it and echo
+/// the secret in its message. Split it into `-w SECRET` first.
+let arguments = CommandLine.arguments.dropFirst().flatMap { arg -> [String] in
+    arg.hasPrefix("-w") && arg.count > 2 && !arg.hasPrefix("--") ? ["-w", String(arg.dropFirst(2))] : [arg]
+}
+
+/// Usage messages quote offending arguments; an argument that is not an option may be a
+/// secret typed in the wrong place, so it is never repeated back.
+func redacted(_ message: String, _ arguments: [String]) -> String {
+    var out = message
+    for arg in arguments where !arg.hasPrefix("-") && !arg.isEmpty {
+        out = out.replacingOccurrences(of: "'\(arg)'", with: "'…'")
+    }
+    return out
+}
+
 do {
-    var command = try KeychainfsCommand.parseAsRoot()
+    var command = try KeychainfsCommand.parseAsRoot(arguments)
     try command.run()
 } catch let error as KeychainError {
     fail(error.message, error.status.exitCode)
@@ -39,7 +55,7 @@ do {
         exit(0)
     }
     if code == .validationFailure || error is ValidationError {
-        fail("\(KeychainfsCommand.message(for: error)) (see 'keychainfs help')", 2)
+        fail("\(redacted(KeychainfsCommand.message(for: error), arguments)) (see 'keychainfs help')", 2)
     }
-    fail(KeychainfsCommand.message(for: error), code.rawValue == 0 ? 1 : code.rawValue)
+    fail(redacted(KeychainfsCommand.message(for: error), arguments), code.rawValue == 0 ? 1 : code.rawValue)
 }

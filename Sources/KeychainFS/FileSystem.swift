@@ -1,0 +1,708 @@
+import Foundation
+import Keychain
+
+/// A filesystem error: the errno to reply with.
+public struct FSError: Error {
+    public let errno: Int32
+    public init(_ errno: Int32) { self.errno = errno }
+}
+
+/// What `stat` shows for a node.
+public struct NodeStat {
+    public var ino: UInt64
+    public var isDirectory: Bool
+    public var size: Int
+    public var modified: Date
+    public var created: Date
+}
+
+/// Inode numbers: fixed for the root and class directories, the item id (tagged with its
+/// class) for items, so an item keeps its inode across renames and the daemon needs no
+/// path table; a small table for service/server directories and editor scratch files.
+enum Inode {
+    static let root: UInt64 = 1
+    static let classes: [ItemClass] = [.genericPassword, .internetPassword, .certificate, .key, .identity]
+    static let itemShift: UInt64 = 40
+    static let scratchTag: UInt64 = 7
+    static let firstDirectory: UInt64 = 1000
+
+    static func classDirectory(_ c: ItemClass) -> UInt64 { 2 + UInt64(classes.firstIndex(of: c)!) }
+    static func classOf(directory ino: UInt64) -> ItemClass? {
+        (2..<UInt64(2 + classes.count)).contains(ino) ? classes[Int(ino - 2)] : nil
+    }
+    static func item(_ c: ItemClass, id: Int64) -> UInt64 {
+        (UInt64(classes.firstIndex(of: c)! + 1) << itemShift) | UInt64(id)
+    }
+    static func decodeItem(_ ino: UInt64) -> (ItemClass, Int64)? {
+        let tag = ino >> itemShift
+        guard tag >= 1 && tag <= UInt64(classes.count) else { return nil }
+        return (classes[Int(tag - 1)], Int64(ino & ((1 << itemShift) - 1)))
+    }
+    static func scratch(_ n: UInt64) -> UInt64 { (scratchTag << itemShift) | n }
+    static func isScratch(_ ino: UInt64) -> Bool { ino >> itemShift == scratchTag }
+}
+
+/// The filesystem face of a keychain. Every method translates one filesystem call into core
+/// calls and back; keychain rules stay in the core, errno comes from KeychainStatus.errno.
+public final class KeychainFileSystem: @unchecked Sendable {
+    // @unchecked: all mutable state below is guarded by `lock`.
+    public let keychain: Keychain
+    public let uid: uid_t
+    public let gid: gid_t
+    let mountTime = Date()
+
+    private let lock = NSLock()
+    /// Service/server directories by (class, spelling) and back.
+    private var directoryInodes: [String: UInt64] = [:]
+    private var directories: [UInt64: (ItemClass, String)] = [:]
+    private var nextDirectory = Inode.firstDirectory
+    /// Directories made with mkdir that hold no item yet (not stored in the vault).
+    private var emptyDirectories: Set<UInt64> = []
+    private var openFiles: [UInt64: OpenFile] = [:]
+    private var nextHandle: UInt64 = 1
+    private var scratch: [UInt64: ScratchFile] = [:]
+    private var nextScratch: UInt64 = 1
+
+    /// Called (off the request thread) when the kernel's cached view of a node went stale.
+    public var invalidate: (@Sendable (Invalidation) -> Void)?
+
+    public enum Invalidation: Sendable {
+        case inode(UInt64)
+        case entry(parent: UInt64, name: String)
+    }
+
+    final class OpenFile {
+        let ino: UInt64
+        let itemClass: ItemClass?
+        let itemID: Int64?
+        let scratch: ScratchFile?
+        let caller: Caller
+        let append: Bool
+        var buffer: [UInt8]?
+        var dirty = false
+        init(ino: UInt64, itemClass: ItemClass?, itemID: Int64?, scratch: ScratchFile?, caller: Caller, append: Bool) {
+            self.ino = ino; self.itemClass = itemClass; self.itemID = itemID; self.scratch = scratch
+            self.caller = caller; self.append = append
+        }
+    }
+
+    /// Swap, backup and lock files of editors: kept in daemon memory only, never stored.
+    final class ScratchFile {
+        let ino: UInt64
+        var parent: UInt64
+        var name: String
+        var data: [UInt8] = []
+        var modified = Date()
+        init(ino: UInt64, parent: UInt64, name: String) { self.ino = ino; self.parent = parent; self.name = name }
+    }
+
+    public init(keychain: Keychain, uid: uid_t = getuid(), gid: gid_t = getgid()) {
+        self.keychain = keychain
+        self.uid = uid
+        self.gid = gid
+    }
+
+    // MARK: Translating core errors
+
+    func fsError(_ error: any Error, _ what: String) -> FSError {
+        if let e = error as? FSError { return e }
+        if let e = error as? KeychainError {
+            if e.status == .decode {
+                // Tampering or damage: always logged (the message names the item id, no secret).
+                Log.error("\(what): \(e.message)")
+            } else {
+                Log.debug("\(what): \(e.status.name): \(e.message)")
+            }
+            return FSError(e.status.errno)
+        }
+        Log.error("\(what): \(error)")
+        return FSError(EIO)
+    }
+
+    func attempt<R>(_ what: @autoclosure () -> String, _ body: () throws -> R) throws -> R {
+        do { return try body() } catch { throw fsError(error, what()) }
+    }
+
+    // MARK: Directories
+
+    private func directoryInode(_ itemClass: ItemClass, _ spelling: String) -> UInt64 {
+        lock.withLock {
+            let key = itemClass.rawValue + "/" + spelling
+            if let ino = directoryInodes[key] { return ino }
+            let ino = nextDirectory
+            nextDirectory += 1
+            directoryInodes[key] = ino
+            directories[ino] = (itemClass, spelling)
+            return ino
+        }
+    }
+
+    private func directory(_ ino: UInt64) -> (ItemClass, String)? { lock.withLock { directories[ino] } }
+
+    /// Items visible in a service/server directory.
+    private func items(inDirectory itemClass: ItemClass, _ spelling: String, caller: Caller) throws -> [KeychainItem] {
+        let grouping = Schema.groupingAttribute(of: itemClass)
+        var query = Query(itemClass, matchLimit: .all, synchronizableAny: true)
+        if let attrs = PathCodec.parseDirectory(itemClass, spelling), let value = attrs[grouping] {
+            query.attributes[grouping] = value
+        }
+        do {
+            return try keychain.copyMatching(query, caller: caller).filter { PathCodec.directory(of: itemClass, $0.attributes) == spelling }
+        } catch KeychainStatus.itemNotFound { return [] }
+    }
+
+    private func allItems(_ itemClass: ItemClass, caller: Caller) throws -> [KeychainItem] {
+        guard itemClass != .identity else { return [] }
+        do { return try keychain.copyMatching(Query(itemClass, matchLimit: .all, synchronizableAny: true), caller: caller) }
+        catch KeychainStatus.itemNotFound { return [] }
+    }
+
+    // MARK: Lookup and stat
+
+    enum Node {
+        case root
+        case classDirectory(ItemClass)
+        case directory(ItemClass, String)
+        case item(ItemClass, Int64)
+        case scratch(ScratchFile)
+    }
+
+    func node(_ ino: UInt64) throws -> Node {
+        if ino == Inode.root { return .root }
+        if let c = Inode.classOf(directory: ino) { return .classDirectory(c) }
+        if let (c, id) = Inode.decodeItem(ino) { return .item(c, id) }
+        if Inode.isScratch(ino) {
+            guard let s = lock.withLock({ scratch[ino] }) else { throw FSError(ENOENT) }
+            return .scratch(s)
+        }
+        if let (c, s) = directory(ino) { return .directory(c, s) }
+        throw FSError(ENOENT)
+    }
+
+    func directoryStat(_ ino: UInt64) -> NodeStat {
+        NodeStat(ino: ino, isDirectory: true, size: 0, modified: mountTime, created: mountTime)
+    }
+
+    func itemStat(_ item: KeychainItem) -> NodeStat {
+        NodeStat(ino: Inode.item(item.itemClass, id: item.id), isDirectory: false, size: item.dataLength,
+                 modified: item.modificationDate ?? mountTime, created: item.creationDate ?? mountTime)
+    }
+
+    /// Finds the one item a leaf name names in a directory.
+    private func findItem(_ itemClass: ItemClass, directoryAttributes: Attributes, name: String, caller: Caller) throws -> KeychainItem? {
+        if let key = PathCodec.parseLeaf(itemClass, name, in: directoryAttributes) {
+            do {
+                return try keychain.copyMatching(Query(itemClass, key, matchLimit: .all, synchronizableAny: true), caller: caller)
+                    .first { PathCodec.leaf(of: itemClass, $0.attributes) == name }
+            } catch KeychainStatus.itemNotFound { return nil }
+        }
+        guard PathCodec.isLongSpelling(name) else { return nil }
+        // A long name is resolved by comparing the spellings of the directory's items.
+        let candidates: [KeychainItem]
+        if let spelling = PathCodec.directory(of: itemClass, directoryAttributes) {
+            candidates = try items(inDirectory: itemClass, spelling, caller: caller)
+        } else {
+            candidates = try allItems(itemClass, caller: caller)
+        }
+        return candidates.first { PathCodec.leaf(of: itemClass, $0.attributes) == name }
+    }
+
+    private func scratchFile(parent: UInt64, name: String) -> ScratchFile? {
+        lock.withLock { scratch.values.first { $0.parent == parent && $0.name == name } }
+    }
+
+    /// What a directory's spelling means as attributes (empty for class directories).
+    private func directoryAttributes(_ parent: Node) throws -> (ItemClass, Attributes)? {
+        switch parent {
+        case .classDirectory(let c) where c != .genericPassword && c != .internetPassword: return (c, [:])
+        case .directory(let c, let spelling):
+            if let attrs = PathCodec.parseDirectory(c, spelling) { return (c, attrs) }
+            // A long directory name: take the attributes from one of its items.
+            if let item = try items(inDirectory: c, spelling, caller: .default).first {
+                var attrs = Attributes()
+                for a in [Schema.service, Schema.server, Schema.protocolAttribute, Schema.port] where item.attributes[a] != nil {
+                    attrs[a] = item.attributes[a]
+                }
+                return (c, attrs)
+            }
+            throw FSError(ENOENT)
+        default: return nil
+        }
+    }
+
+    public func lookup(parent: UInt64, name: String, caller: Caller) throws -> NodeStat {
+        let parentNode = try node(parent)
+        switch parentNode {
+        case .root:
+            guard let c = ItemClass(rawValue: name) else { throw FSError(ENOENT) }
+            return directoryStat(Inode.classDirectory(c))
+        case .classDirectory(let c) where c == .genericPassword || c == .internetPassword:
+            if let ino = lock.withLock({ directoryInodes[c.rawValue + "/" + name] }), lock.withLock({ emptyDirectories.contains(ino) }) {
+                return directoryStat(ino)
+            }
+            let exists = try attempt("lookup \(c)/\(name)") { try !items(inDirectory: c, name, caller: caller).isEmpty }
+            guard exists else { throw FSError(ENOENT) }
+            return directoryStat(directoryInode(c, name))
+        case .classDirectory, .directory:
+            if let s = scratchFile(parent: parent, name: name) { return scratchStat(s) }
+            guard let (c, attrs) = try directoryAttributes(parentNode) else { throw FSError(ENOENT) }
+            guard let item = try attempt("lookup \(name)", { try findItem(c, directoryAttributes: attrs, name: name, caller: caller) }) else {
+                throw FSError(ENOENT)
+            }
+            return itemStat(item)
+        case .item, .scratch:
+            throw FSError(ENOTDIR)
+        }
+    }
+
+    func scratchStat(_ s: ScratchFile) -> NodeStat {
+        lock.withLock { NodeStat(ino: s.ino, isDirectory: false, size: s.data.count, modified: s.modified, created: s.modified) }
+    }
+
+    public func getattr(_ ino: UInt64, handle: UInt64?, caller: Caller) throws -> NodeStat {
+        switch try node(ino) {
+        case .root, .classDirectory, .directory: return directoryStat(ino)
+        case .scratch(let s): return scratchStat(s)
+        case .item(let c, let id):
+            var stat = itemStat(try attempt("getattr item \(id)") { try keychain.item(id: id, itemClass: c, withData: false, caller: caller) })
+            if let handle, let file = lock.withLock({ openFiles[handle] }), file.dirty, let buffer = file.buffer {
+                stat.size = buffer.count
+            }
+            return stat
+        }
+    }
+
+    // MARK: Listing
+
+    public struct DirectoryEntry {
+        public let name: String
+        public let ino: UInt64
+        public let isDirectory: Bool
+    }
+
+    public func list(_ ino: UInt64, caller: Caller) throws -> [DirectoryEntry] {
+        var out = [DirectoryEntry(name: ".", ino: ino, isDirectory: true), DirectoryEntry(name: "..", ino: Inode.root, isDirectory: true)]
+        switch try node(ino) {
+        case .root:
+            out += Inode.classes.map { DirectoryEntry(name: $0.rawValue, ino: Inode.classDirectory($0), isDirectory: true) }
+        case .classDirectory(let c) where c == .genericPassword || c == .internetPassword:
+            var seen = Set<String>()
+            for item in try attempt("readdir \(c)", { try allItems(c, caller: caller) }) {
+                guard let spelling = PathCodec.directory(of: c, item.attributes), seen.insert(spelling).inserted else { continue }
+                out.append(DirectoryEntry(name: spelling, ino: directoryInode(c, spelling), isDirectory: true))
+            }
+            for d in lock.withLock({ emptyDirectories.compactMap { directories[$0].map { ($0, $1) } } }) where d.0 == c && !seen.contains(d.1) {
+                out.append(DirectoryEntry(name: d.1, ino: directoryInode(c, d.1), isDirectory: true))
+            }
+        case .classDirectory(let c):
+            var seen = Set<String>()
+            for item in try attempt("readdir \(c)", { try allItems(c, caller: caller) }) {
+                let leaf = PathCodec.leaf(of: c, item.attributes)
+                if seen.insert(leaf).inserted { out.append(DirectoryEntry(name: leaf, ino: Inode.item(c, id: item.id), isDirectory: false)) }
+            }
+            out += scratchEntries(ino)
+        case .directory(let c, let spelling):
+            for item in try attempt("readdir \(c)/\(spelling)", { try items(inDirectory: c, spelling, caller: caller) }) {
+                out.append(DirectoryEntry(name: PathCodec.leaf(of: c, item.attributes), ino: Inode.item(c, id: item.id), isDirectory: false))
+            }
+            out += scratchEntries(ino)
+        case .item, .scratch:
+            throw FSError(ENOTDIR)
+        }
+        return out
+    }
+
+    private func scratchEntries(_ parent: UInt64) -> [DirectoryEntry] {
+        lock.withLock { scratch.values.filter { $0.parent == parent }.map { DirectoryEntry(name: $0.name, ino: $0.ino, isDirectory: false) } }
+    }
+
+    // MARK: Directories: mkdir, rmdir
+
+    public func mkdir(parent: UInt64, name: String, caller: Caller) throws -> NodeStat {
+        guard case .classDirectory(let c) = try node(parent), c == .genericPassword || c == .internetPassword else {
+            throw FSError(EPERM)
+        }
+        guard PathCodec.parseDirectory(c, name) != nil else { throw FSError(EINVAL) }
+        if (try? lookup(parent: parent, name: name, caller: caller)) != nil { throw FSError(EEXIST) }
+        let ino = directoryInode(c, name)
+        _ = lock.withLock { emptyDirectories.insert(ino) }
+        return directoryStat(ino)
+    }
+
+    public func rmdir(parent: UInt64, name: String, caller: Caller) throws {
+        guard case .classDirectory(let c) = try node(parent), c == .genericPassword || c == .internetPassword else {
+            throw FSError(parent == Inode.root ? EPERM : ENOTDIR)
+        }
+        let stat = try lookup(parent: parent, name: name, caller: caller)
+        if try !items(inDirectory: c, name, caller: caller).isEmpty || !scratchEntries(stat.ino).isEmpty { throw FSError(ENOTEMPTY) }
+        _ = lock.withLock { emptyDirectories.remove(stat.ino) }
+    }
+
+    // MARK: Files: create, open, read, write, commit
+
+    public struct Opened {
+        public let handle: UInt64
+        public let stat: NodeStat
+    }
+
+    private func register(_ file: OpenFile) -> UInt64 {
+        lock.withLock {
+            let h = nextHandle
+            nextHandle += 1
+            openFiles[h] = file
+            return h
+        }
+    }
+
+    public func create(parent: UInt64, name: String, flags: Int32, caller: Caller) throws -> Opened {
+        let parentNode = try node(parent)
+        switch parentNode {
+        case .classDirectory(.identity), .directory(.identity, _): throw FSError(EPERM)
+        case .root: throw FSError(EPERM)
+        case .classDirectory(let c) where c == .genericPassword || c == .internetPassword: throw FSError(EPERM)
+        case .item, .scratch: throw FSError(ENOTDIR)
+        default: break
+        }
+        if PathCodec.isScratchName(name) {
+            let s = lock.withLock { () -> ScratchFile in
+                let s = ScratchFile(ino: Inode.scratch(nextScratch), parent: parent, name: name)
+                nextScratch += 1
+                scratch[s.ino] = s
+                return s
+            }
+            let h = register(OpenFile(ino: s.ino, itemClass: nil, itemID: nil, scratch: s, caller: caller, append: flags & O_APPEND != 0))
+            return Opened(handle: h, stat: scratchStat(s))
+        }
+        guard let (c, dirAttrs) = try directoryAttributes(parentNode) else { throw FSError(EPERM) }
+        guard let key = PathCodec.parseLeaf(c, name, in: dirAttrs) else {
+            // Not the canonical spelling of any item (bad escape, invalid UTF-8, long form).
+            throw FSError(EINVAL)
+        }
+        var attributes = key
+        if c == .key, case .string(let label)? = key[Schema.label] {
+            // A key's primary key does not hold its label; tag it with its file name so two
+            // keys written under different names are different items.
+            attributes[Schema.named("applicationTag")] = .data(Array(label.utf8))
+        }
+        let item = try attempt("create \(name)") { try keychain.add(c, attributes, data: [], caller: caller) }
+        if case .directory = parentNode { _ = lock.withLock { emptyDirectories.remove(parent) } }
+        let file = OpenFile(ino: Inode.item(c, id: item.id), itemClass: c, itemID: item.id, scratch: nil, caller: caller,
+                            append: flags & O_APPEND != 0)
+        file.buffer = []
+        return Opened(handle: register(file), stat: itemStat(item))
+    }
+
+    public func open(_ ino: UInt64, flags: Int32, caller: Caller) throws -> UInt64 {
+        let access = flags & O_ACCMODE
+        let writing = access == O_WRONLY || access == O_RDWR
+        switch try node(ino) {
+        case .root, .classDirectory, .directory: throw FSError(EISDIR)
+        case .scratch(let s):
+            if flags & O_TRUNC != 0 { lock.withLock { s.data = [] } }
+            return register(OpenFile(ino: ino, itemClass: nil, itemID: nil, scratch: s, caller: caller, append: flags & O_APPEND != 0))
+        case .item(let c, let id):
+            if writing && c == .identity { throw FSError(EPERM) }
+            let file = OpenFile(ino: ino, itemClass: c, itemID: id, scratch: nil, caller: caller, append: flags & O_APPEND != 0)
+            if flags & O_TRUNC != 0 && writing {
+                _ = try attempt("open item \(id)") { try keychain.item(id: id, itemClass: c, withData: false, caller: caller) }
+                file.buffer = []
+                file.dirty = true
+            } else {
+                // The access decision is taken here and bound to the handle: reading the data
+                // now proves it is readable for this caller (lock state, access control).
+                let item = try attempt("open item \(id)") { try keychain.item(id: id, itemClass: c, withData: true, caller: caller) }
+                if writing { file.buffer = item.data }
+            }
+            return register(file)
+        }
+    }
+
+    private func openFile(_ handle: UInt64) throws -> OpenFile {
+        guard let f = lock.withLock({ openFiles[handle] }) else { throw FSError(EBADF) }
+        return f
+    }
+
+    public func read(handle: UInt64, offset: Int, size: Int) throws -> [UInt8] {
+        let file = try openFile(handle)
+        let data: [UInt8]
+        if let s = file.scratch {
+            data = lock.withLock { s.data }
+        } else if let buffer = lock.withLock({ file.buffer }), lock.withLock({ file.dirty }) {
+            data = buffer
+        } else {
+            // Every read goes through the store and the access check.
+            let item = try attempt("read item \(file.itemID!)") {
+                try keychain.item(id: file.itemID!, itemClass: file.itemClass!, withData: true, caller: file.caller)
+            }
+            data = item.data ?? []
+        }
+        guard offset < data.count else { return [] }
+        return Array(data[offset..<min(data.count, offset + size)])
+    }
+
+    public func write(handle: UInt64, offset: Int, bytes: UnsafeRawBufferPointer) throws -> Int {
+        let file = try openFile(handle)
+        if let s = file.scratch {
+            return try lock.withLock {
+                let start = file.append ? s.data.count : offset
+                guard start + bytes.count <= Keychain.maxDataSize * 4 else { throw FSError(EFBIG) }
+                if s.data.count < start + bytes.count { s.data += [UInt8](repeating: 0, count: start + bytes.count - s.data.count) }
+                s.data.replaceSubrange(start..<(start + bytes.count), with: bytes)
+                s.modified = Date()
+                return bytes.count
+            }
+        }
+        if lock.withLock({ file.buffer == nil }) {
+            let item = try attempt("load item \(file.itemID!)") {
+                try keychain.item(id: file.itemID!, itemClass: file.itemClass!, withData: true, caller: file.caller)
+            }
+            lock.withLock { if file.buffer == nil { file.buffer = item.data ?? [] } }
+        }
+        return try lock.withLock {
+            var buffer = file.buffer!
+            let start = file.append ? buffer.count : offset
+            guard start + bytes.count <= Keychain.maxDataSize else {
+                Log.debug("write to item \(file.itemID!) refused: over the size limit")
+                throw FSError(EFBIG)
+            }
+            if buffer.count < start + bytes.count { buffer += [UInt8](repeating: 0, count: start + bytes.count - buffer.count) }
+            buffer.replaceSubrange(start..<(start + bytes.count), with: bytes)
+            file.buffer = buffer
+            file.dirty = true
+            return bytes.count
+        }
+    }
+
+    /// Commits a handle's buffered writes as one SecItemUpdate. A failure leaves the old
+    /// secret intact and is reported to flush/fsync (so close(2) sees it).
+    public func commit(handle: UInt64) throws {
+        let file = try openFile(handle)
+        guard file.scratch == nil else { return }
+        guard let (buffer, dirty) = lock.withLock({ file.buffer.map { ($0, file.dirty) } }), dirty else { return }
+        try attempt("commit item \(file.itemID!)") {
+            try keychain.update(Query(file.itemClass!, synchronizableAny: true, persistentReference: file.itemID!),
+                                attributes: [:], data: buffer, caller: file.caller)
+        }
+        lock.withLock { file.dirty = false }
+        invalidate?(.inode(file.ino))
+    }
+
+    public func release(handle: UInt64) {
+        do { try commit(handle: handle) } catch {
+            Log.warning("release: a buffered write was not committed (errno \((error as? FSError)?.errno ?? EIO))")
+        }
+        _ = lock.withLock { openFiles.removeValue(forKey: handle) }
+    }
+
+    public func truncate(_ ino: UInt64, size: Int, handle: UInt64?, caller: Caller) throws {
+        guard size <= Keychain.maxDataSize else { throw FSError(EFBIG) }
+        switch try node(ino) {
+        case .root, .classDirectory, .directory: throw FSError(EISDIR)
+        case .scratch(let s):
+            lock.withLock {
+                if s.data.count > size { s.data.removeLast(s.data.count - size) } else { s.data += [UInt8](repeating: 0, count: size - s.data.count) }
+            }
+        case .item(let c, let id):
+            if c == .identity { throw FSError(EPERM) }
+            if let handle, let file = lock.withLock({ openFiles[handle] }), file.itemID == id {
+                if lock.withLock({ file.buffer == nil }) {
+                    let item = try attempt("load item \(id)") { try keychain.item(id: id, itemClass: c, withData: true, caller: caller) }
+                    lock.withLock { if file.buffer == nil { file.buffer = item.data ?? [] } }
+                }
+                lock.withLock {
+                    var b = file.buffer!
+                    if b.count > size { b.removeLast(b.count - size) } else { b += [UInt8](repeating: 0, count: size - b.count) }
+                    file.buffer = b
+                    file.dirty = true
+                }
+                return
+            }
+            try attempt("truncate item \(id)") {
+                var data = size == 0 ? [] : (try keychain.item(id: id, itemClass: c, withData: true, caller: caller).data ?? [])
+                if data.count > size { data.removeLast(data.count - size) } else { data += [UInt8](repeating: 0, count: size - data.count) }
+                try keychain.update(Query(c, synchronizableAny: true, persistentReference: id), attributes: [:], data: data, caller: caller)
+            }
+        }
+    }
+
+    // MARK: Unlink and rename
+
+    public func unlink(parent: UInt64, name: String, caller: Caller) throws {
+        if let s = scratchFile(parent: parent, name: name) {
+            _ = lock.withLock { scratch.removeValue(forKey: s.ino) }
+            return
+        }
+        let stat = try lookup(parent: parent, name: name, caller: caller)
+        guard let (c, id) = Inode.decodeItem(stat.ino) else { throw FSError(EISDIR) }
+        if c == .identity { throw FSError(EPERM) }
+        try attempt("unlink item \(id)") {
+            try keychain.delete(Query(c, synchronizableAny: true, persistentReference: id), caller: caller)
+        }
+    }
+
+    public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: UInt32, caller: Caller) throws {
+        let noReplace = flags & 1 != 0   // RENAME_NOREPLACE
+        if flags & 2 != 0 { throw FSError(EINVAL) } // RENAME_EXCHANGE is not supported
+        let sourceParent = try node(parent)
+        let targetParent = try node(newParent)
+        if case .root = sourceParent { throw FSError(EPERM) }
+        if case .root = targetParent { throw FSError(EPERM) }
+        func classOf(_ n: Node) -> ItemClass? {
+            switch n {
+            case .classDirectory(let c), .directory(let c, _): c
+            default: nil
+            }
+        }
+        guard let sourceClass = classOf(sourceParent), let targetClass = classOf(targetParent) else { throw FSError(ENOTDIR) }
+        guard sourceClass == targetClass else { throw FSError(EXDEV) }
+        if sourceClass == .identity { throw FSError(EPERM) }
+
+        // A service/server directory: every item in it gets the new service/server.
+        if case .classDirectory = sourceParent, sourceClass == .genericPassword || sourceClass == .internetPassword {
+            try renameDirectory(sourceClass, from: name, to: newName, noReplace: noReplace, caller: caller)
+            return
+        }
+
+        // Editor scratch files: in memory; one renamed onto a real name becomes that item.
+        if let s = scratchFile(parent: parent, name: name) {
+            if PathCodec.isScratchName(newName) {
+                lock.withLock {
+                    if let old = scratch.values.first(where: { $0.parent == newParent && $0.name == newName }) { scratch.removeValue(forKey: old.ino) }
+                    s.parent = newParent
+                    s.name = newName
+                }
+                return
+            }
+            let data = lock.withLock { s.data }
+            try store(data, parent: targetParent, newParent: newParent, name: newName, noReplace: noReplace, caller: caller)
+            _ = lock.withLock { scratch.removeValue(forKey: s.ino) }
+            return
+        }
+        let source = try lookup(parent: parent, name: name, caller: caller)
+        guard let (_, id) = Inode.decodeItem(source.ino) else { throw FSError(EISDIR) }
+        if PathCodec.isScratchName(newName) {
+            // An item renamed to a backup name (vim's "f~") leaves the keychain: keep its
+            // bytes as a scratch file so the editor can still read them.
+            let item = try attempt("rename item \(id)") { try keychain.item(id: id, itemClass: sourceClass, withData: true, caller: caller) }
+            try attempt("rename item \(id)") { try keychain.delete(Query(sourceClass, synchronizableAny: true, persistentReference: id), caller: caller) }
+            lock.withLock {
+                let s = ScratchFile(ino: Inode.scratch(nextScratch), parent: newParent, name: newName)
+                nextScratch += 1
+                s.data = item.data ?? []
+                scratch[s.ino] = s
+            }
+            return
+        }
+        guard let (_, dirAttrs) = try directoryAttributes(targetParent),
+              let key = PathCodec.parseLeaf(targetClass, newName, in: dirAttrs) else { throw FSError(EINVAL) }
+        try attempt("rename item \(id)") {
+            try keychain.rename(Query(sourceClass, synchronizableAny: true, persistentReference: id), to: key,
+                                replacing: !noReplace, caller: caller)
+        }
+        if case .directory = targetParent { _ = lock.withLock { emptyDirectories.remove(newParent) } }
+    }
+
+    /// Stores bytes under a real name: a new item, or the existing item's new data.
+    private func store(_ data: [UInt8], parent: Node, newParent: UInt64, name: String, noReplace: Bool, caller: Caller) throws {
+        guard let (c, dirAttrs) = try directoryAttributes(parent),
+              let key = PathCodec.parseLeaf(c, name, in: dirAttrs) else { throw FSError(EINVAL) }
+        if let existing = try? lookup(parent: newParent, name: name, caller: caller), let (_, id) = Inode.decodeItem(existing.ino) {
+            if noReplace { throw FSError(EEXIST) }
+            try attempt("replace item \(id)") {
+                try keychain.update(Query(c, synchronizableAny: true, persistentReference: id), attributes: [:], data: data, caller: caller)
+            }
+            invalidate?(.inode(existing.ino))
+        } else {
+            try attempt("store \(name)") { _ = try keychain.add(c, key, data: data, caller: caller) }
+        }
+    }
+
+    private func renameDirectory(_ c: ItemClass, from: String, to: String, noReplace: Bool, caller: Caller) throws {
+        guard let fromAttrs = PathCodec.parseDirectory(c, from) else { throw FSError(ENOENT) }
+        guard let toAttrs = PathCodec.parseDirectory(c, to) else { throw FSError(EINVAL) }
+        let moving = try items(inDirectory: c, from, caller: caller)
+        let fromIno = directoryInode(c, from)
+        if moving.isEmpty {
+            guard lock.withLock({ emptyDirectories.contains(fromIno) }) else { throw FSError(ENOENT) }
+        }
+        if try !items(inDirectory: c, to, caller: caller).isEmpty {
+            throw FSError(noReplace ? EEXIST : ENOTEMPTY)
+        }
+        if !moving.isEmpty {
+            var query = Query(c, synchronizableAny: true)
+            for (k, v) in fromAttrs { query.attributes[k] = v }
+            try attempt("rename directory \(from)") { try keychain.update(query, attributes: toAttrs, caller: caller) }
+        }
+        lock.withLock {
+            emptyDirectories.remove(fromIno)
+            if moving.isEmpty {
+                let key = c.rawValue + "/" + to
+                let ino = directoryInodes[key] ?? { let i = nextDirectory; nextDirectory += 1; directoryInodes[key] = i; directories[i] = (c, to); return i }()
+                emptyDirectories.insert(ino)
+            }
+        }
+    }
+
+    // MARK: Extended attributes
+
+    public static let xattrPrefix = "user.keychain."
+
+    private func itemForXattr(_ ino: UInt64, caller: Caller) throws -> KeychainItem? {
+        guard let (c, id) = Inode.decodeItem(ino) else { return nil }
+        return try attempt("xattr item \(id)") { try keychain.item(id: id, itemClass: c, withData: false, caller: caller) }
+    }
+
+    public func listxattr(_ ino: UInt64, caller: Caller) throws -> [String] {
+        guard let item = try itemForXattr(ino, caller: caller) else { return [] }
+        return item.attributes.keys.sorted().map { Self.xattrPrefix + $0.name }
+    }
+
+    public func getxattr(_ ino: UInt64, name: String, caller: Caller) throws -> [UInt8] {
+        // Other namespaces (security.selinux, system.posix_acl_access, which ls asks for on
+        // every entry) are simply absent: ENODATA, cheaply.
+        guard name.hasPrefix(Self.xattrPrefix) else { throw FSError(ENODATA) }
+        guard let item = try itemForXattr(ino, caller: caller) else { throw FSError(ENODATA) }
+        let attrName = String(name.dropFirst(Self.xattrPrefix.count))
+        guard let attribute = try? Schema.attribute(named: attrName, in: item.itemClass), attribute.name == attrName,
+              let value = item.attributes[attribute] else { throw FSError(ENODATA) }
+        return AttributeText.render(attribute, value)
+    }
+
+    /// setxattr → SecItemUpdate of one attribute. A key attribute moves the file.
+    public func setxattr(_ ino: UInt64, name: String, value: [UInt8], flags: Int32, caller: Caller) throws {
+        guard name.hasPrefix(Self.xattrPrefix) else { throw FSError(EOPNOTSUPP) }
+        guard let (c, id) = Inode.decodeItem(ino) else { throw FSError(EOPNOTSUPP) }
+        if c == .identity { throw FSError(EPERM) }
+        let item = try attempt("setxattr item \(id)") { try keychain.item(id: id, itemClass: c, withData: false, caller: caller) }
+        let attrName = String(name.dropFirst(Self.xattrPrefix.count))
+        let attribute: Attribute
+        do {
+            attribute = try Schema.attribute(named: attrName, in: c)
+            guard attribute.name == attrName else { throw FSError(ENODATA) }
+        } catch { throw FSError(ENODATA) }
+        if flags & 1 != 0 && item.attributes[attribute] != nil { throw FSError(EEXIST) }     // XATTR_CREATE
+        if flags & 2 != 0 && item.attributes[attribute] == nil { throw FSError(ENODATA) }    // XATTR_REPLACE
+        let parsed = try attempt("setxattr \(attrName) on item \(id)") {
+            try AttributeText.parse(attribute, value, currentProtection: item.accessibility)
+        }
+        let oldDirectory = PathCodec.directory(of: c, item.attributes)
+        let oldLeaf = PathCodec.leaf(of: c, item.attributes)
+        try attempt("setxattr \(attrName) on item \(id)") {
+            try keychain.update(Query(c, synchronizableAny: true, persistentReference: id), attributes: [attribute: parsed], caller: caller)
+        }
+        if Schema.isPrimaryKey(attribute, in: c) || attribute == Schema.label {
+            // The item's path changed: drop the kernel's cached entries for the old name.
+            let parent = oldDirectory.map { directoryInode(c, $0) } ?? Inode.classDirectory(c)
+            invalidate?(.entry(parent: parent, name: oldLeaf))
+            if let oldDirectory { invalidate?(.entry(parent: Inode.classDirectory(c), name: oldDirectory)) }
+        }
+        invalidate?(.inode(ino))
+    }
+
+    public func removexattr(_ ino: UInt64, name: String, caller: Caller) throws {
+        guard name.hasPrefix(Self.xattrPrefix) else { throw FSError(EOPNOTSUPP) }
+        _ = try getxattr(ino, name: name, caller: caller)
+        // Keychain attributes can be changed, not removed (Apple has no "remove" either).
+        throw FSError(EPERM)
+    }
+}

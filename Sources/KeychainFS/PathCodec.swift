@@ -1,0 +1,257 @@
+import Foundation
+import Keychain
+import KeychainCrypto
+
+/// The path layout (docs/paths.md is its specification):
+///
+///     /genp/<service>/<account>[;accessGroup=…][;synchronizable=true]
+///     /inet/[<protocol>:]<server>[:<port>]/<account>[;path=…][;securityDomain=…][;authenticationType=…][;accessGroup=…][;synchronizable=true]
+///     /cert/<label>[;…]   /keys/<label>[;…]   /idnt/<label>[;…]
+///
+/// Every component is escaped reversibly; only the canonical spelling of an item resolves,
+/// so every item has exactly one path, computed from its own attributes.
+public enum PathCodec {
+    public static let maxComponentBytes = 255
+    static let longNameMarker = "%~"
+
+    // MARK: Escaping
+
+    /// Percent-escapes `%`, `/`, NUL and `extra` bytes, a leading `.` and a trailing `~`
+    /// (so a real item never looks like an editor's swap or backup file), and spells the
+    /// empty string `%`. Escapes are uppercase `%XX`.
+    static func escape(_ text: String, extra: Set<UInt8> = []) -> String {
+        let bytes = Array(text.utf8)
+        if bytes.isEmpty { return "%" }
+        return rebuild(bytes: bytes, extra: extra)
+    }
+
+    private static func rebuild(bytes: [UInt8], extra: Set<UInt8>) -> String {
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count + 8)
+        let hex = Array("0123456789ABCDEF".utf8)
+        for (i, b) in bytes.enumerated() {
+            let mustEscape = b == 0x25 || b == 0x2F || b == 0 || extra.contains(b)
+                || (i == 0 && b == UInt8(ascii: "."))
+                || (i == bytes.count - 1 && b == UInt8(ascii: "~"))
+            if mustEscape {
+                out += [0x25, hex[Int(b >> 4)], hex[Int(b & 15)]]
+            } else {
+                out.append(b)
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Reverses `escape`. Nil for a malformed escape or bytes that are not UTF-8.
+    static func unescape(_ spelled: String) -> String? {
+        if spelled == "%" { return "" }
+        let bytes = Array(spelled.utf8)
+        var out = [UInt8]()
+        var i = 0
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 48...57: c - 48
+            case 65...70: c - 55
+            default: nil // lowercase escapes are not canonical
+            }
+        }
+        while i < bytes.count {
+            if bytes[i] == 0x25 {
+                guard i + 2 < bytes.count,
+                      let hi = nibble(bytes[i + 1]), let lo = nibble(bytes[i + 2]) else { return nil }
+                out.append(hi << 4 | lo)
+                i += 3
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return String(validating: out, as: UTF8.self)
+    }
+
+    /// A component longer than a filename may be is spelled as a prefix, `%~` and a hash of
+    /// the full spelling: still unique and stable, resolved by comparing spellings.
+    static func fitted(_ spelled: String) -> String {
+        let bytes = Array(spelled.utf8)
+        guard bytes.count > maxComponentBytes else { return spelled }
+        let hash = AttributeText.hex(KeyedHash.digest([bytes])).prefix(16)
+        var cut = maxComponentBytes - longNameMarker.utf8.count - hash.count
+        // Do not cut inside a %XX escape or a UTF-8 sequence.
+        while cut > 0 && (bytes[cut] & 0xC0 == 0x80) { cut -= 1 }
+        if cut >= 1 && bytes[cut - 1] == 0x25 { cut -= 1 } else if cut >= 2 && bytes[cut - 2] == 0x25 { cut -= 2 }
+        return String(decoding: bytes[0..<cut], as: UTF8.self) + longNameMarker + hash
+    }
+
+    public static func isLongSpelling(_ name: String) -> Bool { name.contains(longNameMarker) }
+
+    /// Names that editors and tools create beside a file (`.f.swp`, `f~`): never items.
+    /// Real items never have such names, because `escape` escapes a leading `.` and a
+    /// trailing `~`.
+    public static func isScratchName(_ name: String) -> Bool {
+        name.hasPrefix(".") || name.hasSuffix("~")
+    }
+
+    // MARK: Directory components
+
+    static let leafExtra: Set<UInt8> = [UInt8(ascii: ";")]
+    static let hostExtra: Set<UInt8> = [UInt8(ascii: ":"), UInt8(ascii: "["), UInt8(ascii: "]")]
+
+    /// The directory an item lives in under its class directory (genp: service,
+    /// inet: protocol/server/port), or nil for classes whose items sit in the class directory.
+    public static func directory(of itemClass: ItemClass, _ attributes: Attributes) -> String? {
+        switch itemClass {
+        case .genericPassword:
+            return fitted(escape(string(attributes, Schema.service)))
+        case .internetPassword:
+            var out = ""
+            let code = string(attributes, Schema.protocolAttribute)
+            let protocolName = InternetProtocol.name(for: code)
+            if let protocolName { out += protocolName + ":" }
+            let server = string(attributes, Schema.server)
+            let port = number(attributes, Schema.port)
+            var host: String
+            if server.contains(":") {
+                host = "[" + escape(server, extra: [UInt8(ascii: "["), UInt8(ascii: "]")]) + "]"
+            } else {
+                host = escape(server, extra: hostExtra)
+                // "ftp:21" would read as protocol ftp, server 21: escape the host's first byte.
+                if protocolName == nil, port != 0, InternetProtocol.code(forName: host) != nil {
+                    host = String(format: "%%%02X", Array(host.utf8)[0]) + String(host.dropFirst())
+                }
+            }
+            out += host
+            if port != 0 { out += ":\(port)" }
+            return fitted(out)
+        default:
+            return nil
+        }
+    }
+
+    /// The file name of an item within its directory.
+    public static func leaf(of itemClass: ItemClass, _ attributes: Attributes) -> String {
+        var out: String
+        var suffix: [(String, String)] = []
+        switch itemClass {
+        case .genericPassword:
+            out = escape(string(attributes, Schema.account), extra: leafExtra)
+        case .internetPassword:
+            out = escape(string(attributes, Schema.account), extra: leafExtra)
+            for attribute in [Schema.path, Schema.securityDomain, Schema.authenticationType] {
+                let v = string(attributes, attribute)
+                if !v.isEmpty { suffix.append((attribute.name, v)) }
+            }
+            let code = string(attributes, Schema.protocolAttribute)
+            if !code.isEmpty && InternetProtocol.name(for: code) == nil { suffix.append((Schema.protocolAttribute.name, code)) }
+        default:
+            out = escape(string(attributes, Schema.label), extra: leafExtra)
+        }
+        let group = string(attributes, Schema.accessGroup)
+        if !group.isEmpty && group != Caller.defaultAccessGroup { suffix.append((Schema.accessGroup.name, group)) }
+        if case .bool(true)? = attributes[Schema.synchronizable] { suffix.append((Schema.synchronizable.name, "true")) }
+        for (name, value) in suffix { out += ";\(name)=" + escape(value, extra: leafExtra) }
+        return fitted(out)
+    }
+
+    // MARK: Parsing
+
+    /// Parses a directory component into the attributes it names. Nil when it is not the
+    /// canonical spelling of anything (or is a long spelling, resolved by listing instead).
+    public static func parseDirectory(_ itemClass: ItemClass, _ name: String) -> Attributes? {
+        guard !isLongSpelling(name) else { return nil }
+        var attributes = Attributes()
+        switch itemClass {
+        case .genericPassword:
+            guard let service = unescape(name) else { return nil }
+            attributes[Schema.service] = .string(service)
+        case .internetPassword:
+            var tokens: [String] = []
+            var current = ""
+            var depth = 0
+            for ch in name {
+                if ch == "[" { depth += 1 } else if ch == "]" { depth -= 1 }
+                if ch == ":" && depth == 0 { tokens.append(current); current = "" } else { current.append(ch) }
+            }
+            tokens.append(current)
+            var proto = "", host = "", port: Int64 = 0
+            func parsePort(_ t: String) -> Int64? {
+                guard let p = Int64(t), p > 0, p <= 65535, String(p) == t else { return nil }
+                return p
+            }
+            switch tokens.count {
+            case 1: host = tokens[0]
+            case 2:
+                if let code = InternetProtocol.code(forName: tokens[0]) { proto = code; host = tokens[1] }
+                else { host = tokens[0]; guard let p = parsePort(tokens[1]) else { return nil }; port = p }
+            case 3:
+                guard let code = InternetProtocol.code(forName: tokens[0]), let p = parsePort(tokens[2]) else { return nil }
+                proto = code; host = tokens[1]; port = p
+            default: return nil
+            }
+            let server: String?
+            if host.hasPrefix("[") && host.hasSuffix("]") && host.count >= 2 {
+                server = unescape(String(host.dropFirst().dropLast()))
+            } else {
+                server = unescape(host)
+            }
+            guard let server else { return nil }
+            attributes[Schema.server] = .string(server)
+            attributes[Schema.protocolAttribute] = .string(proto)
+            attributes[Schema.port] = .number(port)
+        default:
+            return nil
+        }
+        guard directory(of: itemClass, attributes) == name else { return nil }
+        return attributes
+    }
+
+    /// Parses a leaf name (in the directory `directory` names) into the item's key attributes.
+    public static func parseLeaf(_ itemClass: ItemClass, _ name: String, in directory: Attributes) -> Attributes? {
+        guard !isLongSpelling(name), !isScratchName(name) else { return nil }
+        let parts = name.split(separator: ";", omittingEmptySubsequences: false).map(String.init)
+        guard let first = parts.first, let main = unescape(first) else { return nil }
+        var attributes = directory
+        switch itemClass {
+        case .genericPassword, .internetPassword: attributes[Schema.account] = .string(main)
+        default: attributes[Schema.label] = .string(main)
+        }
+        attributes[Schema.accessGroup] = .string(Caller.defaultAccessGroup)
+        attributes[Schema.synchronizable] = .bool(false)
+        if itemClass == .internetPassword {
+            for a in [Schema.path, Schema.securityDomain, Schema.authenticationType] { attributes[a] = .string("") }
+        }
+        for part in parts.dropFirst() {
+            guard let eq = part.firstIndex(of: "=") else { return nil }
+            let key = String(part[..<eq])
+            guard let value = unescape(String(part[part.index(after: eq)...])) else { return nil }
+            switch key {
+            case Schema.accessGroup.name: attributes[Schema.accessGroup] = .string(value)
+            case Schema.synchronizable.name:
+                guard value == "true" else { return nil }
+                attributes[Schema.synchronizable] = .bool(true)
+            case Schema.path.name where itemClass == .internetPassword: attributes[Schema.path] = .string(value)
+            case Schema.securityDomain.name where itemClass == .internetPassword: attributes[Schema.securityDomain] = .string(value)
+            case Schema.authenticationType.name where itemClass == .internetPassword: attributes[Schema.authenticationType] = .string(value)
+            case Schema.protocolAttribute.name where itemClass == .internetPassword: attributes[Schema.protocolAttribute] = .string(value)
+            default: return nil
+            }
+        }
+        guard leaf(of: itemClass, attributes) == name else { return nil }
+        return attributes
+    }
+
+    static func string(_ attributes: Attributes, _ attribute: Attribute) -> String {
+        if case .string(let s)? = attributes[attribute] { return s }
+        return ""
+    }
+
+    static func number(_ attributes: Attributes, _ attribute: Attribute) -> Int64 {
+        if case .number(let n)? = attributes[attribute] { return n }
+        return 0
+    }
+}
+
+extension InternetProtocol {
+    /// The code for a protocol *name* only (`https` → `htps`); codes are not accepted here,
+    /// so a path has one spelling.
+    static func code(forName name: String) -> String? { table.first { $0.name == name }?.code }
+}

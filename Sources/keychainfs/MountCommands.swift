@@ -1,0 +1,277 @@
+import ArgumentParser
+import Foundation
+import Keychain
+import KeychainCrypto
+import KeychainFS
+import CPlatform
+
+/// Mount options from `-o`, as given on the command line, by mount(8) or by fstab.
+struct ParsedMountOptions {
+    var fuse = MountOptions()
+    var passphraseFile: String?
+    var log: String?
+
+    /// Options mount(8) and fstab pass that mean nothing to a FUSE filesystem of one user.
+    static let ignored: Set<String> = ["rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev",
+                                       "nofail", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "atime",
+                                       "noatime", "relatime", "async", "sync"]
+
+    init(_ groups: [String]) throws {
+        for group in groups {
+            for raw in group.split(separator: ",") {
+                let option = String(raw)
+                let (key, value): (String, String?) = {
+                    guard let eq = option.firstIndex(of: "=") else { return (option, nil) }
+                    return (String(option[..<eq]), String(option[option.index(after: eq)...]))
+                }()
+                switch key {
+                case "allow_other": fuse.allowOther = true
+                case "default_permissions": fuse.defaultPermissions = true
+                case "debug": fuse.debug = true
+                case "passphrase_file": passphraseFile = value
+                case "log": log = value
+                case "cache":
+                    guard let v = value.flatMap(Double.init), v >= 0, v <= 60 else {
+                        throw CLIError.usage("-o cache=SECONDS takes a number from 0 to 60")
+                    }
+                    fuse.cacheSeconds = v
+                case "ro":
+                    throw CLIError.usage("-o ro is not supported: a keychain mount is read-write")
+                case _ where Self.ignored.contains(key): continue
+                default:
+                    throw CLIError.usage("unknown mount option '\(option)'; known: allow_other, default_permissions, cache=SECONDS, passphrase_file=PATH, log=PATH, debug")
+                }
+            }
+        }
+        if fuse.allowOther && !fuse.defaultPermissions {
+            throw CLIError.usage("-o allow_other needs -o default_permissions too: without it, other users could read the secrets")
+        }
+    }
+}
+
+/// /proc/self/mountinfo, for telling live, stale and absent mounts apart.
+enum MountTable {
+    struct Entry { let mountpoint: String; let fstype: String }
+
+    static func entries() -> [Entry] {
+        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ").map(String.init)
+            guard let dash = fields.firstIndex(of: "-"), fields.count > dash + 1, fields.count > 4 else { return nil }
+            return Entry(mountpoint: unescape(fields[4]), fstype: fields[dash + 1])
+        }
+    }
+
+    /// mountinfo escapes space, tab, newline and backslash as octal.
+    static func unescape(_ s: String) -> String {
+        var out = [UInt8]()
+        let b = Array(s.utf8)
+        var i = 0
+        while i < b.count {
+            if b[i] == UInt8(ascii: "\\"), i + 3 < b.count + 0, let v = UInt8(String(decoding: b[(i + 1)...(i + 3)], as: UTF8.self), radix: 8) {
+                out.append(v); i += 4
+            } else { out.append(b[i]); i += 1 }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func isKeychainMount(_ path: String) -> Bool {
+        entries().contains { $0.mountpoint == path && $0.fstype.hasPrefix("fuse") && $0.fstype.contains("keychainfs") }
+    }
+
+    /// A mount whose daemon died: the kernel answers ENOTCONN.
+    static func isStale(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) != 0 && errno == ENOTCONN
+    }
+
+    static func fusermount(_ args: [String]) -> Int32 {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/fusermount3")
+        p.arguments = args
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        do { try p.run() } catch { return 127 }
+        p.waitUntilExit()
+        return p.terminationStatus
+    }
+}
+
+/// Makes a path absolute and removes `.`, `..` and repeated slashes, lexically: it must
+/// never touch the filesystem, because the daemon calls it after its own mount is live and
+/// a stat of the mountpoint would then wait on itself.
+func absolutePath(_ path: String) -> String {
+    let full = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+    var parts: [Substring] = []
+    for part in full.split(separator: "/") {
+        if part == "." { continue }
+        if part == ".." { _ = parts.popLast(); continue }
+        parts.append(part)
+    }
+    return "/" + parts.joined(separator: "/")
+}
+
+struct Mount: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Mount a vault as a directory.",
+        discussion: "keychainfs mount [VAULT] MOUNTPOINT. Without -f the daemon goes to the background once the mount is live, logging to $XDG_STATE_HOME/keychainfs/daemon.log.")
+    @OptionGroup var vault: VaultOptions
+    @Argument(help: "[VAULT] MOUNTPOINT") var paths: [String]
+    @Flag(name: .customShort("f"), help: "Stay in the foreground.")
+    var foreground = false
+    @Option(name: .customShort("o"), help: "Mount options, comma-separated.")
+    var options: [String] = []
+    @Option(name: .long, help: .hidden) var readyFd: Int32?
+
+    func validate() throws {
+        guard (1...2).contains(paths.count) else { throw ValidationError("expected [VAULT] MOUNTPOINT") }
+        if paths.count == 2 && vault.vault != nil { throw ValidationError("give the vault as an argument or with --vault, not both") }
+    }
+
+    var vaultPath: String { absolutePath(paths.count == 2 ? paths[0] : vault.path) }
+    var mountpoint: String { absolutePath(paths.last!) }
+
+    func run() throws {
+        let parsed = try ParsedMountOptions(options)
+        try prepareMountpoint()
+        if foreground {
+            try runDaemon(parsed)
+        } else {
+            try spawnDaemon(parsed)
+        }
+    }
+
+    /// Refuses a live mount, clears a stale one (a killed daemon), checks the directory.
+    func prepareMountpoint() throws {
+        if MountTable.isKeychainMount(mountpoint) {
+            guard MountTable.isStale(mountpoint) else {
+                throw CLIError.failure("\(mountpoint) is already a keychainfs mount")
+            }
+            _ = MountTable.fusermount(["-u", "-z", mountpoint])
+            Output.errorLine("keychainfs: cleared a stale mount on \(mountpoint)")
+        }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: mountpoint, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw CLIError.failure("mountpoint \(mountpoint) is not a directory")
+        }
+    }
+
+    func passphraseSource(_ parsed: ParsedMountOptions) -> PassphraseSource {
+        var source = vault.passphrase
+        if source.file == nil && source.fd == nil { source.file = parsed.passphraseFile }
+        return source
+    }
+
+    /// Foreground: the daemon itself. Reports readiness (or the failure) on --ready-fd.
+    func runDaemon(_ parsed: ParsedMountOptions) throws {
+        func report(_ line: String) {
+            guard let fd = readyFd else { return }
+            _ = (line + "\n").withCString { write(fd, $0, strlen($0)) }
+            close(fd)
+        }
+        do {
+            // One daemon per vault: a second would serve stale views of the same items.
+            let lockPath = vaultPath + ".lock"
+            let lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard lockFD >= 0 else { throw CLIError.failure("cannot open \(lockPath): \(String(cString: strerror(errno)))") }
+            if flock(lockFD, LOCK_EX | LOCK_NB) != 0 {
+                let other = (try? String(contentsOfFile: lockPath, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+                throw CLIError.failure("vault \(vaultPath) is already mounted by another keychainfs daemon (pid \(other))")
+            }
+            ftruncate(lockFD, 0)
+            _ = "\(getpid())\n".withCString { write(lockFD, $0, strlen($0)) }
+
+            let keychain = try Keychain.open(at: vaultPath)
+            try keychain.unlock(passphrase: passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): "))
+            var fuseOptions = parsed.fuse
+            fuseOptions.fsname = vaultPath
+            let session = FuseSession(fs: KeychainFileSystem(keychain: keychain), mountpoint: mountpoint, options: fuseOptions)
+            do { try session.mount() } catch {
+                throw CLIError.failure("cannot mount on \(mountpoint) (is /dev/fuse usable, and fusermount3 installed?)")
+            }
+            Log.info("mounted \(vaultPath) on \(mountpoint)")
+            report("ok")
+            let rc = session.run()
+            Log.info("unmounted \(mountpoint)")
+            close(lockFD)
+            if rc != 0 { throw CLIError.failure("the FUSE session ended with an error (\(rc))") }
+        } catch let e as KeychainError {
+            report("error \(e.status.exitCode) \(e.message)")
+            throw e
+        } catch let e as CLIError {
+            report("error \(e.exitCode) \(e.message)")
+            throw e
+        }
+    }
+
+    /// Background: start `mount -f` in a new session with the passphrase on a pipe (never
+    /// argv), logs to a file, and return once it says the mount is live.
+    func spawnDaemon(_ parsed: ParsedMountOptions) throws {
+        let passphrase = try passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): ")
+        // Fail early on a wrong passphrase, with the same message the CLI gives.
+        try Keychain.open(at: vaultPath).unlock(passphrase: passphrase)
+        let logPath = parsed.log ?? (KeychainPaths.stateDirectory() + "/daemon.log")
+        try FileManager.default.createDirectory(atPath: (logPath as NSString).deletingLastPathComponent,
+                                                withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
+        guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else { throw CLIError.failure("pipe: \(String(cString: strerror(errno)))") }
+
+        var args = ["keychainfs", "mount", vaultPath, mountpoint, "-f", "--passphrase-fd", "3", "--ready-fd", "4"]
+        for o in options { args += ["-o", o] }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, logPath, O_WRONLY | O_APPEND | O_CREAT, 0o600)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        posix_spawn_file_actions_adddup2(&actions, secretPipe[0], 3)
+        posix_spawn_file_actions_adddup2(&actions, readyPipe[1], 4)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        posix_spawnattr_setflags(&attributes, kcfs_posix_spawn_setsid)
+        var pid: pid_t = 0
+        let cArgs = args.map { strdup($0) } + [nil]
+        defer { cArgs.forEach { free($0) } }
+        let rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attributes, cArgs, environ)
+        close(secretPipe[0]); close(readyPipe[1])
+        guard rc == 0 else {
+            close(secretPipe[1]); close(readyPipe[0])
+            throw CLIError.failure("cannot start the daemon: \(String(cString: strerror(rc)))")
+        }
+        passphrase.withUnsafeBytes { _ = write(secretPipe[1], $0.baseAddress, $0.count) }
+        close(secretPipe[1])
+
+        var reply = [UInt8]()
+        var byte: UInt8 = 0
+        while read(readyPipe[0], &byte, 1) == 1 && byte != 10 { reply.append(byte) }
+        close(readyPipe[0])
+        let line = String(decoding: reply, as: UTF8.self)
+        if line == "ok" {
+            Output.errorLine("keychainfs: mounted \(vaultPath) on \(mountpoint) (daemon pid \(pid), log \(logPath))")
+            return
+        }
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        if line.hasPrefix("error ") {
+            let rest = line.dropFirst(6)
+            let code = Int32(rest.prefix { $0 != " " }) ?? 1
+            throw CLIError(message: String(rest.drop { $0 != " " }.dropFirst()), exitCode: code)
+        }
+        throw CLIError.failure("the daemon exited before the mount was live; see \(logPath)")
+    }
+}
+
+struct Unmount: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Unmount a keychainfs mount (a stale one too).")
+    @Argument(help: "The mountpoint.") var mountpoint: String
+
+    func run() throws {
+        let path = absolutePath(mountpoint)
+        guard MountTable.isKeychainMount(path) else { throw CLIError.failure("\(path) is not a keychainfs mount") }
+        if MountTable.fusermount(["-u", path]) == 0 { return }
+        // A killed daemon leaves a mount that only a lazy unmount clears.
+        if MountTable.isStale(path) && MountTable.fusermount(["-u", "-z", path]) == 0 { return }
+        throw CLIError.failure("cannot unmount \(path): it is busy (a process has a file or directory open there)")
+    }
+}

@@ -1,0 +1,87 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Keychain
+import Testing
+
+@Suite("Status codes")
+struct StatusTests {
+    /// Apple's OSStatus values (SecBase.h), as listed in the semantics reference.
+    static let apple: [(KeychainStatus, Int32, String)] = [
+        (.success, 0, "errSecSuccess"),
+        (.unimplemented, -4, "errSecUnimplemented"),
+        (.io, -36, "errSecIO"),
+        (.param, -50, "errSecParam"),
+        (.writePermission, -61, "errSecWrPerm"),
+        (.allocate, -108, "errSecAllocate"),
+        (.userCanceled, -128, "errSecUserCanceled"),
+        (.notAvailable, -25291, "errSecNotAvailable"),
+        (.readOnly, -25292, "errSecReadOnly"),
+        (.authFailed, -25293, "errSecAuthFailed"),
+        (.noSuchKeychain, -25294, "errSecNoSuchKeychain"),
+        (.duplicateItem, -25299, "errSecDuplicateItem"),
+        (.itemNotFound, -25300, "errSecItemNotFound"),
+        (.dataTooLarge, -25302, "errSecDataTooLarge"),
+        (.noSuchAttr, -25303, "errSecNoSuchAttr"),
+        (.noSuchClass, -25306, "errSecNoSuchClass"),
+        (.interactionNotAllowed, -25308, "errSecInteractionNotAllowed"),
+        (.readOnlyAttr, -25309, "errSecReadOnlyAttr"),
+        (.interactionRequired, -25315, "errSecInteractionRequired"),
+        (.decode, -26275, "errSecDecode"),
+        (.missingEntitlement, -34018, "errSecMissingEntitlement"),
+    ]
+
+    @Test("status raw values are Apple's OSStatus numbers, with Apple's names")
+    func osStatusValues() {
+        for (status, value, name) in Self.apple {
+            #expect(status.rawValue == value, "\(name)")
+            #expect(status.name == name)
+            #expect(KeychainStatus(rawValue: value) == status)
+            #expect(status.description == "\(name) (\(value))")
+        }
+        #expect(Set(Self.apple.map(\.1)).count == Self.apple.count, "no two statuses share a value")
+        #expect(KeychainStatus(rawValue: -99999).name == "OSStatus -99999")
+    }
+
+    @Test("exit codes: 44 item not found, 45 duplicate item, 0 success, 1 for everything else")
+    func exitCodes() {
+        for (status, _, name) in Self.apple {
+            let expected: Int32 = switch status {
+            case .success: 0
+            case .itemNotFound: 44
+            case .duplicateItem: 45
+            default: 1
+            }
+            #expect(status.exitCode == expected, "\(name)")
+        }
+        #expect(KeychainStatus(rawValue: -12345).exitCode == 1)
+    }
+
+    @Test("errno table for the filesystem front end")
+    func errnoTable() {
+        let expected: [(KeychainStatus, Int32)] = [
+            (.success, 0), (.itemNotFound, ENOENT), (.noSuchKeychain, ENOENT), (.duplicateItem, EEXIST),
+            (.param, EINVAL), (.noSuchClass, EINVAL), (.noSuchAttr, ENODATA),
+            (.interactionNotAllowed, EACCES), (.authFailed, EACCES), (.missingEntitlement, EACCES),
+            (.writePermission, EACCES), (.interactionRequired, EAGAIN), (.userCanceled, ECANCELED),
+            (.readOnlyAttr, EPERM), (.readOnly, EPERM), (.dataTooLarge, EFBIG), (.decode, EIO),
+            (.unimplemented, EOPNOTSUPP), (.allocate, ENOMEM), (.notAvailable, EAGAIN), (.io, EIO),
+        ]
+        for (status, errnoValue) in expected {
+            #expect(status.errno == errnoValue, "\(status)")
+        }
+        #expect(Set(expected.map { $0.0 }).count == Self.apple.count, "every status has an errno")
+        #expect(KeychainStatus(rawValue: -12345).errno == EIO)
+    }
+
+    @Test("KeychainError matches its status in catch patterns and never carries another")
+    func errorMatching() {
+        let error: any Error = KeychainError(.itemNotFound, "genp svce=\"x\" not found")
+        #expect(KeychainStatus.itemNotFound ~= error)
+        #expect(!(KeychainStatus.duplicateItem ~= error))
+        #expect(!(KeychainStatus.itemNotFound ~= (CancellationError() as any Error)))
+        #expect(KeychainError(.param, "a") == KeychainError(.param, "a"))
+        #expect(KeychainError(.param, "a") != KeychainError(.decode, "a"))
+        #expect("\(KeychainError(.param, "the message"))" == "the message")
+    }
+}
