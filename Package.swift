@@ -33,8 +33,11 @@ let package = Package(
             "Keychain", "KeychainFS", "CPlatform",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
+        // Benchmarks (docs/benchmarks.md): figures and ratios, never timed assertions.
+        .executableTarget(name: "keychainfs-bench", dependencies: ["Keychain", "KeychainFS", "KeychainCrypto", "CFuse", "CPlatform"]),
         .testTarget(name: "KeychainTests", dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite"]),
         .testTarget(name: "CLITests", dependencies: ["keychainfs"]),
+        .testTarget(name: "FSTests", dependencies: ["keychainfs"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,1 @@
+print("keychainfs-bench: not written yet")
