@@ -9,6 +9,10 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        // Certificates and private keys: parsing DER/PEM, deriving Apple's certificate and key attributes.
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.0"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.1.0"),
     ],
     targets: [
         // System libraries: the design's three fixed dependencies, each wrapped once.
@@ -26,7 +30,13 @@ let package = Package(
         // The SQLite file: schema, transactions, opaque rows. Never sees plaintext.
         .target(name: "KeychainStore", dependencies: ["CSQLite"]),
         // The keychain: classes, attributes, queries, status codes, key hierarchy, lock state.
-        .target(name: "Keychain", dependencies: ["KeychainStore", "KeychainCrypto"]),
+        .target(name: "Keychain", dependencies: [
+            "KeychainStore", "KeychainCrypto",
+            .product(name: "X509", package: "swift-certificates"),
+            .product(name: "SwiftASN1", package: "swift-asn1"),
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "_CryptoExtras", package: "swift-crypto"),
+        ]),
         // The FUSE face: paths, xattrs, errno. Translates; decides nothing.
         .target(name: "KeychainFS", dependencies: ["Keychain", "CFuse"]),
         .executableTarget(name: "keychainfs", dependencies: [

@@ -236,6 +236,17 @@ public final class Keychain: @unchecked Sendable {
         try validate(given, in: itemClass, forUpdate: false)
         try checkDataSize(data, itemClass, given)
         var attributes = given
+        var data = data
+        switch itemClass {
+        case .certificate:
+            // Apple's value for a certificate is its DER; its key attributes come from it.
+            data = try CertificateData.der(from: data)
+            for (k, v) in try CertificateData.derivedAttributes(data) { attributes[k] = v }
+            if attributes[Schema.label] == nil, let cn = CertificateData.commonName(data) { attributes[Schema.label] = .string(cn) }
+        case .key:
+            for (k, v) in KeyData.derivedAttributes(data, given: given) { attributes[k] = v }
+        default: break
+        }
         let now = Date()
         // Defaults set by the system.
         if attributes[Schema.accessGroup] == nil {
@@ -328,6 +339,46 @@ public final class Keychain: @unchecked Sendable {
         try find(Query(itemClass, returnData: withData, persistentReference: id, authenticationUI: ui), caller: caller)
     }
 
+    // MARK: Identities
+
+    /// An identity: a certificate joined with the private key whose applicationLabel equals
+    /// the certificate's publicKeyHash. It has no row of its own.
+    public struct Identity: Sendable {
+        public let certificate: KeychainItem
+        public let key: KeychainItem
+        public var id: Int64 { certificate.id }
+        public var label: String { certificate.string(Schema.label) ?? "" }
+    }
+
+    /// Every identity the caller can see (a certificate with a matching private key).
+    public func identities(caller: Caller = .default) throws -> [Identity] {
+        func all(_ c: ItemClass) throws -> [KeychainItem] {
+            do { return try copyMatching(Query(c, matchLimit: .all, synchronizableAny: true), caller: caller) }
+            catch KeychainStatus.itemNotFound { return [] }
+        }
+        var privateKeys: [[UInt8]: KeychainItem] = [:]
+        for key in try all(.key) {
+            guard case .number(KeyData.classPrivate)? = key[Schema.named("keyClass")],
+                  case .data(let label)? = key[Schema.named("applicationLabel")], !label.isEmpty else { continue }
+            if privateKeys[label] == nil { privateKeys[label] = key }
+        }
+        return try all(.certificate).compactMap { cert in
+            guard case .data(let hash)? = cert[Schema.named("publicKeyHash")], let key = privateKeys[hash] else { return nil }
+            return Identity(certificate: cert, key: key)
+        }
+    }
+
+    /// The identity of one certificate, with both halves' data if asked (each read goes
+    /// through the usual access checks).
+    public func identity(certificateID: Int64, withData: Bool, caller: Caller = .default) throws -> Identity {
+        guard let found = try identities(caller: caller).first(where: { $0.id == certificateID }) else {
+            throw KeychainError(.itemNotFound, "identity of certificate item \(certificateID) not found")
+        }
+        guard withData else { return found }
+        return Identity(certificate: try item(id: found.certificate.id, itemClass: .certificate, withData: true, caller: caller),
+                        key: try item(id: found.key.id, itemClass: .key, withData: true, caller: caller))
+    }
+
     // MARK: SecItemUpdate
 
     /// SecItemUpdate: applies `changes` (and new data, if given) to every match, atomically.
@@ -342,7 +393,19 @@ public final class Keychain: @unchecked Sendable {
         }
         try validate(changes, in: query.itemClass, forUpdate: true)
         try checkEntitlement(changes, caller: caller)
-        if let data { try checkDataSize(data, query.itemClass, query.attributes) }
+        var data = data
+        var derived = Attributes()
+        if let given = data {
+            try checkDataSize(given, query.itemClass, query.attributes)
+            switch query.itemClass {
+            case .certificate:
+                data = try CertificateData.der(from: given)
+                derived = try CertificateData.derivedAttributes(data!)
+            case .key:
+                derived = KeyData.derivedAttributes(given, given: changes)
+            default: break
+            }
+        }
         let keys = try currentKeys()
         var all = query
         all.matchLimit = .all
@@ -353,6 +416,7 @@ public final class Keychain: @unchecked Sendable {
                 for (old, oldAttributes) in found {
                     var attributes = oldAttributes
                     for (k, v) in changes { attributes[k] = v }
+                    for (k, v) in derived { attributes[k] = v }
                     if let ac = accessControl(of: changes) {
                         guard changes[Schema.accessible] == nil else {
                             throw KeychainError(.param, "accessControl and accessible cannot both be given")

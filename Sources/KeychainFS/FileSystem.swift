@@ -93,6 +93,12 @@ public final class KeychainFileSystem: @unchecked Sendable {
         var name: String
         var data: [UInt8] = []
         var modified = Date()
+        /// A certificate being written: it becomes an item when its bytes are complete
+        /// (a certificate cannot be added empty). Until then it is listed like a file.
+        var pending: (ItemClass, Attributes)?
+        /// After the commit this inode stays an alias of the new item, because the kernel may
+        /// still hold it for the name.
+        var committed: (ItemClass, Int64)?
         init(ino: UInt64, parent: UInt64, name: String) { self.ino = ino; self.parent = parent; self.name = name }
     }
 
@@ -173,6 +179,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
         if let (c, id) = Inode.decodeItem(ino) { return .item(c, id) }
         if Inode.isScratch(ino) {
             guard let s = lock.withLock({ scratch[ino] }) else { throw FSError(ENOENT) }
+            if let (c, id) = lock.withLock({ s.committed }) { return .item(c, id) }
             return .scratch(s)
         }
         if let (c, s) = directory(ino) { return .directory(c, s) }
@@ -184,8 +191,45 @@ public final class KeychainFileSystem: @unchecked Sendable {
     }
 
     func itemStat(_ item: KeychainItem) -> NodeStat {
-        NodeStat(ino: Inode.item(item.itemClass, id: item.id), isDirectory: false, size: item.dataLength,
+        NodeStat(ino: Inode.item(item.itemClass, id: item.id), isDirectory: false,
+                 size: Self.contentLength(item.itemClass, item.dataLength),
                  modified: item.modificationDate ?? mountTime, created: item.creationDate ?? mountTime)
+    }
+
+    // MARK: Content: what a file shows of an item's data
+
+    /// A certificate is stored as DER (Apple's value) and shown as PEM, which is what
+    /// openssl, curl and Python's ssl read; everything else is shown byte for byte.
+    static func content(_ itemClass: ItemClass, _ data: [UInt8]) -> [UInt8] {
+        itemClass == .certificate && !data.isEmpty ? CertificateData.pem(data) : data
+    }
+
+    static func contentLength(_ itemClass: ItemClass, _ dataLength: Int) -> Int {
+        guard itemClass == .certificate, dataLength > 0 else { return dataLength }
+        let b64 = (dataLength + 2) / 3 * 4
+        return "-----BEGIN CERTIFICATE-----\n".utf8.count + b64 + (b64 + 63) / 64 + "-----END CERTIFICATE-----\n".utf8.count
+    }
+
+    /// An identity's file: the certificate's PEM followed by the private key as stored.
+    private func identityContent(_ id: Int64, caller: Caller) throws -> [UInt8] {
+        let identity = try attempt("read identity \(id)") { try keychain.identity(certificateID: id, withData: true, caller: caller) }
+        var out = Self.content(.certificate, identity.certificate.data ?? [])
+        out += identity.key.data ?? []
+        return out
+    }
+
+    private func identityStat(_ identity: Keychain.Identity) -> NodeStat {
+        NodeStat(ino: Inode.item(.identity, id: identity.id), isDirectory: false,
+                 size: Self.contentLength(.certificate, identity.certificate.dataLength) + identity.key.dataLength,
+                 modified: identity.certificate.modificationDate ?? mountTime, created: identity.certificate.creationDate ?? mountTime)
+    }
+
+    /// The item behind an inode, for stat and xattrs (an identity shows its certificate's).
+    private func statItem(_ c: ItemClass, _ id: Int64, caller: Caller) throws -> KeychainItem {
+        try attempt("item \(id)") {
+            if c == .identity { return try keychain.identity(certificateID: id, withData: false, caller: caller).certificate }
+            return try keychain.item(id: id, itemClass: c, withData: false, caller: caller)
+        }
     }
 
     /// Finds the one item a leaf name names in a directory.
@@ -208,7 +252,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
     }
 
     private func scratchFile(parent: UInt64, name: String) -> ScratchFile? {
-        lock.withLock { scratch.values.first { $0.parent == parent && $0.name == name } }
+        lock.withLock { scratch.values.first { $0.parent == parent && $0.name == name && $0.committed == nil } }
     }
 
     /// What a directory's spelling means as attributes (empty for class directories).
@@ -246,6 +290,11 @@ public final class KeychainFileSystem: @unchecked Sendable {
         case .classDirectory, .directory:
             if let s = scratchFile(parent: parent, name: name) { return scratchStat(s) }
             guard let (c, attrs) = try directoryAttributes(parentNode) else { throw FSError(ENOENT) }
+            if c == .identity {
+                let found = try attempt("lookup \(name)") { try keychain.identities(caller: caller) }
+                guard let identity = found.first(where: { PathCodec.leaf(of: .identity, $0.certificate.attributes) == name }) else { throw FSError(ENOENT) }
+                return identityStat(identity)
+            }
             guard let item = try attempt("lookup \(name)", { try findItem(c, directoryAttributes: attrs, name: name, caller: caller) }) else {
                 throw FSError(ENOENT)
             }
@@ -263,8 +312,10 @@ public final class KeychainFileSystem: @unchecked Sendable {
         switch try node(ino) {
         case .root, .classDirectory, .directory: return directoryStat(ino)
         case .scratch(let s): return scratchStat(s)
+        case .item(.identity, let id):
+            return identityStat(try attempt("getattr identity \(id)") { try keychain.identity(certificateID: id, withData: false, caller: caller) })
         case .item(let c, let id):
-            var stat = itemStat(try attempt("getattr item \(id)") { try keychain.item(id: id, itemClass: c, withData: false, caller: caller) })
+            var stat = itemStat(try statItem(c, id, caller: caller))
             if let handle, let file = lock.withLock({ openFiles[handle] }), file.dirty, let buffer = file.buffer {
                 stat.size = buffer.count
             }
@@ -294,6 +345,12 @@ public final class KeychainFileSystem: @unchecked Sendable {
             for d in lock.withLock({ emptyDirectories.compactMap { directories[$0].map { ($0, $1) } } }) where d.0 == c && !seen.contains(d.1) {
                 out.append(DirectoryEntry(name: d.1, ino: directoryInode(c, d.1), isDirectory: true))
             }
+        case .classDirectory(.identity):
+            var seen = Set<String>()
+            for identity in try attempt("readdir idnt", { try keychain.identities(caller: caller) }) {
+                let leaf = PathCodec.leaf(of: .identity, identity.certificate.attributes)
+                if seen.insert(leaf).inserted { out.append(DirectoryEntry(name: leaf, ino: Inode.item(.identity, id: identity.id), isDirectory: false)) }
+            }
         case .classDirectory(let c):
             var seen = Set<String>()
             for item in try attempt("readdir \(c)", { try allItems(c, caller: caller) }) {
@@ -313,7 +370,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
     }
 
     private func scratchEntries(_ parent: UInt64) -> [DirectoryEntry] {
-        lock.withLock { scratch.values.filter { $0.parent == parent }.map { DirectoryEntry(name: $0.name, ino: $0.ino, isDirectory: false) } }
+        lock.withLock { scratch.values.filter { $0.parent == parent && $0.committed == nil }.map { DirectoryEntry(name: $0.name, ino: $0.ino, isDirectory: false) } }
     }
 
     // MARK: Directories: mkdir, rmdir
@@ -378,6 +435,19 @@ public final class KeychainFileSystem: @unchecked Sendable {
             // Not the canonical spelling of any item (bad escape, invalid UTF-8, long form).
             throw FSError(EINVAL)
         }
+        if c == .certificate {
+            // A certificate cannot exist empty: it is added when its bytes are complete.
+            if (try? lookup(parent: parent, name: name, caller: caller)) != nil { throw FSError(EEXIST) }
+            let s = lock.withLock { () -> ScratchFile in
+                let s = ScratchFile(ino: Inode.scratch(nextScratch), parent: parent, name: name)
+                nextScratch += 1
+                s.pending = (c, key)
+                scratch[s.ino] = s
+                return s
+            }
+            let h = register(OpenFile(ino: s.ino, itemClass: nil, itemID: nil, scratch: s, caller: caller, append: flags & O_APPEND != 0))
+            return Opened(handle: h, stat: scratchStat(s))
+        }
         var attributes = key
         if c == .key, case .string(let label)? = key[Schema.label] {
             // A key's primary key does not hold its label; tag it with its file name so two
@@ -400,8 +470,11 @@ public final class KeychainFileSystem: @unchecked Sendable {
         case .scratch(let s):
             if flags & O_TRUNC != 0 { lock.withLock { s.data = [] } }
             return register(OpenFile(ino: ino, itemClass: nil, itemID: nil, scratch: s, caller: caller, append: flags & O_APPEND != 0))
+        case .item(.identity, let id):
+            if writing { throw FSError(EPERM) }
+            _ = try identityContent(id, caller: caller)
+            return register(OpenFile(ino: ino, itemClass: .identity, itemID: id, scratch: nil, caller: caller, append: false))
         case .item(let c, let id):
-            if writing && c == .identity { throw FSError(EPERM) }
             let file = OpenFile(ino: ino, itemClass: c, itemID: id, scratch: nil, caller: caller, append: flags & O_APPEND != 0)
             if flags & O_TRUNC != 0 && writing {
                 _ = try attempt("open item \(id)") { try keychain.item(id: id, itemClass: c, withData: false, caller: caller) }
@@ -411,7 +484,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
                 // The access decision is taken here and bound to the handle: reading the data
                 // now proves it is readable for this caller (lock state, access control).
                 let item = try attempt("open item \(id)") { try keychain.item(id: id, itemClass: c, withData: true, caller: caller) }
-                if writing { file.buffer = item.data }
+                if writing { file.buffer = Self.content(c, item.data ?? []) }
             }
             return register(file)
         }
@@ -429,12 +502,14 @@ public final class KeychainFileSystem: @unchecked Sendable {
             data = lock.withLock { s.data }
         } else if let buffer = lock.withLock({ file.buffer }), lock.withLock({ file.dirty }) {
             data = buffer
+        } else if file.itemClass == .identity {
+            data = try identityContent(file.itemID!, caller: file.caller)
         } else {
             // Every read goes through the store and the access check.
             let item = try attempt("read item \(file.itemID!)") {
                 try keychain.item(id: file.itemID!, itemClass: file.itemClass!, withData: true, caller: file.caller)
             }
-            data = item.data ?? []
+            data = Self.content(file.itemClass!, item.data ?? [])
         }
         guard offset < data.count else { return [] }
         return Array(data[offset..<min(data.count, offset + size)])
@@ -449,6 +524,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
                 if s.data.count < start + bytes.count { s.data += [UInt8](repeating: 0, count: start + bytes.count - s.data.count) }
                 s.data.replaceSubrange(start..<(start + bytes.count), with: bytes)
                 s.modified = Date()
+                file.dirty = true
                 return bytes.count
             }
         }
@@ -456,7 +532,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
             let item = try attempt("load item \(file.itemID!)") {
                 try keychain.item(id: file.itemID!, itemClass: file.itemClass!, withData: true, caller: file.caller)
             }
-            lock.withLock { if file.buffer == nil { file.buffer = item.data ?? [] } }
+            lock.withLock { if file.buffer == nil { file.buffer = Self.content(file.itemClass!, item.data ?? []) } }
         }
         return try lock.withLock {
             var buffer = file.buffer!
@@ -475,9 +551,12 @@ public final class KeychainFileSystem: @unchecked Sendable {
 
     /// Commits a handle's buffered writes as one SecItemUpdate. A failure leaves the old
     /// secret intact and is reported to flush/fsync (so close(2) sees it).
-    public func commit(handle: UInt64) throws {
+    public func commit(handle: UInt64, releasing: Bool = false) throws {
         let file = try openFile(handle)
-        guard file.scratch == nil else { return }
+        if let s = file.scratch {
+            try commitPending(s, file: file, releasing: releasing)
+            return
+        }
         guard let (buffer, dirty) = lock.withLock({ file.buffer.map { ($0, file.dirty) } }), dirty else { return }
         try attempt("commit item \(file.itemID!)") {
             try keychain.update(Query(file.itemClass!, synchronizableAny: true, persistentReference: file.itemID!),
@@ -487,8 +566,32 @@ public final class KeychainFileSystem: @unchecked Sendable {
         invalidate?(.inode(file.ino))
     }
 
+    /// A certificate written through the mount becomes an item at the first commit that has
+    /// bytes (or at release): SecItemAdd, which parses it. Not a certificate: EINVAL, and
+    /// nothing is stored.
+    private func commitPending(_ s: ScratchFile, file: OpenFile, releasing: Bool) throws {
+        guard let (c, key, data, dirty) = lock.withLock({ () -> (ItemClass, Attributes, [UInt8], Bool)? in
+            guard let (c, key) = s.pending, s.committed == nil else { return nil }
+            return (c, key, s.data, file.dirty)
+        }) else { return }
+        guard dirty || releasing else { return }
+        if data.isEmpty && !releasing { return }
+        do {
+            let item = try attempt("add \(s.name)") { try keychain.add(c, key, data: data, caller: file.caller) }
+            lock.withLock {
+                s.committed = (c, item.id)
+                s.data = []
+                file.dirty = false
+            }
+            invalidate?(.entry(parent: s.parent, name: s.name))
+        } catch {
+            if releasing { _ = lock.withLock { scratch.removeValue(forKey: s.ino) } }
+            throw error
+        }
+    }
+
     public func release(handle: UInt64) {
-        do { try commit(handle: handle) } catch {
+        do { try commit(handle: handle, releasing: true) } catch {
             Log.warning("release: a buffered write was not committed (errno \((error as? FSError)?.errno ?? EIO))")
         }
         _ = lock.withLock { openFiles.removeValue(forKey: handle) }
@@ -648,8 +751,8 @@ public final class KeychainFileSystem: @unchecked Sendable {
     public static let xattrPrefix = "user.keychain."
 
     private func itemForXattr(_ ino: UInt64, caller: Caller) throws -> KeychainItem? {
-        guard let (c, id) = Inode.decodeItem(ino) else { return nil }
-        return try attempt("xattr item \(id)") { try keychain.item(id: id, itemClass: c, withData: false, caller: caller) }
+        guard case .item(let c, let id) = try node(ino) else { return nil }
+        return try statItem(c, id, caller: caller)
     }
 
     public func listxattr(_ ino: UInt64, caller: Caller) throws -> [String] {
