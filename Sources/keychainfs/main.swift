@@ -11,7 +11,9 @@ struct KeychainfsCommand: ParsableCommand {
         subcommands: [Init.self, Passwd.self,
                       AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self,
                       AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
-                      DumpKeychain.self, Mount.self, Unmount.self])
+                      DumpKeychain.self,
+                      AddCertificates.self, FindCertificate.self, FindIdentity.self, Import.self, Export.self,
+                      Mount.self, Unmount.self])
 }
 
 // Before any key exists in memory: no core dumps, no same-user ptrace.

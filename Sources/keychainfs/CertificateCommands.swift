@@ -1,0 +1,172 @@
+import ArgumentParser
+import Foundation
+import Keychain
+
+/// Reads a file given on the command line (certificates, keys: not secrets on argv).
+func readInputFile(_ path: String) throws -> [UInt8] {
+    if path == "-" { return try SecretInput.readAll(fd: 0, limit: Keychain.maxDataSize, what: "standard input") }
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { throw CLIError.failure("cannot open \(path): \(String(cString: strerror(errno)))") }
+    defer { close(fd) }
+    return try SecretInput.readAll(fd: fd, limit: Keychain.maxDataSize, what: path)
+}
+
+func certificates(_ keychain: Keychain) throws -> [KeychainItem] {
+    do { return try keychain.copyMatching(Query(.certificate, matchLimit: .all, returnData: true)) }
+    catch KeychainStatus.itemNotFound { return [] }
+}
+
+struct AddCertificates: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "add-certificates",
+        abstract: "Add certificates from PEM or DER files (every CERTIFICATE block of a PEM bundle).")
+    @OptionGroup var vault: VaultOptions
+    @Option(name: .customShort("l"), help: "Label (default: the subject's common name). Only with one certificate.")
+    var label: String?
+    @Argument(help: "Certificate files (PEM or DER); - for standard input.") var files: [String]
+
+    func validate() throws { if files.isEmpty { throw ValidationError("give at least one certificate file") } }
+
+    func run() throws {
+        var ders: [(String, [UInt8])] = []
+        for file in files {
+            let bytes = try readInputFile(file)
+            let blocks = String(validating: bytes, as: UTF8.self).map(PEMBlocks.parse)?.filter { $0.label == "CERTIFICATE" } ?? []
+            if blocks.isEmpty {
+                ders.append((file, try CertificateData.der(from: bytes)))
+            } else {
+                ders += blocks.map { (file, $0.der) }
+            }
+        }
+        if label != nil && ders.count != 1 { throw CLIError.usage("-l names one certificate, but \(ders.count) were given") }
+        let keychain = try vault.openUnlocked()
+        for (file, der) in ders {
+            var attributes = Attributes()
+            if let label { attributes[Schema.label] = .string(label) }
+            do {
+                let item = try keychain.add(.certificate, attributes, data: der)
+                Output.line("added \(item.string(Schema.label).map { "\"\($0)\"" } ?? "certificate") from \(file)")
+            }
+        }
+    }
+}
+
+struct FindCertificate: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "find-certificate",
+        abstract: "Find certificates (by label / common name substring) and print them.")
+    @OptionGroup var vault: VaultOptions
+    @Option(name: .customShort("c"), help: "Match certificates whose label contains this string.") var name: String?
+    @Flag(name: .customShort("a"), help: "All matches, not only the first.") var all = false
+    @Flag(name: .customShort("p"), help: "Print as PEM.") var pem = false
+    @Flag(name: .customShort("Z"), help: "Print the SHA-1 hash of each certificate.") var sha1 = false
+
+    func run() throws {
+        let keychain = try vault.openUnlocked()
+        var found = try certificates(keychain).filter { item in
+            guard let name else { return true }
+            return (item.string(Schema.label) ?? "").localizedCaseInsensitiveContains(name)
+        }
+        guard !found.isEmpty else {
+            throw KeychainError(.itemNotFound, "certificate \(name.map { "matching \"\($0)\"" } ?? "") not found")
+        }
+        if !all { found = [found[0]] }
+        for item in found {
+            let der = item.data ?? []
+            if sha1 { Output.line("SHA-1 hash: \(AttributeText.hex(CertificateData.fingerprint(der)).uppercased())") }
+            if pem { Output.write(CertificateData.pem(der)) }
+            if !pem && !sha1 { Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8)) }
+        }
+    }
+}
+
+struct FindIdentity: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "find-identity",
+        abstract: "List identities: certificates that have their private key in the vault.")
+    @OptionGroup var vault: VaultOptions
+    @Option(name: .customShort("s"), help: "Match identities whose label contains this string.") var name: String?
+
+    func run() throws {
+        let keychain = try vault.openUnlocked()
+        let found = try keychain.identities().filter { id in name.map { id.label.localizedCaseInsensitiveContains($0) } ?? true }
+        for (i, identity) in found.enumerated() {
+            let cert = try keychain.item(id: identity.certificate.id, itemClass: .certificate, withData: true)
+            let hash = AttributeText.hex(CertificateData.fingerprint(cert.data ?? [])).uppercased()
+            Output.line("  \(i + 1)) \(hash) \"\(identity.label)\"")
+        }
+        Output.line("     \(found.count) identities found")
+        if found.isEmpty, name != nil { throw KeychainError(.itemNotFound, "no identity matching \"\(name!)\"") }
+    }
+}
+
+struct Import: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Import certificates and private keys from a PEM bundle (or one DER certificate).",
+        discussion: "Each CERTIFICATE block becomes a certificate item; each private key block (PRIVATE KEY, RSA/EC PRIVATE KEY, OPENSSH PRIVATE KEY) a key item labelled after the file (and its index when there are several). PKCS#12 files: convert with `openssl pkcs12 -in f.p12 -nodes` first.")
+    @OptionGroup var vault: VaultOptions
+    @Argument(help: "The file to import; - for standard input.") var file: String
+    @Option(name: .customShort("l"), help: "Label for the imported key(s) (default: the file name).") var label: String?
+
+    func run() throws {
+        let bytes = try readInputFile(file)
+        guard let text = String(validating: bytes, as: UTF8.self), text.contains("-----BEGIN") else {
+            let der = try CertificateData.der(from: bytes)
+            let item = try vault.openUnlocked().add(.certificate, [:], data: der)
+            Output.line("1 certificate imported (\(item.string(Schema.label) ?? "unnamed"))")
+            return
+        }
+        let blocks = PEMBlocks.parse(text)
+        let certs = blocks.filter { $0.label == "CERTIFICATE" }
+        let keys = blocks.filter { $0.label.hasSuffix("PRIVATE KEY") }
+        if certs.isEmpty && keys.isEmpty { throw CLIError.failure("\(file) holds no certificate or private key") }
+        let keychain = try vault.openUnlocked()
+        let base = label ?? (file == "-" ? "imported" : (file as NSString).lastPathComponent)
+        for cert in certs { try keychain.add(.certificate, [:], data: cert.der) }
+        for (i, key) in keys.enumerated() {
+            let name = keys.count == 1 ? base : "\(base)-\(i + 1)"
+            try keychain.add(.key, [Schema.label: .string(name), Schema.named("applicationTag"): .data(Array(name.utf8))],
+                             data: PEMBlocks.encode(label: key.label, der: key.der))
+        }
+        Output.line("\(certs.count) certificate(s) and \(keys.count) key(s) imported")
+    }
+}
+
+struct Export: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Export certificates, keys or identities as a PEM bundle on stdout or to a file (mode 0600).")
+    enum ItemType: String, ExpressibleByArgument, CaseIterable { case certs, privKeys, identities, all }
+    @OptionGroup var vault: VaultOptions
+    @Option(name: .customShort("t"), help: "certs, privKeys, identities or all (default: all).") var type: ItemType = .all
+    @Option(name: .customShort("o"), help: "Output file (default: stdout).") var output: String?
+    @Option(name: .customShort("l"), help: "Only items whose label contains this string.") var name: String?
+
+    func run() throws {
+        let keychain = try vault.openUnlocked()
+        func matches(_ item: KeychainItem) -> Bool { name.map { (item.string(Schema.label) ?? "").contains($0) } ?? true }
+        var out = [UInt8]()
+        if type == .certs || type == .all {
+            for cert in try certificates(keychain) where matches(cert) { out += CertificateData.pem(cert.data ?? []) }
+        }
+        if type == .privKeys || type == .all {
+            let keys = (try? keychain.copyMatching(Query(.key, matchLimit: .all, returnData: true))) ?? []
+            for key in keys where matches(key) {
+                if case .number(1)? = key[Schema.named("keyClass")] { out += key.data ?? [] }
+            }
+        }
+        if type == .identities {
+            for identity in try keychain.identities() where matches(identity.certificate) {
+                let full = try keychain.identity(certificateID: identity.id, withData: true)
+                out += CertificateData.pem(full.certificate.data ?? []) + (full.key.data ?? [])
+            }
+        }
+        guard !out.isEmpty else { throw KeychainError(.itemNotFound, "nothing to export") }
+        if let output {
+            let fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw CLIError.failure("cannot create \(output): \(String(cString: strerror(errno)))") }
+            defer { close(fd) }
+            guard out.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == out.count else {
+                throw CLIError.failure("cannot write \(output)")
+            }
+        } else {
+            Output.write(out)
+        }
+    }
+}
