@@ -7,6 +7,7 @@
 #include <termios.h>
 #include <unistd.h>
 #include <spawn.h>
+#include <sys/xattr.h>
 
 /* prctl is variadic, so Swift cannot call it directly. */
 static inline int kcfs_set_dumpable(int on) { return prctl(PR_SET_DUMPABLE, on ? 1 : 0, 0, 0, 0); }

@@ -755,7 +755,13 @@ public final class KeychainFileSystem: @unchecked Sendable {
         return try statItem(c, id, caller: caller)
     }
 
+    /// The root directory's one attribute: where the control socket is, so that
+    /// `keychainfs lock|unlock|status MOUNTPOINT` can find the daemon from the mount alone.
+    public static let controlXattr = "user.keychainfs.control"
+    public var controlSocketPath: String?
+
     public func listxattr(_ ino: UInt64, caller: Caller) throws -> [String] {
+        if ino == Inode.root { return controlSocketPath == nil ? [] : [Self.controlXattr] }
         guard let item = try itemForXattr(ino, caller: caller) else { return [] }
         return item.attributes.keys.sorted().map { Self.xattrPrefix + $0.name }
     }
@@ -763,6 +769,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
     public func getxattr(_ ino: UInt64, name: String, caller: Caller) throws -> [UInt8] {
         // Other namespaces (security.selinux, system.posix_acl_access, which ls asks for on
         // every entry) are simply absent: ENODATA, cheaply.
+        if ino == Inode.root, name == Self.controlXattr, let path = controlSocketPath { return Array(path.utf8) }
         guard name.hasPrefix(Self.xattrPrefix) else { throw FSError(ENODATA) }
         guard let item = try itemForXattr(ino, caller: caller) else { throw FSError(ENODATA) }
         let attrName = String(name.dropFirst(Self.xattrPrefix.count))

@@ -12,6 +12,10 @@ public struct MountOptions: Sendable {
     /// invalidated explicitly.
     public var cacheSeconds: Double = 1.0
     public var fsname = "keychainfs"
+    /// Lock the keychain after this many seconds without a request (nil: never).
+    public var lockAfter: Double?
+    /// Mount without unlocking: nothing is readable before the first `keychainfs unlock`.
+    public var startLocked = false
 
     public init() {}
 }
@@ -134,9 +138,13 @@ public final class FuseSession: @unchecked Sendable {
         return e
     }
 
+    /// Called on every request (the idle locker's clock).
+    public var onRequest: (@Sendable () -> Void)?
+
     /// Runs `body`; on a thrown FSError replies with its errno.
     static func serve(_ req: fuse_req_t?, _ body: (FuseSession) throws -> Void) {
         let s = session(req)
+        s.onRequest?()
         do { try body(s) } catch let e as FSError {
             fuse_reply_err(req, e.errno)
         } catch {

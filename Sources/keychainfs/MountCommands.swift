@@ -29,6 +29,12 @@ struct ParsedMountOptions {
                 case "default_permissions": fuse.defaultPermissions = true
                 case "debug": fuse.debug = true
                 case "passphrase_file": passphraseFile = value
+                case "locked": fuse.startLocked = true
+                case "lock_after":
+                    guard let v = value.flatMap(Double.init), v >= 1 else {
+                        throw CLIError.usage("-o lock_after=SECONDS takes a number of seconds, at least 1")
+                    }
+                    fuse.lockAfter = v
                 case "log": log = value
                 case "cache":
                     guard let v = value.flatMap(Double.init), v >= 0, v <= 60 else {
@@ -39,7 +45,7 @@ struct ParsedMountOptions {
                     throw CLIError.usage("-o ro is not supported: a keychain mount is read-write")
                 case _ where Self.ignored.contains(key): continue
                 default:
-                    throw CLIError.usage("unknown mount option '\(option)'; known: allow_other, default_permissions, cache=SECONDS, passphrase_file=PATH, log=PATH, debug")
+                    throw CLIError.usage("unknown mount option '\(option)'; known: allow_other, default_permissions, cache=SECONDS, lock_after=SECONDS, locked, passphrase_file=PATH, log=PATH, debug")
                 }
             }
         }
@@ -182,10 +188,22 @@ struct Mount: ParsableCommand {
             _ = "\(getpid())\n".withCString { write(lockFD, $0, strlen($0)) }
 
             let keychain = try Keychain.open(at: vaultPath)
-            try keychain.unlock(passphrase: passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): "))
+            if !parsed.fuse.startLocked {
+                try keychain.unlock(passphrase: passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): "))
+            }
             var fuseOptions = parsed.fuse
             fuseOptions.fsname = vaultPath
-            let session = FuseSession(fs: KeychainFileSystem(keychain: keychain), mountpoint: mountpoint, options: fuseOptions)
+            let fs = KeychainFileSystem(keychain: keychain)
+            let control = try ControlServer(path: controlSocketPath(), keychain: keychain)
+            fs.controlSocketPath = control.path
+            control.start()
+            defer { control.stop() }
+            let session = FuseSession(fs: fs, mountpoint: mountpoint, options: fuseOptions)
+            if let seconds = fuseOptions.lockAfter {
+                let idle = IdleLocker(keychain: keychain, seconds: seconds)
+                session.onRequest = { idle.touch() }
+                idle.start()
+            }
             do { try session.mount() } catch {
                 throw CLIError.failure("cannot mount on \(mountpoint) (is /dev/fuse usable, and fusermount3 installed?)")
             }
@@ -204,17 +222,36 @@ struct Mount: ParsableCommand {
         }
     }
 
+    /// The control socket: in $XDG_RUNTIME_DIR/keychainfs when there is one, else the state
+    /// directory; a path too long for sun_path falls back to a private directory in /tmp.
+    func controlSocketPath() -> String {
+        let name = "/ctl-\(getpid()).sock"
+        var dir = KeychainPaths.stateDirectory()
+        if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") { dir = runtime + "/keychainfs" }
+        if (dir + name).utf8.count > 100 { dir = "/tmp/keychainfs-\(getuid())" }
+        return dir + name
+    }
+
     /// Background: start `mount -f` in a new session with the passphrase on a pipe (never
     /// argv), logs to a file, and return once it says the mount is live.
     func spawnDaemon(_ parsed: ParsedMountOptions) throws {
-        let passphrase = try passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): ")
-        // Fail early on a wrong passphrase, with the same message the CLI gives.
-        try Keychain.open(at: vaultPath).unlock(passphrase: passphrase)
+        let keychain = try Keychain.open(at: vaultPath)
+        let passphrase: SecureBytes
+        if parsed.fuse.startLocked {
+            passphrase = try SecureBytes(copying: [])
+        } else {
+            passphrase = try passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): ")
+            // Fail early on a wrong passphrase, with the same message the CLI gives.
+            try keychain.unlock(passphrase: passphrase)
+        }
         let logPath = parsed.log ?? (KeychainPaths.stateDirectory() + "/daemon.log")
         try FileManager.default.createDirectory(atPath: (logPath as NSString).deletingLastPathComponent,
                                                 withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
+        // Close-on-exec: the daemon must hold only the ends dup2'ed to fds 3 and 4, or its own
+        // copy of the write end would keep it waiting for the passphrase's EOF forever.
         guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else { throw CLIError.failure("pipe: \(String(cString: strerror(errno)))") }
+        for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
 
         var args = ["keychainfs", "mount", vaultPath, mountpoint, "-f", "--passphrase-fd", "3", "--ready-fd", "4"]
         for o in options { args += ["-o", o] }
@@ -274,4 +311,67 @@ struct Unmount: ParsableCommand {
         if MountTable.isStale(path) && MountTable.fusermount(["-u", "-z", path]) == 0 { return }
         throw CLIError.failure("cannot unmount \(path): it is busy (a process has a file or directory open there)")
     }
+}
+
+/// Finds a mount's control socket through the mount's root xattr.
+func controlSocket(of mountpoint: String) throws -> String {
+    let path = absolutePath(mountpoint)
+    guard MountTable.isKeychainMount(path) else { throw CLIError.failure("\(path) is not a keychainfs mount") }
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    let n = buffer.withUnsafeMutableBytes { getxattr(path, KeychainFileSystem.controlXattr, $0.baseAddress, $0.count) }
+    guard n > 0 else {
+        if MountTable.isStale(path) { throw CLIError.failure("\(path) is a stale mount (its daemon died); run 'keychainfs unmount \(path)'") }
+        throw CLIError.failure("\(path): the daemon does not answer (\(String(cString: strerror(errno))))")
+    }
+    return String(decoding: buffer[0..<n], as: UTF8.self)
+}
+
+/// Sends one control request and turns an error reply into a KeychainError.
+func control(_ mountpoint: String, _ command: String, payload: SecureBytes? = nil) throws -> String {
+    let socket = try controlSocket(of: mountpoint)
+    let reply: String
+    do { reply = try ControlServer.request(socket: socket, command, payload: payload) } catch let e as FSError {
+        throw CLIError.failure("cannot reach the daemon of \(mountpoint) at \(socket): \(String(cString: strerror(e.errno)))")
+    }
+    if reply.hasPrefix("ok ") { return String(reply.dropFirst(3)) }
+    let parts = reply.split(separator: " ", maxSplits: 2).map(String.init)
+    guard parts.count == 3, parts[0] == "error", let code = Int32(parts[1]) else {
+        throw CLIError.failure("unexpected reply from the daemon: \(reply.prefix(80))")
+    }
+    throw KeychainError(KeychainStatus(rawValue: code), parts[2])
+}
+
+func printState(_ mountpoint: String, _ state: String) {
+    let parts = state.split(separator: " ").map(String.init)
+    if parts.count == 2 && parts[1] == "never-unlocked" {
+        Output.line("\(absolutePath(mountpoint)): locked (not unlocked since it was mounted)")
+    } else if parts.count == 2 {
+        Output.line("\(absolutePath(mountpoint)): \(parts[0]) since \(parts[1])")
+    } else {
+        Output.line("\(absolutePath(mountpoint)): \(state)")
+    }
+}
+
+struct Lock: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Lock a mounted keychain: WhenUnlocked data becomes unreadable.")
+    @Argument(help: "The mountpoint.") var mountpoint: String
+    func run() throws { printState(mountpoint, try control(mountpoint, "lock")) }
+}
+
+struct Unlock: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Unlock a mounted keychain with its passphrase.")
+    @Argument(help: "The mountpoint.") var mountpoint: String
+    @Option(name: .long, help: ArgumentHelp("Read the passphrase from this file.", valueName: "path")) var passphraseFile: String?
+    @Option(name: .long, help: ArgumentHelp("Read the passphrase from this descriptor.", valueName: "fd")) var passphraseFd: Int32?
+    func run() throws {
+        _ = try controlSocket(of: mountpoint)
+        let passphrase = try PassphraseSource(file: passphraseFile, fd: passphraseFd).read(prompt: "passphrase for \(absolutePath(mountpoint)): ")
+        printState(mountpoint, try control(mountpoint, "unlock", payload: passphrase))
+    }
+}
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Say whether a mounted keychain is locked, and since when.")
+    @Argument(help: "The mountpoint.") var mountpoint: String
+    func run() throws { printState(mountpoint, try control(mountpoint, "status")) }
 }

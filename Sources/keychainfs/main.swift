@@ -13,7 +13,7 @@ struct KeychainfsCommand: ParsableCommand {
                       AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
                       DumpKeychain.self,
                       AddCertificates.self, FindCertificate.self, FindIdentity.self, Import.self, Export.self,
-                      Mount.self, Unmount.self])
+                      Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self])
 }
 
 // Before any key exists in memory: no core dumps, no same-user ptrace.

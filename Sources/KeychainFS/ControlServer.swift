@@ -1,0 +1,181 @@
+import Foundation
+import Keychain
+import KeychainCrypto
+
+/// The daemon's control socket: `keychainfs lock|unlock|status MOUNTPOINT` talk to it.
+/// A Unix stream socket (0600, in a 0700 directory) that only the mounting user (or root)
+/// may use, checked with SO_PEERCRED on every connection. The CLI finds it through the
+/// mount itself: the root directory's xattr `user.keychainfs.control` holds its path.
+///
+/// Protocol: one request line, `status`, `lock`, or `unlock` followed by the passphrase
+/// bytes up to EOF; one reply line, `ok <state> <since>` or `error <OSStatus> <message>`.
+public final class ControlServer: @unchecked Sendable {
+    // @unchecked: `listener` is written once in init and closed once in stop().
+    public let path: String
+    let keychain: Keychain
+    let uid: uid_t
+    private var listener: Int32
+
+    public init(path: String, keychain: Keychain, uid: uid_t = getuid()) throws {
+        self.path = path
+        self.keychain = keychain
+        self.uid = uid
+        let dir = (path as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        unlink(path)
+        listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard listener >= 0 else { throw FSError(errno) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw FSError(ENAMETOOLONG) }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, b) in bytes.enumerated() { raw[i] = b }
+        }
+        let old = umask(0o077)
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        umask(old)
+        guard rc == 0, listen(listener, 8) == 0 else {
+            let e = errno
+            close(listener)
+            throw FSError(e)
+        }
+    }
+
+    /// Serves connections on a thread of its own until `stop()`.
+    public func start() {
+        let thread = Thread { [self] in
+            while true {
+                let client = accept(listener, nil, nil)
+                if client < 0 {
+                    if errno == EINTR { continue }
+                    return
+                }
+                handle(client)
+                close(client)
+            }
+        }
+        thread.name = "keychainfs-control"
+        thread.start()
+    }
+
+    public func stop() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+        unlink(path)
+    }
+
+    private struct PeerCredentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
+
+    private func handle(_ client: Int32) {
+        var cred = PeerCredentials()
+        var len = socklen_t(MemoryLayout<PeerCredentials>.size)
+        guard getsockopt(client, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, cred.uid == uid || cred.uid == 0 else {
+            reply(client, "error \(KeychainStatus.authFailed.rawValue) not the mounting user")
+            return
+        }
+        var request = [UInt8]()
+        var byte: UInt8 = 0
+        while read(client, &byte, 1) == 1 && byte != 10 && request.count < 64 { request.append(byte) }
+        let command = String(decoding: request, as: UTF8.self)
+        do {
+            switch command {
+            case "status": break
+            case "lock":
+                keychain.lock()
+                Log.info("locked by pid \(cred.pid)")
+            case "unlock":
+                var secret = [UInt8]()
+                var chunk = [UInt8](repeating: 0, count: 4096)
+                while true {
+                    let n = chunk.withUnsafeMutableBytes { read(client, $0.baseAddress, $0.count) }
+                    if n <= 0 || secret.count > 4096 { break }
+                    secret += chunk[0..<n]
+                }
+                Sodium.wipe(&chunk)
+                defer { Sodium.wipe(&secret) }
+                try keychain.unlock(passphrase: try SecureBytes(copying: secret))
+                Log.info("unlocked by pid \(cred.pid)")
+            default:
+                reply(client, "error \(KeychainStatus.param.rawValue) unknown request")
+                return
+            }
+            reply(client, "ok " + Self.describe(keychain.lockState))
+        } catch let e as KeychainError {
+            Log.info("unlock by pid \(cred.pid) failed: \(e.status.name)")
+            reply(client, "error \(e.status.rawValue) \(e.message)")
+        } catch {
+            reply(client, "error \(KeychainStatus.io.rawValue) \(error)")
+        }
+    }
+
+    static func describe(_ state: LockState) -> String {
+        switch state {
+        case .neverUnlocked: "locked never-unlocked"
+        case .locked(let since): "locked " + AttributeText.iso8601(since)
+        case .unlocked(let since): "unlocked " + AttributeText.iso8601(since)
+        }
+    }
+
+    private func reply(_ client: Int32, _ line: String) {
+        _ = (line + "\n").withCString { write(client, $0, strlen($0)) }
+    }
+
+    /// The client side, used by the CLI.
+    public static func request(socket path: String, _ command: String, payload: SecureBytes? = nil) throws -> String {
+        let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw FSError(errno) }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw FSError(ENAMETOOLONG) }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard rc == 0 else { throw FSError(errno) }
+        _ = (command + "\n").withCString { write(fd, $0, strlen($0)) }
+        payload?.withUnsafeBytes { _ = write(fd, $0.baseAddress, $0.count) }
+        shutdown(fd, Int32(SHUT_WR))
+        var reply = [UInt8]()
+        var byte: UInt8 = 0
+        while read(fd, &byte, 1) == 1 && byte != 10 { reply.append(byte) }
+        return String(decoding: reply, as: UTF8.self)
+    }
+}
+
+/// `-o lock_after=SECONDS`: locks the keychain after that long without a filesystem request.
+public final class IdleLocker: @unchecked Sendable {
+    // @unchecked: `lastActivity` is guarded by `lock`.
+    let keychain: Keychain
+    let seconds: Double
+    private let lock = NSLock()
+    private var lastActivity = Date()
+
+    public init(keychain: Keychain, seconds: Double) {
+        self.keychain = keychain
+        self.seconds = seconds
+    }
+
+    public func touch() { lock.withLock { lastActivity = Date() } }
+
+    public func start() {
+        let thread = Thread { [self] in
+            while true {
+                Thread.sleep(forTimeInterval: min(1.0, seconds / 2))
+                let idle = Date().timeIntervalSince(lock.withLock { lastActivity })
+                // Idle since the last request *and* since the last unlock: an unlock after a
+                // long quiet spell must not be undone a second later.
+                if idle >= seconds, case .unlocked(let since) = keychain.lockState, Date().timeIntervalSince(since) >= seconds {
+                    keychain.lock()
+                    Log.info("locked after \(Int(idle)) s idle")
+                }
+            }
+        }
+        thread.name = "keychainfs-idle-lock"
+        thread.start()
+    }
+}
