@@ -143,7 +143,7 @@ enum DeviceKey {
 
 /// Subkey ids under the crypto_kdf context "kcfsvlt1".
 enum Subkey: UInt64 {
-    case metadata = 1, index = 2, manifest = 3
+    case metadata = 1, index = 2, manifest = 3, policySigning = 4
     static let context = "kcfsvlt1"
 }
 

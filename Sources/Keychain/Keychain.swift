@@ -39,15 +39,25 @@ public final class Keychain: @unchecked Sendable {
         var classKeys: [Accessibility: SecureBytes]
         /// ThisDeviceOnly class keys could not be opened because the device key differs.
         let deviceMismatch: Bool
+        /// Verifies the access policy's signature (the signing half needs the passphrase).
+        let policyPublicKey: [UInt8]
         init(metadata: SecureBytes, index: SecureBytes, manifest: SecureBytes,
-             classKeys: [Accessibility: SecureBytes], deviceMismatch: Bool) {
+             classKeys: [Accessibility: SecureBytes], deviceMismatch: Bool, policyPublicKey: [UInt8]) {
             self.metadata = metadata; self.index = index; self.manifest = manifest
-            self.classKeys = classKeys; self.deviceMismatch = deviceMismatch
+            self.classKeys = classKeys; self.deviceMismatch = deviceMismatch; self.policyPublicKey = policyPublicKey
         }
     }
 
     private let stateLock = NSLock()
     private var keys: Keys?
+    private var defaultCallerValue = Caller.default
+
+    /// The caller assumed when a call names none: `default` unless the front end says
+    /// otherwise (the CLI, holding the passphrase, acts in every group of the policy).
+    public var defaultCaller: Caller {
+        get { stateLock.withLock { defaultCallerValue } }
+        set { stateLock.withLock { defaultCallerValue = newValue } }
+    }
     private var state: LockState = .neverUnlocked
 
     /// Never changes for the life of a vault; bound into every associated data.
@@ -151,7 +161,8 @@ public final class Keychain: @unchecked Sendable {
         let newKeys = Keys(metadata: try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context),
                            index: try KeyDerivation.subkey(of: master, id: Subkey.index.rawValue, context: Subkey.context),
                            manifest: try KeyDerivation.subkey(of: master, id: Subkey.manifest.rawValue, context: Subkey.context),
-                           classKeys: classKeys, deviceMismatch: !deviceMatches)
+                           classKeys: classKeys, deviceMismatch: !deviceMatches,
+                           policyPublicKey: try Self.policyKeyPair(master: master).0)
         try verifyManifest(keys: newKeys)
         stateLock.withLock {
             keys = newKeys
@@ -202,6 +213,38 @@ public final class Keychain: @unchecked Sendable {
         }
     }
 
+    // MARK: Access policy
+
+    static func policyKeyPair(master: SecureBytes) throws -> ([UInt8], SecureBytes) {
+        try Signing.keyPair(seed: try KeyDerivation.subkey(of: master, id: Subkey.policySigning.rawValue, context: Subkey.context))
+    }
+
+    private var policyAD: [UInt8] { Framing.frame([Framing.text("kcfs/access-policy/v1"), vaultID]) }
+
+    /// The stored access policy (empty when none was ever set). A policy whose signature or
+    /// encryption does not verify is errSecDecode: it is never silently ignored.
+    public func accessPolicy() throws -> AccessPolicy {
+        let keys = try currentKeys()
+        guard let stored = try storeCall({ try store.meta("access_policy") }) else { return AccessPolicy() }
+        let bad = KeychainError(.decode, "the access policy in the vault does not verify: it was altered")
+        guard stored.count > Signing.signatureBytes else { throw bad }
+        let signature = Array(stored[0..<Signing.signatureBytes]), box = Array(stored[Signing.signatureBytes...])
+        guard Signing.verify(signature, box, publicKey: keys.policyPublicKey),
+              let plain = try? AEAD.open(box, associatedData: policyAD, key: keys.metadata),
+              let policy = AccessPolicy(encoded: plain) else { throw bad }
+        return policy
+    }
+
+    /// Replaces the access policy. Needs the passphrase: the policy is signed with a key
+    /// only the master key yields.
+    public func setAccessPolicy(_ policy: AccessPolicy, passphrase: SecureBytes) throws {
+        let keys = try currentKeys()
+        let master = try refreshedHeader().unwrapMaster(passphrase: passphrase)
+        let (_, secretKey) = try Self.policyKeyPair(master: master)
+        let box = try AEAD.seal(policy.encoded, associatedData: policyAD, key: keys.metadata)
+        try storeCall { try store.setMeta("access_policy", Signing.sign(box, secretKey: secretKey) + box) }
+    }
+
     // MARK: Integrity
 
     /// Recomputes the manifest over every row and compares it with the stored one.
@@ -228,7 +271,8 @@ public final class Keychain: @unchecked Sendable {
 
     /// SecItemAdd. Returns the stored item (attributes as stored, no data).
     @discardableResult
-    public func add(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8], caller: Caller = .default) throws -> KeychainItem {
+    public func add(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8], caller callerArgument: Caller? = nil) throws -> KeychainItem {
+        let caller = callerArgument ?? defaultCaller
         guard itemClass != .identity else {
             throw KeychainError(.param, "identities cannot be added directly: add the certificate and the private key")
         }
@@ -296,7 +340,8 @@ public final class Keychain: @unchecked Sendable {
     // MARK: SecItemCopyMatching
 
     /// SecItemCopyMatching. Throws errSecItemNotFound when nothing matches.
-    public func copyMatching(_ query: Query, caller: Caller = .default) throws -> [KeychainItem] {
+    public func copyMatching(_ query: Query, caller callerArgument: Caller? = nil) throws -> [KeychainItem] {
+        let caller = callerArgument ?? defaultCaller
         if case .count(let n)? = query.matchLimit, n < 1 {
             throw KeychainError(.param, "match limit must be at least 1")
         }
@@ -328,15 +373,17 @@ public final class Keychain: @unchecked Sendable {
     }
 
     /// The one item a query names (match limit one), with data if asked.
-    public func find(_ query: Query, caller: Caller = .default) throws -> KeychainItem {
+    public func find(_ query: Query, caller callerArgument: Caller? = nil) throws -> KeychainItem {
+        let caller = callerArgument ?? defaultCaller
         var q = query
         q.matchLimit = .one
         return try copyMatching(q, caller: caller)[0]
     }
 
     /// Reads one item by persistent reference, checking visibility and access like a query.
-    public func item(id: Int64, itemClass: ItemClass, withData: Bool, caller: Caller = .default, ui: AuthenticationUI? = nil) throws -> KeychainItem {
-        try find(Query(itemClass, returnData: withData, persistentReference: id, authenticationUI: ui), caller: caller)
+    public func item(id: Int64, itemClass: ItemClass, withData: Bool, caller callerArgument: Caller? = nil, ui: AuthenticationUI? = nil) throws -> KeychainItem {
+        let caller = callerArgument ?? defaultCaller
+        return try find(Query(itemClass, returnData: withData, persistentReference: id, authenticationUI: ui), caller: caller)
     }
 
     // MARK: Identities
@@ -351,7 +398,8 @@ public final class Keychain: @unchecked Sendable {
     }
 
     /// Every identity the caller can see (a certificate with a matching private key).
-    public func identities(caller: Caller = .default) throws -> [Identity] {
+    public func identities(caller callerArgument: Caller? = nil) throws -> [Identity] {
+        let caller = callerArgument ?? defaultCaller
         func all(_ c: ItemClass) throws -> [KeychainItem] {
             do { return try copyMatching(Query(c, matchLimit: .all, synchronizableAny: true), caller: caller) }
             catch KeychainStatus.itemNotFound { return [] }
@@ -370,7 +418,8 @@ public final class Keychain: @unchecked Sendable {
 
     /// The identity of one certificate, with both halves' data if asked (each read goes
     /// through the usual access checks).
-    public func identity(certificateID: Int64, withData: Bool, caller: Caller = .default) throws -> Identity {
+    public func identity(certificateID: Int64, withData: Bool, caller callerArgument: Caller? = nil) throws -> Identity {
+        let caller = callerArgument ?? defaultCaller
         guard let found = try identities(caller: caller).first(where: { $0.id == certificateID }) else {
             throw KeychainError(.itemNotFound, "identity of certificate item \(certificateID) not found")
         }
@@ -384,7 +433,8 @@ public final class Keychain: @unchecked Sendable {
     /// SecItemUpdate: applies `changes` (and new data, if given) to every match, atomically.
     /// Returns how many items were updated.
     @discardableResult
-    public func update(_ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, caller: Caller = .default) throws -> Int {
+    public func update(_ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, caller callerArgument: Caller? = nil) throws -> Int {
+        let caller = callerArgument ?? defaultCaller
         guard query.matchLimit == nil, query.returnData == nil, query.returnAttributes == nil, query.caseInsensitive == nil else {
             throw KeychainError(.param, "an update query may not hold kSecReturn… or kSecMatch… keys")
         }
@@ -463,7 +513,8 @@ public final class Keychain: @unchecked Sendable {
     /// item already has the new key it is replaced when `replacing` is true (the old target
     /// is deleted in the same transaction), else errSecDuplicateItem. This is what a
     /// filesystem rename onto an existing name means; it is atomic.
-    public func rename(_ source: Query, to changes: Attributes, replacing: Bool, caller: Caller = .default) throws {
+    public func rename(_ source: Query, to changes: Attributes, replacing: Bool, caller callerArgument: Caller? = nil) throws {
+        let caller = callerArgument ?? defaultCaller
         let keys = try currentKeys()
         try storeCall {
             try store.write {
@@ -501,7 +552,8 @@ public final class Keychain: @unchecked Sendable {
 
     /// SecItemDelete: deletes every match. Returns how many were deleted.
     @discardableResult
-    public func delete(_ query: Query, caller: Caller = .default) throws -> Int {
+    public func delete(_ query: Query, caller callerArgument: Caller? = nil) throws -> Int {
+        let caller = callerArgument ?? defaultCaller
         guard query.matchLimit == nil else {
             throw KeychainError(.param, "a delete query may not hold kSecMatchLimit")
         }
@@ -666,12 +718,15 @@ public final class Keychain: @unchecked Sendable {
         switch ui {
         case .skip: throw SkipItem.skip
         case .fail:
-            throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and prompting is not allowed here")
+            // kSecUseAuthenticationUIFail. Apple answers errSecInteractionNotAllowed; keychainfs
+            // says errSecInteractionRequired, so that a non-blocking open can tell "would have
+            // to ask" (EAGAIN) from "locked" (EACCES).
+            throw KeychainError(.interactionRequired, "\(item.summary) needs user presence, and prompting is not allowed here")
         case .allow:
             guard let presence = caller.presence else {
                 throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and there is no way to ask")
             }
-            try presence.verify(item: item, flags: ac.flags)
+            try presence.verify(item: item, flags: ac.flags, caller: caller)
         }
     }
 

@@ -111,12 +111,18 @@ public struct Caller: Sendable {
     public var presence: (any PresenceVerifier)?
     /// Default kSecUseAuthenticationUI for this caller.
     public var authenticationUI: AuthenticationUI
+    /// Who the caller is, for prompts and the audit log ("pid 42 /usr/bin/ssh"); never a secret.
+    public var processDescription: String
+    /// Identifies the process across requests (pid and start time), for the presence reuse window.
+    public var processKey: String
 
     public init(accessGroups: [String] = [Caller.defaultAccessGroup], presence: (any PresenceVerifier)? = nil,
-                authenticationUI: AuthenticationUI = .allow) {
+                authenticationUI: AuthenticationUI = .allow, processDescription: String = "", processKey: String = "") {
         self.accessGroups = accessGroups
         self.presence = presence
         self.authenticationUI = authenticationUI
+        self.processDescription = processDescription
+        self.processKey = processKey
     }
 
     /// With no access policy, every process of the user is in this group.
@@ -128,5 +134,5 @@ public struct Caller: Sendable {
 /// the user allowed the use, or throws a KeychainError (userCanceled, authFailed,
 /// interactionNotAllowed, …).
 public protocol PresenceVerifier: Sendable {
-    func verify(item: KeychainItem, flags: AccessControlFlags) throws
+    func verify(item: KeychainItem, flags: AccessControlFlags, caller: Caller) throws
 }

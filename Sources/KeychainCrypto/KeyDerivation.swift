@@ -100,3 +100,29 @@ public enum KeyedHash {
         return out
     }
 }
+
+/// Ed25519 signatures (crypto_sign), for data only the passphrase holder may write but the
+/// daemon must verify: the daemon keeps the public key, never the secret one.
+public enum Signing {
+    public static let signatureBytes = Int(crypto_sign_BYTES)
+
+    /// A key pair from a 32-byte seed: (public key, secret key in guarded memory).
+    public static func keyPair(seed: SecureBytes) throws -> ([UInt8], SecureBytes) {
+        var pk = [UInt8](repeating: 0, count: Int(crypto_sign_PUBLICKEYBYTES))
+        let sk = try SecureBytes(count: Int(crypto_sign_SECRETKEYBYTES)) { out in
+            _ = crypto_sign_seed_keypair(&pk, out.baseAddress!.assumingMemoryBound(to: UInt8.self), seed.base)
+        }
+        return (pk, sk)
+    }
+
+    public static func sign(_ message: [UInt8], secretKey: SecureBytes) -> [UInt8] {
+        var sig = [UInt8](repeating: 0, count: signatureBytes)
+        crypto_sign_detached(&sig, nil, message, UInt64(message.count), secretKey.base)
+        return sig
+    }
+
+    public static func verify(_ signature: [UInt8], _ message: [UInt8], publicKey: [UInt8]) -> Bool {
+        guard signature.count == signatureBytes, publicKey.count == Int(crypto_sign_PUBLICKEYBYTES) else { return false }
+        return crypto_sign_verify_detached(signature, message, UInt64(message.count), publicKey) == 0
+    }
+}

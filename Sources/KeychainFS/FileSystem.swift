@@ -102,10 +102,30 @@ public final class KeychainFileSystem: @unchecked Sendable {
         init(ino: UInt64, parent: UInt64, name: String) { self.ino = ino; self.parent = parent; self.name = name }
     }
 
-    public init(keychain: Keychain, uid: uid_t = getuid(), gid: gid_t = getgid()) {
+    /// Who is calling, which groups that gives, prompts, and the audit log.
+    public let access: AccessLayer
+
+    public init(keychain: Keychain, uid: uid_t = getuid(), gid: gid_t = getgid(), audit: AuditLog? = nil) {
         self.keychain = keychain
         self.uid = uid
         self.gid = gid
+        self.access = AccessLayer(keychain: keychain, audit: audit)
+    }
+
+    /// Runs one access decision and records it in the audit log, allowed or denied (with the
+    /// keychain status or errno as the reason).
+    func audited<R>(_ caller: Caller, item: Int64?, _ operation: String, _ body: () throws -> R) throws -> R {
+        do {
+            let result = try body()
+            access.audit?.record(caller, item: item, operation, allowed: true)
+            return result
+        } catch let e as KeychainError {
+            access.audit?.record(caller, item: item, operation, allowed: false, why: e.status.name)
+            throw fsError(e, "\(operation) item \(item.map(String.init) ?? "-")")
+        } catch let e as FSError {
+            access.audit?.record(caller, item: item, operation, allowed: false, why: String(cString: strerror(e.errno)))
+            throw e
+        }
     }
 
     // MARK: Translating core errors
@@ -454,7 +474,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
             // keys written under different names are different items.
             attributes[Schema.named("applicationTag")] = .data(Array(label.utf8))
         }
-        let item = try attempt("create \(name)") { try keychain.add(c, attributes, data: [], caller: caller) }
+        let item = try audited(caller, item: nil, "create") { try keychain.add(c, attributes, data: [], caller: caller) }
         if case .directory = parentNode { _ = lock.withLock { emptyDirectories.remove(parent) } }
         let file = OpenFile(ino: Inode.item(c, id: item.id), itemClass: c, itemID: item.id, scratch: nil, caller: caller,
                             append: flags & O_APPEND != 0)
@@ -462,7 +482,10 @@ public final class KeychainFileSystem: @unchecked Sendable {
         return Opened(handle: register(file), stat: itemStat(item))
     }
 
-    public func open(_ ino: UInt64, flags: Int32, caller: Caller) throws -> UInt64 {
+    public func open(_ ino: UInt64, flags: Int32, caller given: Caller) throws -> UInt64 {
+        var caller = given
+        // O_NONBLOCK: never prompt (kSecUseAuthenticationUIFail): EAGAIN when a prompt is needed.
+        if flags & O_NONBLOCK != 0 { caller.authenticationUI = .fail }
         let access = flags & O_ACCMODE
         let writing = access == O_WRONLY || access == O_RDWR
         switch try node(ino) {
@@ -472,18 +495,20 @@ public final class KeychainFileSystem: @unchecked Sendable {
             return register(OpenFile(ino: ino, itemClass: nil, itemID: nil, scratch: s, caller: caller, append: flags & O_APPEND != 0))
         case .item(.identity, let id):
             if writing { throw FSError(EPERM) }
-            _ = try identityContent(id, caller: caller)
+            _ = try audited(caller, item: id, "open-read") { try identityContent(id, caller: caller) }
             return register(OpenFile(ino: ino, itemClass: .identity, itemID: id, scratch: nil, caller: caller, append: false))
         case .item(let c, let id):
             let file = OpenFile(ino: ino, itemClass: c, itemID: id, scratch: nil, caller: caller, append: flags & O_APPEND != 0)
             if flags & O_TRUNC != 0 && writing {
-                _ = try attempt("open item \(id)") { try keychain.item(id: id, itemClass: c, withData: false, caller: caller) }
+                _ = try audited(caller, item: id, "open-truncate") { try keychain.item(id: id, itemClass: c, withData: false, caller: caller) }
                 file.buffer = []
                 file.dirty = true
             } else {
                 // The access decision is taken here and bound to the handle: reading the data
                 // now proves it is readable for this caller (lock state, access control).
-                let item = try attempt("open item \(id)") { try keychain.item(id: id, itemClass: c, withData: true, caller: caller) }
+                let item = try audited(caller, item: id, writing ? "open-write" : "open-read") {
+                    try keychain.item(id: id, itemClass: c, withData: true, caller: caller)
+                }
                 if writing { file.buffer = Self.content(c, item.data ?? []) }
             }
             return register(file)
@@ -558,7 +583,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
             return
         }
         guard let (buffer, dirty) = lock.withLock({ file.buffer.map { ($0, file.dirty) } }), dirty else { return }
-        try attempt("commit item \(file.itemID!)") {
+        try audited(file.caller, item: file.itemID!, "write") {
             try keychain.update(Query(file.itemClass!, synchronizableAny: true, persistentReference: file.itemID!),
                                 attributes: [:], data: buffer, caller: file.caller)
         }
@@ -638,7 +663,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
         let stat = try lookup(parent: parent, name: name, caller: caller)
         guard let (c, id) = Inode.decodeItem(stat.ino) else { throw FSError(EISDIR) }
         if c == .identity { throw FSError(EPERM) }
-        try attempt("unlink item \(id)") {
+        try audited(caller, item: id, "delete") {
             try keychain.delete(Query(c, synchronizableAny: true, persistentReference: id), caller: caller)
         }
     }
@@ -698,7 +723,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
         }
         guard let (_, dirAttrs) = try directoryAttributes(targetParent),
               let key = PathCodec.parseLeaf(targetClass, newName, in: dirAttrs) else { throw FSError(EINVAL) }
-        try attempt("rename item \(id)") {
+        try audited(caller, item: id, "rename") {
             try keychain.rename(Query(sourceClass, synchronizableAny: true, persistentReference: id), to: key,
                                 replacing: !noReplace, caller: caller)
         }
@@ -797,7 +822,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
         }
         let oldDirectory = PathCodec.directory(of: c, item.attributes)
         let oldLeaf = PathCodec.leaf(of: c, item.attributes)
-        try attempt("setxattr \(attrName) on item \(id)") {
+        try audited(caller, item: id, "set-\(attrName)") {
             try keychain.update(Query(c, synchronizableAny: true, persistentReference: id), attributes: [attribute: parsed], caller: caller)
         }
         if Schema.isPrimaryKey(attribute, in: c) || attribute == Schema.label {

@@ -105,10 +105,10 @@ public final class FuseSession: @unchecked Sendable {
 
     /// The caller of a request. Only the mounting user (and root) is served; the access
     /// layer decides what a process may see.
-    func caller(_ req: fuse_req_t?) throws -> Caller {
+    func caller(_ req: fuse_req_t?, identify: Bool = false) throws -> Caller {
         let ctx = fuse_req_ctx(req)!.pointee
         if ctx.uid != fs.uid && ctx.uid != 0 { throw FSError(EACCES) }
-        return .default
+        return try fs.access.caller(tid: ctx.pid, identify: identify)
     }
 
     func stat(_ s: NodeStat) -> stat {
@@ -210,21 +210,21 @@ public final class FuseSession: @unchecked Sendable {
         }
         ops.unlink = { req, parent, name in
             FuseSession.serve(req) { s in
-                try s.fs.unlink(parent: parent, name: try FuseSession.name(name), caller: try s.caller(req))
+                try s.fs.unlink(parent: parent, name: try FuseSession.name(name), caller: try s.caller(req, identify: true))
                 fuse_reply_err(req, 0)
             }
         }
         ops.rename = { req, parent, name, newParent, newName, flags in
             FuseSession.serve(req) { s in
                 try s.fs.rename(parent: parent, name: try FuseSession.name(name), newParent: newParent,
-                                newName: try FuseSession.name(newName), flags: flags, caller: try s.caller(req))
+                                newName: try FuseSession.name(newName), flags: flags, caller: try s.caller(req, identify: true))
                 fuse_reply_err(req, 0)
             }
         }
         ops.create = { req, parent, name, _, fi in
             FuseSession.serve(req) { s in
                 guard let fi else { throw FSError(EINVAL) }
-                let opened = try s.fs.create(parent: parent, name: try FuseSession.name(name), flags: fi.pointee.flags, caller: try s.caller(req))
+                let opened = try s.fs.create(parent: parent, name: try FuseSession.name(name), flags: fi.pointee.flags, caller: try s.caller(req, identify: true))
                 fi.pointee.fh = opened.handle
                 kcfs_fi_set_direct_io(fi, 1)
                 var e = s.entry(opened.stat)
@@ -234,7 +234,7 @@ public final class FuseSession: @unchecked Sendable {
         ops.open = { req, ino, fi in
             FuseSession.serve(req) { s in
                 guard let fi else { throw FSError(EINVAL) }
-                fi.pointee.fh = try s.fs.open(ino, flags: fi.pointee.flags, caller: try s.caller(req))
+                fi.pointee.fh = try s.fs.open(ino, flags: fi.pointee.flags, caller: try s.caller(req, identify: true))
                 // Plaintext never enters the page cache; every read reaches the daemon.
                 kcfs_fi_set_direct_io(fi, 1)
                 if fuse_reply_open(req, fi) != 0 { s.fs.release(handle: fi.pointee.fh) }
@@ -349,7 +349,7 @@ public final class FuseSession: @unchecked Sendable {
         ops.setxattr = { req, ino, name, value, size, flags in
             FuseSession.serve(req) { s in
                 let bytes = value.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-                try s.fs.setxattr(ino, name: try FuseSession.name(name), value: bytes, flags: flags, caller: try s.caller(req))
+                try s.fs.setxattr(ino, name: try FuseSession.name(name), value: bytes, flags: flags, caller: try s.caller(req, identify: true))
                 fuse_reply_err(req, 0)
             }
         }

@@ -10,6 +10,7 @@ struct ParsedMountOptions {
     var fuse = MountOptions()
     var passphraseFile: String?
     var log: String?
+    var audit: String?
 
     /// Options mount(8) and fstab pass that mean nothing to a FUSE filesystem of one user.
     static let ignored: Set<String> = ["rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev",
@@ -36,6 +37,7 @@ struct ParsedMountOptions {
                     }
                     fuse.lockAfter = v
                 case "log": log = value
+                case "audit": audit = value
                 case "cache":
                     guard let v = value.flatMap(Double.init), v >= 0, v <= 60 else {
                         throw CLIError.usage("-o cache=SECONDS takes a number from 0 to 60")
@@ -45,7 +47,7 @@ struct ParsedMountOptions {
                     throw CLIError.usage("-o ro is not supported: a keychain mount is read-write")
                 case _ where Self.ignored.contains(key): continue
                 default:
-                    throw CLIError.usage("unknown mount option '\(option)'; known: allow_other, default_permissions, cache=SECONDS, lock_after=SECONDS, locked, passphrase_file=PATH, log=PATH, debug")
+                    throw CLIError.usage("unknown mount option '\(option)'; known: allow_other, default_permissions, cache=SECONDS, lock_after=SECONDS, locked, pinentry=PATH, presence_reuse=SECONDS, passphrase_file=PATH, log=PATH, audit=PATH, debug")
                 }
             }
         }
@@ -193,7 +195,8 @@ struct Mount: ParsableCommand {
             }
             var fuseOptions = parsed.fuse
             fuseOptions.fsname = vaultPath
-            let fs = KeychainFileSystem(keychain: keychain)
+            let audit = try AuditLog(path: parsed.audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
+            let fs = KeychainFileSystem(keychain: keychain, audit: audit)
             let control = try ControlServer(path: controlSocketPath(), keychain: keychain)
             fs.controlSocketPath = control.path
             control.start()

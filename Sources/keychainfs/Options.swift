@@ -23,10 +23,14 @@ struct VaultOptions: ParsableArguments {
         }
     }
 
-    /// Opens and unlocks the vault.
+    /// Opens and unlocks the vault. The CLI holds the passphrase, so it acts in every access
+    /// group of the policy (with `default` first, where its new items go).
     func openUnlocked() throws -> Keychain {
         let keychain = try Keychain.open(at: path)
         try keychain.unlock(passphrase: passphrase.read(prompt: "passphrase for \(path): "))
+        let groups = try keychain.accessPolicy().groups.map(\.name).filter { $0 != Caller.defaultAccessGroup }
+        keychain.defaultCaller = Caller(accessGroups: [Caller.defaultAccessGroup] + groups, authenticationUI: .fail,
+                                        processDescription: "keychainfs CLI (pid \(getpid()))")
         return keychain
     }
 }

@@ -13,7 +13,8 @@ struct KeychainfsCommand: ParsableCommand {
                       AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
                       DumpKeychain.self,
                       AddCertificates.self, FindCertificate.self, FindIdentity.self, Import.self, Export.self,
-                      Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self])
+                      Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
+                      AccessGroup.self, AuditLogCommand.self])
 }
 
 // Before any key exists in memory: no core dumps, no same-user ptrace.

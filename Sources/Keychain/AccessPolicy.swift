@@ -1,0 +1,85 @@
+import Foundation
+import KeychainCrypto
+
+/// Which executables belong to which access groups: the Linux stand-in for an app's
+/// entitlements. Stored in the vault, encrypted with the metadata key and signed with a key
+/// derived from the master key, so that changing it needs the passphrase; the daemon keeps
+/// only the public half and cannot forge a policy.
+///
+/// Semantics (docs/security.md): with no policy, every process is in the `default` group.
+/// With a policy, a process whose executable is listed is in those groups (in policy order,
+/// the first receiving its new items) and then in `default`; a process listed nowhere is in
+/// `default` only. Items of a group are invisible to processes outside it.
+public struct AccessPolicy: Sendable, Equatable {
+    /// Group name → executable paths, in the order they were added.
+    public private(set) var groups: [(name: String, executables: [String])] = []
+
+    public init() {}
+
+    public static func == (a: AccessPolicy, b: AccessPolicy) -> Bool {
+        a.groups.map(\.name) == b.groups.map(\.name) && a.groups.map(\.executables) == b.groups.map(\.executables)
+    }
+
+    public var isEmpty: Bool { groups.isEmpty }
+
+    public mutating func add(group: String, executable: String) {
+        if let i = groups.firstIndex(where: { $0.name == group }) {
+            if !groups[i].executables.contains(executable) { groups[i].executables.append(executable) }
+        } else {
+            groups.append((group, [executable]))
+        }
+    }
+
+    /// Removes an executable from a group, or the whole group when `executable` is nil.
+    /// Returns whether anything changed.
+    @discardableResult
+    public mutating func remove(group: String, executable: String?) -> Bool {
+        guard let i = groups.firstIndex(where: { $0.name == group }) else { return false }
+        guard let executable else { groups.remove(at: i); return true }
+        guard let j = groups[i].executables.firstIndex(of: executable) else { return false }
+        groups[i].executables.remove(at: j)
+        if groups[i].executables.isEmpty { groups.remove(at: i) }
+        return true
+    }
+
+    /// The access groups of a process running `executable`.
+    public func accessGroups(forExecutable executable: String?) -> [String] {
+        guard let executable else { return [Caller.defaultAccessGroup] }
+        var out = groups.filter { $0.executables.contains(executable) }.map(\.name)
+        if !out.contains(Caller.defaultAccessGroup) { out.append(Caller.defaultAccessGroup) }
+        return out
+    }
+
+    var encoded: [UInt8] {
+        var parts: [[UInt8]] = []
+        for (name, exes) in groups { parts.append(Framing.frame([Framing.text(name)] + exes.map(Framing.text))) }
+        return Framing.frame(parts)
+    }
+
+    init?(encoded: [UInt8]) {
+        guard let parts = Framing.unframe(encoded) else { return nil }
+        for part in parts {
+            guard let fields = Framing.unframe(part), let first = fields.first,
+                  let name = String(validating: first, as: UTF8.self) else { return nil }
+            let exes = fields.dropFirst().compactMap { String(validating: $0, as: UTF8.self) }
+            guard exes.count == fields.count - 1 else { return nil }
+            groups.append((name, Array(exes)))
+        }
+    }
+}
+
+extension Framing {
+    static func unframe(_ bytes: [UInt8]) -> [[UInt8]]? {
+        var out: [[UInt8]] = []
+        var i = 0
+        while i < bytes.count {
+            guard i + 4 <= bytes.count else { return nil }
+            let n = Int(bytes[i..<(i + 4)].reversed().reduce(UInt32(0)) { $0 << 8 | UInt32($1) })
+            i += 4
+            guard i + n <= bytes.count else { return nil }
+            out.append(Array(bytes[i..<(i + n)]))
+            i += n
+        }
+        return out
+    }
+}

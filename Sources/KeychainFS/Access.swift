@@ -1,0 +1,130 @@
+import Foundation
+import Keychain
+
+/// The access layer: who is calling (the FUSE request's thread id → process → executable,
+/// re-checked against pid reuse), which access groups that gives under the vault's policy,
+/// how to ask for user presence, and the audit log of every access decision.
+public final class AccessLayer: @unchecked Sendable {
+    // @unchecked: the policy cache and reuse table are guarded by `lock`.
+    let keychain: Keychain
+    public let audit: AuditLog?
+    public var presence: (any PresenceVerifier)?
+    private let lock = NSLock()
+    private var policy: (AccessPolicy, Date)?
+
+    public init(keychain: Keychain, audit: AuditLog?) {
+        self.keychain = keychain
+        self.audit = audit
+    }
+
+    /// The policy, re-read at most once a second (a CLI change shows within a second).
+    func currentPolicy() throws -> AccessPolicy {
+        if let (p, at) = lock.withLock({ policy }), Date().timeIntervalSince(at) < 1 { return p }
+        let p: AccessPolicy
+        do { p = try keychain.accessPolicy() } catch KeychainStatus.interactionNotAllowed {
+            p = AccessPolicy() // not unlocked yet: nothing is readable anyway
+        }
+        lock.withLock { policy = (p, Date()) }
+        return p
+    }
+
+    /// The caller of a request from thread `tid`. With no policy, and unless the decision is
+    /// audited, the process need not be identified at all (the fast path).
+    public func caller(tid: pid_t, identify: Bool) throws -> Caller {
+        let policy: AccessPolicy
+        do { policy = try currentPolicy() } catch let e as KeychainError {
+            Log.error("access policy: \(e.message)")
+            throw FSError(EIO)
+        }
+        guard identify || !policy.isEmpty else { return Caller(presence: presence) }
+        guard let process = ProcessIdentity.of(tid: tid) else {
+            // The process is gone (or in another pid namespace): nothing to decide for.
+            if policy.isEmpty { return Caller(presence: presence) }
+            throw FSError(EACCES)
+        }
+        return Caller(accessGroups: policy.accessGroups(forExecutable: process.executable), presence: presence,
+                      processDescription: process.description, processKey: process.key)
+    }
+}
+
+/// A process as seen in /proc: its thread-group id, executable and start time. The start
+/// time is read before and after the executable, so a pid reused in between is noticed.
+public struct ProcessIdentity: Sendable {
+    public let pid: pid_t
+    public let executable: String?
+    public let startTime: UInt64
+
+    public var description: String { "pid \(pid) \(executable ?? "?")" }
+    public var key: String { "\(pid):\(startTime)" }
+
+    public static func of(tid: pid_t) -> ProcessIdentity? {
+        guard tid > 0, let status = try? String(contentsOfFile: "/proc/\(tid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Tgid:") }),
+              let tgid = pid_t(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) else { return nil }
+        guard let before = startTime(of: tgid) else { return nil }
+        let exe = readLink("/proc/\(tgid)/exe")
+        guard let after = startTime(of: tgid), after == before else { return nil }
+        return ProcessIdentity(pid: tgid, executable: exe, startTime: before)
+    }
+
+    static func startTime(of pid: pid_t) -> UInt64? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        // Fields after the command name; starttime is field 22 overall, 20th after ")".
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        return fields.count > 19 ? UInt64(fields[19]) : nil
+    }
+
+    static func readLink(_ path: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let n = readlink(path, &buffer, buffer.count - 1)
+        guard n > 0 else { return nil }
+        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The controlling terminal of a process, for a pinentry prompt on it, or nil.
+    public static func terminal(of pid: pid_t) -> String? {
+        for fd in 0...2 {
+            if let target = readLink("/proc/\(pid)/fd/\(fd)"), target.hasPrefix("/dev/pts/") || target.hasPrefix("/dev/tty") {
+                return target
+            }
+        }
+        return nil
+    }
+
+    /// One variable of a process's environment (DISPLAY, WAYLAND_DISPLAY), or nil.
+    public static func environment(of pid: pid_t, _ name: String) -> String? {
+        guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/environ") else { return nil }
+        for entry in data.split(separator: 0) {
+            let s = String(decoding: entry, as: UTF8.self)
+            if s.hasPrefix(name + "=") { return String(s.dropFirst(name.count + 1)) }
+        }
+        return nil
+    }
+}
+
+/// The audit log: one line per access decision — time, pid, executable, item id, operation,
+/// allow/deny and why. Never a secret or a secret's length. A file the user owns (0600).
+public final class AuditLog: @unchecked Sendable {
+    // @unchecked: writes are single write(2) calls on an O_APPEND descriptor.
+    public let path: String
+    private let fd: Int32
+
+    public init(path: String) throws {
+        self.path = path
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent,
+                                                withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw FSError(errno) }
+    }
+
+    deinit { close(fd) }
+
+    public func record(_ caller: Caller, item: Int64?, _ operation: String, allowed: Bool, why: String? = nil) {
+        var line = "\(AttributeTextTime.now()) \(caller.processDescription.isEmpty ? "pid ?" : caller.processDescription)"
+        line += " item=\(item.map(String.init) ?? "-") op=\(operation) \(allowed ? "allow" : "deny")"
+        if let why { line += " why=\(why)" }
+        line += "\n"
+        _ = line.withCString { write(fd, $0, strlen($0)) }
+    }
+}

@@ -1,0 +1,100 @@
+import ArgumentParser
+import Foundation
+import Keychain
+
+struct AccessGroup: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "access-group",
+        abstract: "Map access groups to executables (the vault's access policy; changes need the passphrase).",
+        discussion: "With no policy every process of the user is in the group 'default'. A process whose executable is listed is in those groups (the first gets its new items) and in 'default'; items of a group are invisible to processes outside it.",
+        subcommands: [Add.self, Remove.self, List.self])
+
+    struct Add: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Put executables in an access group.")
+        @OptionGroup var vault: VaultOptions
+        @Argument(help: "The group.") var group: String
+        @Argument(help: "Executables (resolved to absolute paths).") var executables: [String]
+
+        func validate() throws {
+            if executables.isEmpty { throw ValidationError("name at least one executable") }
+            if group.isEmpty || group.contains(";") { throw ValidationError("a group name must be non-empty and have no ';'") }
+        }
+
+        func run() throws {
+            let resolved = try executables.map(resolveExecutable)
+            let keychain = try Keychain.open(at: vault.path)
+            let passphrase = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
+            try keychain.unlock(passphrase: passphrase)
+            var policy = try keychain.accessPolicy()
+            for exe in resolved { policy.add(group: group, executable: exe) }
+            try keychain.setAccessPolicy(policy, passphrase: passphrase)
+            for exe in resolved { Output.line("\(group): \(exe)") }
+        }
+    }
+
+    struct Remove: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Take executables (or, with none named, the whole group) out of the policy.")
+        @OptionGroup var vault: VaultOptions
+        @Argument(help: "The group.") var group: String
+        @Argument(help: "Executables; none: the whole group.") var executables: [String] = []
+
+        func run() throws {
+            let keychain = try Keychain.open(at: vault.path)
+            let passphrase = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
+            try keychain.unlock(passphrase: passphrase)
+            var policy = try keychain.accessPolicy()
+            var changed = false
+            if executables.isEmpty {
+                changed = policy.remove(group: group, executable: nil)
+            } else {
+                for exe in executables { changed = policy.remove(group: group, executable: (try? resolveExecutable(exe)) ?? exe) || changed }
+            }
+            guard changed else { throw KeychainError(.itemNotFound, "access group '\(group)' has no such entry") }
+            try keychain.setAccessPolicy(policy, passphrase: passphrase)
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the access policy.")
+        @OptionGroup var vault: VaultOptions
+
+        func run() throws {
+            let policy = try vault.openUnlocked().accessPolicy()
+            if policy.isEmpty { Output.line("(no policy: every process is in group '\(Caller.defaultAccessGroup)')") }
+            for (group, exes) in policy.groups { for exe in exes { Output.line("\(group): \(exe)") } }
+        }
+    }
+}
+
+/// An executable named on the command line, as the kernel will report it in /proc/PID/exe.
+func resolveExecutable(_ path: String) throws -> String {
+    var candidate = path
+    if !path.contains("/") {
+        let dirs = (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":")
+        let candidates: [String] = dirs.map { String($0) + "/" + path }
+        guard let found = candidates.first(where: { Glibc.access($0, X_OK) == 0 }) else {
+            throw CLIError.usage("executable '\(path)' not found on PATH")
+        }
+        candidate = found
+    }
+    guard let real = realpath(candidate, nil) else { throw CLIError.usage("executable '\(path)' does not exist") }
+    defer { free(real) }
+    return String(cString: real)
+}
+
+struct AuditLogCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "log",
+        abstract: "Show the audit log: one line per access decision of the mounted keychains.")
+    @Option(name: .customShort("n"), help: "Only the last N lines.") var lines: Int?
+    @Option(name: .long, help: "The log file (default: $XDG_STATE_HOME/keychainfs/audit.log).") var file: String?
+
+    func run() throws {
+        let path = file ?? (KeychainPaths.stateDirectory() + "/audit.log")
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw CLIError.failure("no audit log at \(path) (nothing has been mounted yet)")
+        }
+        var all = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true)
+        if let lines { all = Array(all.suffix(max(0, lines))) }
+        for line in all { Output.line(String(line)) }
+    }
+}
