@@ -202,6 +202,11 @@ public final class Keychain: @unchecked Sendable {
         stateLock.withLock { header = newHeader }
     }
 
+    /// Checks a passphrase without changing anything (devicePasscode prompts).
+    public func verifyPassphrase(_ passphrase: SecureBytes) throws {
+        _ = try refreshedHeader().unwrapMaster(passphrase: passphrase)
+    }
+
     public var kdfParameters: PasswordHashParameters { currentHeader.parameters }
 
     private func currentKeys() throws -> Keys {
@@ -459,11 +464,29 @@ public final class Keychain: @unchecked Sendable {
         let keys = try currentKeys()
         var all = query
         all.matchLimit = .all
+        // User presence is asked before the write transaction: a prompt can take a minute,
+        // and the vault must not be held against every other request meanwhile.
+        // Only changes that touch the data or its protection ask; renaming or relabelling a
+        // protected item does not (xattrs never prompt).
+        let protectionTouched = data != nil || changes[Schema.accessible] != nil
+            || changes[Schema.accessControl] != nil || changes[Schema.accessGroup] != nil
+        var approved = Set<Int64>()
+        for (row, attributes) in protectionTouched ? try matches(all, caller: caller, keys: keys, withData: false) : [] {
+            let item = KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil)
+            if item.accessControl?.requiresPresence == true {
+                try checkPresence(item, caller: caller, ui: caller.authenticationUI)
+                approved.insert(row.id)
+            }
+        }
         return try storeCall {
             try store.write {
                 let found = try matches(all, caller: caller, keys: keys, withData: true)
                 guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
                 for (old, oldAttributes) in found {
+                    let oldItem = KeychainItem(id: old.id, itemClass: query.itemClass, attributes: oldAttributes, data: nil)
+                    if protectionTouched && oldItem.accessControl?.requiresPresence == true && !approved.contains(old.id) {
+                        throw KeychainError(.interactionRequired, "\(oldItem.summary) changed while its update waited for user presence; try again")
+                    }
                     var attributes = oldAttributes
                     for (k, v) in changes { attributes[k] = v }
                     for (k, v) in derived { attributes[k] = v }
@@ -480,17 +503,14 @@ public final class Keychain: @unchecked Sendable {
                     attributes[Schema.modificationDate] = .date(Date())
                     try checkSynchronizable(attributes, query.itemClass)
                     let name = Self.describe(query.itemClass, attributes, id: old.id)
-                    let oldItem = KeychainItem(id: old.id, itemClass: query.itemClass, attributes: oldAttributes, data: nil)
                     let protectionChanged = Self.accessibility(of: attributes) != Self.accessibility(of: oldAttributes)
                         || attributes[Schema.accessGroup] != oldAttributes[Schema.accessGroup]
                     let row: StoredItem
                     if data != nil || protectionChanged {
                         // New data, or a new protection class / access group: the data is sealed
                         // again (the old data is needed only when it is kept).
-                        let plaintext = try data ?? openData(old, item: oldItem, keys: keys, caller: caller, ui: caller.authenticationUI)
-                        if data != nil, oldItem.accessControl?.requiresPresence == true {
-                            try checkPresence(oldItem, caller: caller, ui: caller.authenticationUI)
-                        }
+                        let plaintext = try data ?? openData(old, item: oldItem, keys: keys, caller: caller,
+                                                             ui: caller.authenticationUI, presenceApproved: true)
                         let classKey = try self.classKey(Self.accessibility(of: attributes), keys: keys, for: name)
                         row = try seal(id: old.id, itemClass: query.itemClass, attributes: attributes, data: plaintext,
                                        version: old.version + 1, keys: keys, classKey: classKey)
@@ -730,9 +750,10 @@ public final class Keychain: @unchecked Sendable {
         }
     }
 
-    private func openData(_ row: StoredItem, item: KeychainItem, keys: Keys, caller: Caller, ui: AuthenticationUI) throws -> [UInt8] {
+    private func openData(_ row: StoredItem, item: KeychainItem, keys: Keys, caller: Caller, ui: AuthenticationUI,
+                          presenceApproved: Bool = false) throws -> [UInt8] {
         let classKey = try self.classKey(item.accessibility, keys: keys, for: item.summary)
-        try checkPresence(item, caller: caller, ui: ui)
+        if !presenceApproved { try checkPresence(item, caller: caller, ui: ui) }
         let gen = row.dataGeneration
         do {
             let itemKey = try AEAD.openKey(row.wrappedItemKey, associatedData: dataAD("key", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen), key: classKey)

@@ -11,6 +11,9 @@ struct ParsedMountOptions {
     var passphraseFile: String?
     var log: String?
     var audit: String?
+    var pinentry: String?
+    var presenceReuse: Double = 0
+    var presenceTimeout = 60
 
     /// Options mount(8) and fstab pass that mean nothing to a FUSE filesystem of one user.
     static let ignored: Set<String> = ["rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev",
@@ -38,6 +41,17 @@ struct ParsedMountOptions {
                     fuse.lockAfter = v
                 case "log": log = value
                 case "audit": audit = value
+                case "pinentry": pinentry = value
+                case "presence_reuse":
+                    guard let v = value.flatMap(Double.init), v >= 0, v <= 300 else {
+                        throw CLIError.usage("-o presence_reuse=SECONDS takes 0 to 300 seconds")
+                    }
+                    presenceReuse = v
+                case "presence_timeout":
+                    guard let v = value.flatMap(Int.init), v >= 1, v <= 600 else {
+                        throw CLIError.usage("-o presence_timeout=SECONDS takes 1 to 600 seconds")
+                    }
+                    presenceTimeout = v
                 case "cache":
                     guard let v = value.flatMap(Double.init), v >= 0, v <= 60 else {
                         throw CLIError.usage("-o cache=SECONDS takes a number from 0 to 60")
@@ -47,7 +61,7 @@ struct ParsedMountOptions {
                     throw CLIError.usage("-o ro is not supported: a keychain mount is read-write")
                 case _ where Self.ignored.contains(key): continue
                 default:
-                    throw CLIError.usage("unknown mount option '\(option)'; known: allow_other, default_permissions, cache=SECONDS, lock_after=SECONDS, locked, pinentry=PATH, presence_reuse=SECONDS, passphrase_file=PATH, log=PATH, audit=PATH, debug")
+                    throw CLIError.usage("unknown mount option '\(option)'; known: allow_other, default_permissions, cache=SECONDS, lock_after=SECONDS, locked, pinentry=PATH, presence_reuse=SECONDS, presence_timeout=SECONDS, passphrase_file=PATH, log=PATH, audit=PATH, debug")
                 }
             }
         }
@@ -197,6 +211,8 @@ struct Mount: ParsableCommand {
             fuseOptions.fsname = vaultPath
             let audit = try AuditLog(path: parsed.audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
             let fs = KeychainFileSystem(keychain: keychain, audit: audit)
+            fs.access.presence = PinentryPresence(keychain: keychain, program: parsed.pinentry,
+                                                  reuseSeconds: parsed.presenceReuse, timeoutSeconds: parsed.presenceTimeout)
             let control = try ControlServer(path: controlSocketPath(), keychain: keychain)
             fs.controlSocketPath = control.path
             control.start()

@@ -1,0 +1,202 @@
+import Foundation
+import Keychain
+import KeychainCrypto
+
+/// User presence through pinentry (the Assuan protocol of GnuPG's prompt programs), on the
+/// calling process's terminal or display:
+/// - `userPresence`: a confirmation naming the process and the item (CONFIRM);
+/// - `devicePasscode`: the vault passphrase (GETPIN), checked against the vault.
+/// A reuse window (per process and item, 0–300 s) skips repeated prompts. With no terminal,
+/// no display or no pinentry there is no way to ask: errSecInteractionNotAllowed at once.
+/// A prompt runs on the requesting thread only; other requests go on meanwhile.
+public final class PinentryPresence: PresenceVerifier, @unchecked Sendable {
+    // @unchecked: `grants` is guarded by `lock`.
+    public let program: String?
+    public let reuseSeconds: Double
+    public let timeoutSeconds: Int
+    let keychain: Keychain
+    private let lock = NSLock()
+    private var grants: [String: Date] = [:]
+
+    public init(keychain: Keychain, program: String?, reuseSeconds: Double, timeoutSeconds: Int = 60) {
+        self.keychain = keychain
+        self.program = program ?? Self.findProgram()
+        self.reuseSeconds = min(max(reuseSeconds, 0), 300)
+        self.timeoutSeconds = timeoutSeconds
+    }
+
+    static func findProgram() -> String? {
+        let dirs = (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":").map(String.init)
+        for name in ["pinentry", "pinentry-tty", "pinentry-curses", "pinentry-gnome3", "pinentry-qt"] {
+            for dir in dirs where access(dir + "/" + name, X_OK) == 0 { return dir + "/" + name }
+        }
+        return nil
+    }
+
+    public func verify(item: KeychainItem, flags: AccessControlFlags, caller: Caller) throws {
+        let grantKey = "\(caller.processKey)|\(item.id)"
+        if reuseSeconds > 0, let at = lock.withLock({ grants[grantKey] }), Date().timeIntervalSince(at) < reuseSeconds { return }
+        guard let program else {
+            throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and no pinentry program is installed")
+        }
+        let pid = pid_t(caller.processKey.split(separator: ":").first.flatMap { Int32($0) } ?? 0)
+        let tty = pid > 0 ? ProcessIdentity.terminal(of: pid) : nil
+        let display = pid > 0 ? (ProcessIdentity.environment(of: pid, "WAYLAND_DISPLAY") ?? ProcessIdentity.environment(of: pid, "DISPLAY")) : nil
+        guard tty != nil || display != nil else {
+            throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and \(caller.processDescription) has no terminal or display to ask on")
+        }
+        let passcode = flags.contains(.devicePasscode) && !flags.contains(.userPresence)
+        var session = try AssuanSession(program: program, tty: tty, display: display, term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
+                                        timeout: timeoutSeconds + 5)
+        defer { session.finish() }
+        let what = passcode ? "Enter the vault passphrase to let" : "Allow"
+        try session.command("SETTITLE keychainfs")
+        try session.command("SETDESC " + AssuanSession.escape("\(what) \(caller.processDescription) to use \(item.summary)?"))
+        try session.command("SETTIMEOUT \(timeoutSeconds)")
+        if passcode {
+            try session.command("SETPROMPT Passphrase:")
+            var pin = try session.getPin()
+            defer { Sodium.wipe(&pin) }
+            try keychain.verifyPassphrase(try SecureBytes(copying: pin))
+        } else {
+            try session.command("SETOK Allow")
+            try session.command("SETNOTOK Deny")
+            try session.command("CONFIRM")
+        }
+        if reuseSeconds > 0 { lock.withLock { grants[grantKey] = Date() } }
+    }
+}
+
+/// One pinentry process and its Assuan conversation.
+struct AssuanSession {
+    let pid: pid_t
+    let input: Int32   // we write commands here
+    let output: Int32  // we read replies here
+    let deadline: Date
+
+    init(program: String, tty: String?, display: String?, term: String?, timeout: Int) throws {
+        var toChild: [Int32] = [0, 0], fromChild: [Int32] = [0, 0]
+        guard pipe(&toChild) == 0, pipe(&fromChild) == 0 else { throw KeychainError(.io, "pipe failed") }
+        for fd in toChild + fromChild { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, toChild[0], 0)
+        posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1)
+        var args = [program]
+        if let tty { args += ["--ttyname", tty] }
+        if let display { args += ["--display", display] }
+        var env = ["PATH=/usr/bin:/bin", "LANG=C.UTF-8"]
+        if let display { env.append(display.hasPrefix("wayland") ? "WAYLAND_DISPLAY=\(display)" : "DISPLAY=\(display)") }
+        env.append("TERM=\(term ?? "xterm")")
+        let cArgs = args.map { strdup($0) } + [nil]
+        let cEnv = env.map { strdup($0) } + [nil]
+        defer { cArgs.forEach { free($0) }; cEnv.forEach { free($0) } }
+        var child: pid_t = 0
+        let rc = posix_spawn(&child, program, &actions, nil, cArgs, cEnv)
+        close(toChild[0]); close(fromChild[1])
+        guard rc == 0 else {
+            close(toChild[1]); close(fromChild[0])
+            throw KeychainError(.interactionNotAllowed, "cannot start \(program): \(String(cString: strerror(rc)))")
+        }
+        pid = child
+        input = toChild[1]
+        output = fromChild[0]
+        deadline = Date().addingTimeInterval(Double(timeout))
+        var me = self
+        let greeting = try me.readLine()
+        guard greeting.hasPrefix("OK") else { throw KeychainError(.interactionNotAllowed, "pinentry did not greet") }
+        if let tty { try me.command("OPTION ttyname=\(tty)") }
+        try me.command("OPTION ttytype=\(term ?? "xterm")")
+    }
+
+    /// Percent-escapes what Assuan cannot carry in a line.
+    static func escape(_ s: String) -> String {
+        var out = [UInt8]()
+        for b in s.utf8 {
+            switch b {
+            case UInt8(ascii: "%"), 10, 13: out += Array(String(format: "%%%02X", b).utf8)
+            default: out.append(b)
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    mutating func readLine() throws -> String {
+        var line = [UInt8]()
+        var byte: UInt8 = 0
+        while true {
+            let remaining = deadline.timeIntervalSinceNow
+            guard remaining > 0 else {
+                kill(pid, SIGKILL)
+                throw KeychainError(.authFailed, "the prompt timed out")
+            }
+            var pfd = pollfd(fd: output, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&pfd, 1, Int32(min(remaining, 1) * 1000))
+            if ready == 0 { continue }
+            if ready < 0 { if errno == EINTR { continue }; throw KeychainError(.interactionNotAllowed, "pinentry: poll failed") }
+            let n = read(output, &byte, 1)
+            guard n == 1 else { throw KeychainError(.interactionNotAllowed, "pinentry exited") }
+            if byte == 10 { return String(decoding: line, as: UTF8.self) }
+            line.append(byte)
+        }
+    }
+
+    /// Sends one command and waits for its OK; an ERR becomes the matching status.
+    mutating func command(_ line: String) throws {
+        _ = (line + "\n").withCString { write(input, $0, strlen($0)) }
+        while true {
+            let reply = try readLine()
+            if reply.hasPrefix("OK") { return }
+            if reply.hasPrefix("ERR") { throw Self.error(reply) }
+            // S (status) and # (comment) lines carry nothing we need.
+        }
+    }
+
+    /// GETPIN: the PIN arrives in a D line (percent-escaped), then OK.
+    mutating func getPin() throws -> [UInt8] {
+        _ = "GETPIN\n".withCString { write(input, $0, strlen($0)) }
+        var pin = [UInt8]()
+        while true {
+            var reply = try readLine()
+            if reply.hasPrefix("D ") {
+                let bytes = Array(reply.utf8.dropFirst(2))
+                var i = 0
+                while i < bytes.count {
+                    if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.count, let v = UInt8(String(decoding: bytes[(i + 1)...(i + 2)], as: UTF8.self), radix: 16) {
+                        pin.append(v); i += 3
+                    } else { pin.append(bytes[i]); i += 1 }
+                }
+                reply = ""
+                continue
+            }
+            if reply.hasPrefix("OK") { return pin }
+            if reply.hasPrefix("ERR") { Sodium.wipe(&pin); throw Self.error(reply) }
+        }
+    }
+
+    /// gpg-error codes (the low 16 bits): 99 cancelled, 114 not confirmed (denied), 62 timeout.
+    static func error(_ reply: String) -> KeychainError {
+        let code = reply.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
+        switch code & 0xFFFF {
+        case 99: return KeychainError(.userCanceled, "the user cancelled the prompt")
+        case 114: return KeychainError(.authFailed, "the user denied access")
+        case 62: return KeychainError(.authFailed, "the prompt timed out")
+        default: return KeychainError(.interactionNotAllowed, "pinentry failed: \(reply.prefix(80))")
+        }
+    }
+
+    func finish() {
+        _ = "BYE\n".withCString { write(input, $0, strlen($0)) }
+        Glibc.close(input)
+        Glibc.close(output)
+        var status: Int32 = 0
+        // Reap without hanging: a pinentry that ignores BYE is killed.
+        for _ in 0..<20 {
+            if waitpid(pid, &status, WNOHANG) == pid { return }
+            usleep(10_000)
+        }
+        kill(pid, SIGKILL)
+        waitpid(pid, &status, 0)
+    }
+}
