@@ -48,6 +48,7 @@ let package = Package(
         .testTarget(name: "KeychainTests", dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite"]),
         .testTarget(name: "CLITests", dependencies: ["keychainfs"]),
         .testTarget(name: "FSTests", dependencies: ["keychainfs"]),
+        .testTarget(name: "AccessTests", dependencies: ["keychainfs"]),
     ],
     swiftLanguageModes: [.v6]
 )
