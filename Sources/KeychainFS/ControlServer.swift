@@ -23,15 +23,9 @@ public final class ControlServer: @unchecked Sendable {
         let dir = (path as NSString).deletingLastPathComponent
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         unlink(path)
+        var address = try Self.address(path)
         listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard listener >= 0 else { throw FSError(errno) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw FSError(ENAMETOOLONG) }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (i, b) in bytes.enumerated() { raw[i] = b }
-        }
         let old = umask(0o077)
         let rc = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
@@ -123,16 +117,22 @@ public final class ControlServer: @unchecked Sendable {
         _ = (line + "\n").withCString { write(client, $0, strlen($0)) }
     }
 
-    /// The client side, used by the CLI.
-    public static func request(socket path: String, _ command: String, payload: SecureBytes? = nil) throws -> String {
-        let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw FSError(errno) }
-        defer { close(fd) }
+    /// A Unix socket address for `path` (ENAMETOOLONG past sun_path's 108 bytes).
+    static func address(_ path: String) throws -> sockaddr_un {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
         guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw FSError(ENAMETOOLONG) }
         withUnsafeMutableBytes(of: &address.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
+        return address
+    }
+
+    /// The client side, used by the CLI.
+    public static func request(socket path: String, _ command: String, payload: SecureBytes? = nil) throws -> String {
+        var address = try address(path)
+        let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw FSError(errno) }
+        defer { close(fd) }
         let rc = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
