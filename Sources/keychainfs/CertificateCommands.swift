@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainCrypto
 
 /// Reads a file given on the command line (certificates, keys: not secrets on argv).
 func readInputFile(_ path: String) throws -> [UInt8] {
@@ -100,13 +101,19 @@ struct FindIdentity: ParsableCommand {
 struct Import: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Import certificates and private keys from a PEM bundle (or one DER certificate).",
-        discussion: "Each CERTIFICATE block becomes a certificate item; each private key block (PRIVATE KEY, RSA/EC PRIVATE KEY, OPENSSH PRIVATE KEY) a key item labelled after the file (and its index when there are several). PKCS#12 files: convert with `openssl pkcs12 -in f.p12 -nodes` first.")
+        discussion: "Each CERTIFICATE block becomes a certificate item; each private key block (PRIVATE KEY, RSA/EC PRIVATE KEY, OPENSSH PRIVATE KEY) a key item labelled after the file (and its index when there are several). .p12/.pfx files are read through the system's openssl.")
     @OptionGroup var vault: VaultOptions
     @Argument(help: "The file to import; - for standard input.") var file: String
     @Option(name: .customShort("l"), help: "Label for the imported key(s) (default: the file name).") var label: String?
+    @Option(name: .long, help: ArgumentHelp("PKCS#12 (.p12/.pfx): read its password from this file (else a prompt; empty for none).", valueName: "path"))
+    var p12PassphraseFile: String?
 
     func run() throws {
-        let bytes = try readInputFile(file)
+        var bytes = try readInputFile(file)
+        let lower = file.lowercased()
+        if lower.hasSuffix(".p12") || lower.hasSuffix(".pfx") {
+            bytes = try pkcs12ToPEM(file)
+        }
         guard let text = String(validating: bytes, as: UTF8.self), text.contains("-----BEGIN") else {
             let der = try CertificateData.der(from: bytes)
             let item = try vault.openUnlocked().add(.certificate, [:], data: der)
@@ -126,6 +133,38 @@ struct Import: ParsableCommand {
                              data: PEMBlocks.encode(label: key.label, der: key.der))
         }
         Output.line("\(certs.count) certificate(s) and \(keys.count) key(s) imported")
+    }
+}
+
+extension Import {
+    /// PKCS#12 through the system's openssl (`openssl pkcs12 -nodes`), the password on its
+    /// stdin (never argv); the PEM it prints is then imported like any bundle.
+    func pkcs12ToPEM(_ path: String) throws -> [UInt8] {
+        var password: [UInt8]
+        if let p12PassphraseFile {
+            password = try readInputFile(p12PassphraseFile)
+            SecretInput.chomp(&password)
+        } else {
+            password = try SecretInput.prompt("password for \(path): ") ?? []
+        }
+        defer { Sodium.wipe(&password) }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        p.arguments = ["pkcs12", "-in", path, "-nodes", "-passin", "stdin"]
+        let input = Pipe(), output = Pipe(), errors = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        p.standardError = errors
+        do { try p.run() } catch { throw CLIError.failure("cannot run openssl to read \(path): \(error)") }
+        input.fileHandleForWriting.write(Data(password + [10]))
+        try? input.fileHandleForWriting.close()
+        let pem = output.fileHandleForReading.readDataToEndOfFile()
+        _ = errors.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else {
+            throw CLIError.failure("cannot read PKCS#12 file \(path): wrong password or not a PKCS#12 file")
+        }
+        return Array(pem)
     }
 }
 
