@@ -104,7 +104,7 @@ struct VaultHeader {
 enum DeviceKey {
     static func loadOrCreate(at path: String) throws -> SecureBytes {
         if let key = try load(at: path) { return key }
-        let dir = (path as NSString).deletingLastPathComponent
+        let dir = KeychainPaths.parent(of: path)
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         var bytes = Sodium.randomBytes(32)

@@ -568,6 +568,28 @@ public final class Keychain: @unchecked Sendable {
         }
     }
 
+    /// Gives `target` the data of `source` and deletes `source`, in one transaction: what a
+    /// temp file renamed over an item means (the item keeps its attributes).
+    public func replaceData(of target: Query, withDataOf source: Query, caller callerArgument: Caller? = nil) throws {
+        let caller = callerArgument ?? defaultCaller
+        let keys = try currentKeys()
+        try storeCall {
+            try store.write {
+                var one = source
+                one.matchLimit = .all
+                let found = try matches(one, caller: caller, keys: keys, withData: true)
+                guard found.count == 1, let (row, attributes) = found.first else {
+                    throw KeychainError(found.isEmpty ? .itemNotFound : .param, "\(Self.describe(source)) must name exactly one item")
+                }
+                let item = KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil)
+                let data = try openData(row, item: item, keys: keys, caller: caller, ui: caller.authenticationUI)
+                try update(target, attributes: [:], data: data, caller: caller)
+                try store.delete(id: row.id)
+                try updateManifest(keys: keys, removing: row, adding: nil)
+            }
+        }
+    }
+
     // MARK: SecItemDelete
 
     /// SecItemDelete: deletes every match. Returns how many were deleted.
@@ -941,6 +963,19 @@ public enum KeychainPaths {
     public static func defaultVault() -> String {
         if let v = ProcessInfo.processInfo.environment["KEYCHAINFS_VAULT"], !v.isEmpty { return v }
         return xdg("XDG_DATA_HOME", ".local/share") + "/keychainfs/default.vault"
+    }
+
+    /// The directory part of a path, without touching the filesystem. (Foundation's
+    /// NSString.deletingLastPathComponent crashes on a one-character relative path.)
+    public static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        let dir = String(path[..<slash])
+        return dir.isEmpty ? "/" : dir
+    }
+
+    /// The last component of a path.
+    public static func lastComponent(of path: String) -> String {
+        path.split(separator: "/").last.map(String.init) ?? path
     }
 
     /// `$XDG_STATE_HOME/keychainfs`: the device key, daemon logs.

@@ -112,7 +112,7 @@ public final class AuditLog: @unchecked Sendable {
 
     public init(path: String) throws {
         self.path = path
-        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent,
+        try FileManager.default.createDirectory(atPath: KeychainPaths.parent(of: path),
                                                 withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw FSError(errno) }

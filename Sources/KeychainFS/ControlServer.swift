@@ -20,7 +20,7 @@ public final class ControlServer: @unchecked Sendable {
         self.path = path
         self.keychain = keychain
         self.uid = uid
-        let dir = (path as NSString).deletingLastPathComponent
+        let dir = KeychainPaths.parent(of: path)
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         unlink(path)
         var address = try Self.address(path)

@@ -62,6 +62,10 @@ public final class KeychainFileSystem: @unchecked Sendable {
     private var nextHandle: UInt64 = 1
     private var scratch: [UInt64: ScratchFile] = [:]
     private var nextScratch: UInt64 = 1
+    /// Items this daemon created through the mount whose attributes nobody has set since:
+    /// temp files of `sed -i` and friends. Renamed onto an existing item, such a file gives it
+    /// its bytes (the target keeps its attributes), instead of replacing it.
+    private var freshItems: Set<Int64> = []
 
     /// Called (off the request thread) when the kernel's cached view of a node went stale.
     public var invalidate: (@Sendable (Invalidation) -> Void)?
@@ -73,13 +77,16 @@ public final class KeychainFileSystem: @unchecked Sendable {
 
     final class OpenFile {
         let ino: UInt64
-        let itemClass: ItemClass?
-        let itemID: Int64?
-        let scratch: ScratchFile?
+        var itemClass: ItemClass?
+        var itemID: Int64?
+        var scratch: ScratchFile?
         let caller: Caller
         let append: Bool
         var buffer: [UInt8]?
         var dirty = false
+        /// A write was refused (EFBIG): the handle's buffered bytes are dropped and every later
+        /// commit fails with this errno, so the old secret stays intact and nothing is added.
+        var failed: Int32?
         init(ino: UInt64, itemClass: ItemClass?, itemID: Int64?, scratch: ScratchFile?, caller: Caller, append: Bool) {
             self.ino = ino; self.itemClass = itemClass; self.itemID = itemID; self.scratch = scratch
             self.caller = caller; self.append = append
@@ -93,8 +100,9 @@ public final class KeychainFileSystem: @unchecked Sendable {
         var name: String
         var data: [UInt8] = []
         var modified = Date()
-        /// A certificate being written: it becomes an item when its bytes are complete
-        /// (a certificate cannot be added empty). Until then it is listed like a file.
+        /// A file created through the mount: it becomes an item (SecItemAdd) at its first
+        /// commit with bytes, or at release. Until then it is listed like any file, and a crash
+        /// leaves nothing behind.
         var pending: (ItemClass, Attributes)?
         /// After the commit this inode stays an alias of the new item, because the kernel may
         /// still hold it for the name.
@@ -455,31 +463,25 @@ public final class KeychainFileSystem: @unchecked Sendable {
             // Not the canonical spelling of any item (bad escape, invalid UTF-8, long form).
             throw FSError(EINVAL)
         }
-        if c == .certificate {
-            // A certificate cannot exist empty: it is added when its bytes are complete.
-            if (try? lookup(parent: parent, name: name, caller: caller)) != nil { throw FSError(EEXIST) }
-            let s = lock.withLock { () -> ScratchFile in
-                let s = ScratchFile(ino: Inode.scratch(nextScratch), parent: parent, name: name)
-                nextScratch += 1
-                s.pending = (c, key)
-                scratch[s.ino] = s
-                return s
-            }
-            let h = register(OpenFile(ino: s.ino, itemClass: nil, itemID: nil, scratch: s, caller: caller, append: flags & O_APPEND != 0))
-            return Opened(handle: h, stat: scratchStat(s))
-        }
+        if (try? lookup(parent: parent, name: name, caller: caller)) != nil { throw FSError(EEXIST) }
         var attributes = key
         if c == .key, case .string(let label)? = key[Schema.label] {
             // A key's primary key does not hold its label; tag it with its file name so two
             // keys written under different names are different items.
             attributes[Schema.named("applicationTag")] = .data(Array(label.utf8))
         }
-        let item = try audited(caller, item: nil, "create") { try keychain.add(c, attributes, data: [], caller: caller) }
-        if case .directory = parentNode { _ = lock.withLock { emptyDirectories.remove(parent) } }
-        let file = OpenFile(ino: Inode.item(c, id: item.id), itemClass: c, itemID: item.id, scratch: nil, caller: caller,
-                            append: flags & O_APPEND != 0)
-        file.buffer = []
-        return Opened(handle: register(file), stat: itemStat(item))
+        // The item is added when its bytes are committed (a certificate cannot even exist
+        // empty); until then the name is a pending file.
+        let s = lock.withLock { () -> ScratchFile in
+            let s = ScratchFile(ino: Inode.scratch(nextScratch), parent: parent, name: name)
+            nextScratch += 1
+            s.pending = (c, attributes)
+            scratch[s.ino] = s
+            if case .directory = parentNode { emptyDirectories.remove(parent) }
+            return s
+        }
+        let h = register(OpenFile(ino: s.ino, itemClass: nil, itemID: nil, scratch: s, caller: caller, append: flags & O_APPEND != 0))
+        return Opened(handle: h, stat: scratchStat(s))
     }
 
     public func open(_ ino: UInt64, flags: Int32, caller given: Caller) throws -> UInt64 {
@@ -496,23 +498,38 @@ public final class KeychainFileSystem: @unchecked Sendable {
         case .item(.identity, let id):
             if writing { throw FSError(EPERM) }
             _ = try audited(caller, item: id, "open-read") { try identityContent(id, caller: caller) }
-            return register(OpenFile(ino: ino, itemClass: .identity, itemID: id, scratch: nil, caller: caller, append: false))
+            return register(OpenFile(ino: ino, itemClass: .identity, itemID: id, scratch: nil,
+                                     caller: Self.approved(caller), append: false))
         case .item(let c, let id):
-            let file = OpenFile(ino: ino, itemClass: c, itemID: id, scratch: nil, caller: caller, append: flags & O_APPEND != 0)
+            // The access decision is taken here and bound to the handle: reading the data now
+            // proves it is readable for this caller (lock state, access group, user presence,
+            // which may prompt). Later reads on the handle still go through the store and the
+            // lock state, but do not ask again.
+            let item = try audited(caller, item: id, flags & O_TRUNC != 0 && writing ? "open-truncate" : writing ? "open-write" : "open-read") {
+                try keychain.item(id: id, itemClass: c, withData: true, caller: caller)
+            }
+            let file = OpenFile(ino: ino, itemClass: c, itemID: id, scratch: nil, caller: Self.approved(caller),
+                                append: flags & O_APPEND != 0)
             if flags & O_TRUNC != 0 && writing {
-                _ = try audited(caller, item: id, "open-truncate") { try keychain.item(id: id, itemClass: c, withData: false, caller: caller) }
                 file.buffer = []
                 file.dirty = true
-            } else {
-                // The access decision is taken here and bound to the handle: reading the data
-                // now proves it is readable for this caller (lock state, access control).
-                let item = try audited(caller, item: id, writing ? "open-write" : "open-read") {
-                    try keychain.item(id: id, itemClass: c, withData: true, caller: caller)
-                }
-                if writing { file.buffer = Self.content(c, item.data ?? []) }
+            } else if writing {
+                file.buffer = Self.content(c, item.data ?? [])
             }
             return register(file)
         }
+    }
+
+    /// A caller whose user-presence check already passed at open: the handle carries it.
+    static func approved(_ caller: Caller) -> Caller {
+        var c = caller
+        c.presence = ApprovedAtOpen()
+        c.authenticationUI = .allow
+        return c
+    }
+
+    struct ApprovedAtOpen: PresenceVerifier {
+        func verify(item: KeychainItem, flags: AccessControlFlags, caller: Caller) throws {}
     }
 
     private func openFile(_ handle: UInt64) throws -> OpenFile {
@@ -523,7 +540,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
     public func read(handle: UInt64, offset: Int, size: Int) throws -> [UInt8] {
         let file = try openFile(handle)
         let data: [UInt8]
-        if let s = file.scratch {
+        if let s = lock.withLock({ file.scratch }) {
             data = lock.withLock { s.data }
         } else if let buffer = lock.withLock({ file.buffer }), lock.withLock({ file.dirty }) {
             data = buffer
@@ -542,10 +559,15 @@ public final class KeychainFileSystem: @unchecked Sendable {
 
     public func write(handle: UInt64, offset: Int, bytes: UnsafeRawBufferPointer) throws -> Int {
         let file = try openFile(handle)
-        if let s = file.scratch {
+        if let s = lock.withLock({ file.scratch }) {
             return try lock.withLock {
+                if let failed = file.failed { throw FSError(failed) }
                 let start = file.append ? s.data.count : offset
-                guard start + bytes.count <= Keychain.maxDataSize * 4 else { throw FSError(EFBIG) }
+                // A pending item has the keychain's limit; editor scratch files a looser one.
+                guard start + bytes.count <= Keychain.maxDataSize * (s.pending == nil ? 4 : 1) else {
+                    if s.pending != nil { file.failed = EFBIG; s.data = [] }
+                    throw FSError(EFBIG)
+                }
                 if s.data.count < start + bytes.count { s.data += [UInt8](repeating: 0, count: start + bytes.count - s.data.count) }
                 s.data.replaceSubrange(start..<(start + bytes.count), with: bytes)
                 s.modified = Date()
@@ -560,10 +582,15 @@ public final class KeychainFileSystem: @unchecked Sendable {
             lock.withLock { if file.buffer == nil { file.buffer = Self.content(file.itemClass!, item.data ?? []) } }
         }
         return try lock.withLock {
+            if let failed = file.failed { throw FSError(failed) }
             var buffer = file.buffer!
             let start = file.append ? buffer.count : offset
             guard start + bytes.count <= Keychain.maxDataSize else {
                 Log.debug("write to item \(file.itemID!) refused: over the size limit")
+                // Drop what was buffered: the commit at close must not store a truncated secret.
+                file.failed = EFBIG
+                file.buffer = nil
+                file.dirty = false
                 throw FSError(EFBIG)
             }
             if buffer.count < start + bytes.count { buffer += [UInt8](repeating: 0, count: start + bytes.count - buffer.count) }
@@ -578,7 +605,11 @@ public final class KeychainFileSystem: @unchecked Sendable {
     /// secret intact and is reported to flush/fsync (so close(2) sees it).
     public func commit(handle: UInt64, releasing: Bool = false) throws {
         let file = try openFile(handle)
-        if let s = file.scratch {
+        if let failed = lock.withLock({ file.failed }) {
+            if releasing, let s = file.scratch, s.pending != nil { _ = lock.withLock { scratch.removeValue(forKey: s.ino) } }
+            throw FSError(failed)
+        }
+        if let s = lock.withLock({ file.scratch }) {
             try commitPending(s, file: file, releasing: releasing)
             return
         }
@@ -596,17 +627,24 @@ public final class KeychainFileSystem: @unchecked Sendable {
     /// nothing is stored.
     private func commitPending(_ s: ScratchFile, file: OpenFile, releasing: Bool) throws {
         guard let (c, key, data, dirty) = lock.withLock({ () -> (ItemClass, Attributes, [UInt8], Bool)? in
-            guard let (c, key) = s.pending, s.committed == nil else { return nil }
+            // Unlinked while still being written: it never becomes an item.
+            guard let (c, key) = s.pending, s.committed == nil, scratch[s.ino] != nil else { return nil }
             return (c, key, s.data, file.dirty)
         }) else { return }
         guard dirty || releasing else { return }
         if data.isEmpty && !releasing { return }
         do {
-            let item = try attempt("add \(s.name)") { try keychain.add(c, key, data: data, caller: file.caller) }
+            let item = try audited(file.caller, item: nil, "create") { try keychain.add(c, key, data: data, caller: file.caller) }
             lock.withLock {
                 s.committed = (c, item.id)
                 s.data = []
+                // From now on this handle is an ordinary item handle: later writes update it.
+                file.scratch = nil
+                file.itemClass = c
+                file.itemID = item.id
+                file.buffer = Self.content(c, data)
                 file.dirty = false
+                freshItems.insert(item.id)
             }
             invalidate?(.entry(parent: s.parent, name: s.name))
         } catch {
@@ -723,6 +761,19 @@ public final class KeychainFileSystem: @unchecked Sendable {
         }
         guard let (_, dirAttrs) = try directoryAttributes(targetParent),
               let key = PathCodec.parseLeaf(targetClass, newName, in: dirAttrs) else { throw FSError(EINVAL) }
+        if !noReplace, lock.withLock({ freshItems.contains(id) }),
+           let target = try? lookup(parent: newParent, name: newName, caller: caller), let (_, targetID) = Inode.decodeItem(target.ino), targetID != id {
+            // `sed -i`, `cp --backup`-less editors: a fresh temp file renamed over an item. The
+            // item keeps its attributes (protection class, comment, creation date) and gets the
+            // new bytes; the temp item goes. One transaction.
+            try audited(caller, item: targetID, "replace-data") {
+                try keychain.replaceData(of: Query(targetClass, synchronizableAny: true, persistentReference: targetID),
+                                         withDataOf: Query(sourceClass, synchronizableAny: true, persistentReference: id), caller: caller)
+            }
+            _ = lock.withLock { freshItems.remove(id) }
+            invalidate?(.inode(target.ino))
+            return
+        }
         try audited(caller, item: id, "rename") {
             try keychain.rename(Query(sourceClass, synchronizableAny: true, persistentReference: id), to: key,
                                 replacing: !noReplace, caller: caller)
@@ -822,6 +873,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
         }
         let oldDirectory = PathCodec.directory(of: c, item.attributes)
         let oldLeaf = PathCodec.leaf(of: c, item.attributes)
+        _ = lock.withLock { freshItems.remove(id) }
         try audited(caller, item: id, "set-\(attrName)") {
             try keychain.update(Query(c, synchronizableAny: true, persistentReference: id), attributes: [attribute: parsed], caller: caller)
         }

@@ -154,6 +154,9 @@ public final class FuseSession: @unchecked Sendable {
 
     static func name(_ p: UnsafePointer<CChar>?) throws -> String {
         guard let p else { throw FSError(EINVAL) }
+        // The FUSE kernel module passes names up to 1024 bytes; like any filesystem with
+        // 255-byte names, say so rather than failing to find or parse them.
+        guard strlen(p) <= PathCodec.maxComponentBytes else { throw FSError(ENAMETOOLONG) }
         // Names that are not UTF-8 cannot be the spelling of any item.
         guard let s = String(validatingCString: p) else { throw FSError(EINVAL) }
         return s
@@ -167,11 +170,17 @@ public final class FuseSession: @unchecked Sendable {
             guard let conn else { return }
             // Whole secrets fit in one write request where the kernel allows it.
             conn.pointee.max_write = 1 << 20
+            // O_TRUNC arrives with the open instead of as a separate truncate, so truncation is
+            // buffered in the handle and committed (or dropped, on EFBIG) with its writes: a
+            // failed `> file` must leave the old secret intact.
+            if conn.pointee.capable & UInt32(FUSE_CAP_ATOMIC_O_TRUNC) != 0 {
+                conn.pointee.want |= UInt32(FUSE_CAP_ATOMIC_O_TRUNC)
+            }
         }
         ops.lookup = { req, parent, name in
             FuseSession.serve(req) { s in
                 let n: String
-                do { n = try FuseSession.name(name) } catch { throw FSError(ENOENT) }
+                do { n = try FuseSession.name(name) } catch let e as FSError where e.errno == ENAMETOOLONG { throw e } catch { throw FSError(ENOENT) }
                 var e = s.entry(try s.fs.lookup(parent: parent, name: n, caller: try s.caller(req)))
                 fuse_reply_entry(req, &e)
             }

@@ -61,7 +61,8 @@ public final class VaultStore: @unchecked Sendable {
     /// Creates a new vault file (mode 0600; its directory 0700 if it has to be made).
     /// Fails if the file already exists: an existing vault is never overwritten.
     public static func create(at path: String) throws -> VaultStore {
-        let dir = (path as NSString).deletingLastPathComponent
+        // Not NSString.deletingLastPathComponent: it crashes on a one-character relative path.
+        let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? ""
         if !dir.isEmpty && !FileManager.default.fileExists(atPath: dir) {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])

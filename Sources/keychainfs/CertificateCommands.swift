@@ -125,7 +125,7 @@ struct Import: ParsableCommand {
         let keys = blocks.filter { $0.label.hasSuffix("PRIVATE KEY") }
         if certs.isEmpty && keys.isEmpty { throw CLIError.failure("\(file) holds no certificate or private key") }
         let keychain = try vault.openUnlocked()
-        let base = label ?? (file == "-" ? "imported" : (file as NSString).lastPathComponent)
+        let base = label ?? (file == "-" ? "imported" : KeychainPaths.lastComponent(of: file))
         for cert in certs { try keychain.add(.certificate, [:], data: cert.der) }
         for (i, key) in keys.enumerated() {
             let name = keys.count == 1 ? base : "\(base)-\(i + 1)"

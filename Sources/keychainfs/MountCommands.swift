@@ -103,8 +103,10 @@ enum MountTable {
 
     /// A mount whose daemon died: the kernel answers ENOTCONN.
     static func isStale(_ path: String) -> Bool {
-        var st = stat()
-        return stat(path, &st) != 0 && errno == ENOTCONN
+        // statvfs, not stat: the kernel answers stat from its attribute cache for up to a
+        // second after the daemon died; statfs always asks the (dead) connection.
+        var st = statvfs()
+        return statvfs(path, &st) != 0 && errno == ENOTCONN
     }
 
     static func fusermount(_ args: [String]) -> Int32 {
@@ -231,7 +233,11 @@ struct Mount: ParsableCommand {
             let rc = session.run()
             Log.info("unmounted \(mountpoint)")
             close(lockFD)
-            if rc != 0 { throw CLIError.failure("the FUSE session ended with an error (\(rc))") }
+            // libfuse returns the number of the signal that ended the loop: SIGTERM, SIGINT and
+            // SIGHUP are the documented ways to stop the daemon, so they are a clean exit.
+            if rc != 0 && ![SIGTERM, SIGINT, SIGHUP].contains(abs(rc)) {
+                throw CLIError.failure("the FUSE session ended with an error (\(rc))")
+            }
         } catch let e as KeychainError {
             report("error \(e.status.exitCode) \(e.message)")
             throw e
@@ -264,7 +270,7 @@ struct Mount: ParsableCommand {
             try keychain.unlock(passphrase: passphrase)
         }
         let logPath = parsed.log ?? (KeychainPaths.stateDirectory() + "/daemon.log")
-        try FileManager.default.createDirectory(atPath: (logPath as NSString).deletingLastPathComponent,
+        try FileManager.default.createDirectory(atPath: KeychainPaths.parent(of: logPath),
                                                 withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
         // Close-on-exec: the daemon must hold only the ends dup2'ed to fds 3 and 4, or its own

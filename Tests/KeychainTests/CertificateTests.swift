@@ -4,10 +4,8 @@ import Testing
 
 /// Certificates, keys and identities in the core, with material made by the real openssl
 /// and ssh-keygen in each test.
-@Suite("Certificates, keys and identities")
-struct CertificateTests {
-    /// Runs a tool and fails the test on a non-zero exit.
-    func run(_ tool: String, _ args: [String], in dir: String) throws {
+/// Runs a tool and fails the test on a non-zero exit.
+func runTool(_ tool: String, _ args: [String], in dir: String) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: tool)
         p.arguments = args
@@ -17,16 +15,37 @@ struct CertificateTests {
         try p.run()
         p.waitUntilExit()
         try #require(p.terminationStatus == 0, "\(tool) \(args.joined(separator: " ")) failed")
-    }
+}
 
-    func read(_ path: String) throws -> [UInt8] { Array(try Data(contentsOf: URL(fileURLWithPath: path))) }
+func readFile(_ path: String) throws -> [UInt8] { Array(try Data(contentsOf: URL(fileURLWithPath: path))) }
 
-    /// A self-signed certificate and its key: (cert PEM, key PEM).
-    func makeCertificate(_ dir: String, name: String, keyType: String) throws -> ([UInt8], [UInt8]) {
+/// A self-signed certificate and its key, made by openssl: (cert PEM, key PEM).
+func makeCertificate(_ dir: String, name: String, keyType: String = "ed25519") throws -> ([UInt8], [UInt8]) {
         let curve = keyType == "ec" ? ["-pkeyopt", "ec_paramgen_curve:prime256v1"] : []
-        try run("/usr/bin/openssl", ["req", "-x509", "-newkey", keyType] + curve + ["-keyout", "\(name).key", "-out", "\(name).crt",
+        try runTool("/usr/bin/openssl", ["req", "-x509", "-newkey", keyType] + curve + ["-keyout", "\(name).key", "-out", "\(name).crt",
                                      "-days", "2", "-nodes", "-subj", "/CN=\(name)"], in: dir)
-        return (try read("\(dir)/\(name).crt"), try read("\(dir)/\(name).key"))
+        return (try readFile("\(dir)/\(name).crt"), try readFile("\(dir)/\(name).key"))
+}
+
+@Suite("Certificates, keys and identities")
+struct CertificateTests {
+    @Test("cert: issuer and serialNumber (and access group, sync) are the key; the subject is not")
+    func certificateKey() throws {
+        try withVault { v in
+            let kc = v.keychain
+            // Two certificates with the same subject (self-signed: same issuer) differ in serial.
+            let (a, _) = try makeCertificate(v.dir, name: "same")
+            try FileManager.default.removeItem(atPath: v.dir + "/same.crt")
+            let (b, _) = try makeCertificate(v.dir, name: "same")
+            try kc.add(.certificate, [Schema.label: .string("a")], data: a)
+            try kc.add(.certificate, [Schema.label: .string("b")], data: b)
+            expectError(.duplicateItem) { try kc.add(.certificate, [Schema.label: .string("c")], data: a) }
+            let caller = Caller(accessGroups: ["default", "g2"])
+            try kc.add(.certificate, [Schema.accessGroup: .string("g2")], data: a, caller: caller)
+            try kc.add(.certificate, [Schema.synchronizable: .bool(true)], data: a, caller: caller)
+            expectError(.duplicateItem) { try kc.add(.certificate, [Schema.accessGroup: .string("g2")], data: a, caller: caller) }
+            #expect(try kc.itemCount() == 4)
+        }
     }
 
     @Test("a PEM certificate is stored as DER with Apple's derived attributes; label defaults to the CN",
@@ -100,8 +119,8 @@ struct CertificateTests {
     @Test("an OpenSSH private key's attributes come from its public half")
     func openSSHKey() throws {
         try withVault { v in
-            try run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", "id"], in: v.dir)
-            let key = try read(v.dir + "/id")
+            try runTool("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", "id"], in: v.dir)
+            let key = try readFile(v.dir + "/id")
             let item = try v.keychain.add(.key, [Schema.label: .string("id")], data: key)
             #expect(item[Schema.named("keyClass")] == .number(1))
             #expect(item[Schema.named("keySizeInBits")] == .number(256))

@@ -1,0 +1,197 @@
+import Foundation
+import Testing
+
+/// Issue 3, point 4: attributes as `user.keychain.<name>` extended attributes.
+@Suite("extended attributes")
+struct XattrTests {
+
+    /// Parses `getfattr -d` output into name → value.
+    static func parseGetfattr(_ text: String) -> [String: String] {
+        var out: [String: String] = [:]
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            guard let eq = line.firstIndex(of: "=") else { continue }
+            var value = String(line[line.index(after: eq)...])
+            if value.hasPrefix("\"") && value.hasSuffix("\"") && value.count >= 2 { value = String(value.dropFirst().dropLast()) }
+            out[String(line[..<eq])] = value
+        }
+        return out
+    }
+
+    @Test("getfattr -d shows every attribute as readable text")
+    func getfattrDump() throws {
+        try withMount(setup: { box in
+            try box.addGeneric("xsvc", "xacct", "s", extra: ["-l", "My Label", "-j", "a comment", "-D", "kind text", "--accessible", "afterFirstUnlock"])
+            try box.addInternet(["-s", "x.example", "-a", "u", "-r", "https", "-P", "8443", "-p", "/login"], "p")
+        }) { box in
+            let r = try box.sh("getfattr --absolute-names -d \(q(box.mnt + "/genp/xsvc/xacct"))")
+            #expect(r.status == 0, "\(r.summary)")
+            let x = Self.parseGetfattr(r.stdout)
+            #expect(x["user.keychain.service"] == "xsvc")
+            #expect(x["user.keychain.account"] == "xacct")
+            #expect(x["user.keychain.label"] == "My Label")
+            #expect(x["user.keychain.comment"] == "a comment")
+            #expect(x["user.keychain.description"] == "kind text")
+            #expect(x["user.keychain.accessible"] == "afterFirstUnlock")
+            #expect(x["user.keychain.accessGroup"] == "default")
+            #expect(x["user.keychain.synchronizable"] == "false")
+            let isoRE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/
+            #expect((x["user.keychain.creationDate"] ?? "").wholeMatch(of: isoRE) != nil, "\(x)")
+            #expect((x["user.keychain.modificationDate"] ?? "").wholeMatch(of: isoRE) != nil, "\(x)")
+            #expect(x.keys.allSatisfy { $0.hasPrefix("user.keychain.") }, "\(x.keys.sorted())")
+
+            let i = try box.sh("getfattr --absolute-names -d \(q(box.mnt + "/inet/https:x.example:8443/u;path=%2Flogin"))")
+            #expect(i.status == 0, "\(i.summary)")
+            let ix = Self.parseGetfattr(i.stdout)
+            #expect(ix["user.keychain.server"] == "x.example")
+            #expect(ix["user.keychain.protocol"] == "https")
+            #expect(ix["user.keychain.port"] == "8443")
+            #expect(ix["user.keychain.path"] == "/login")
+            #expect(ix["user.keychain.account"] == "u")
+
+            // The CLI's view agrees with the xattrs.
+            let dumped = try #require(try box.dump().first { $0.itemClass == "genp" })
+            for (name, value) in dumped.attributes where name != "synchronizable" {
+                #expect(x["user.keychain." + name] == value, "\(name): xattr \(x["user.keychain." + name] ?? "nil") vs dump \(value)")
+            }
+            // Directories have no attributes.
+            let d = try box.sh("getfattr --absolute-names -d \(q(box.mnt + "/genp/xsvc"))")
+            #expect(d.status == 0 && d.stdout.isEmpty, "\(d.summary)")
+        }
+    }
+
+    @Test("listxattr agrees with getxattr; size-0 probes and ERANGE work (python and ctypes)")
+    func listAgreesWithGetAndProbes() throws {
+        try withMount(setup: { box in
+            try box.addGeneric("p", "a", "s", extra: ["-j", "comment text", "-G", "generic-bytes"])
+            try box.addInternet(["-s", "h.example", "-a", "u", "-r", "ftp"], "p")
+        }) { box in
+            for path in [box.mnt + "/genp/p/a", box.mnt + "/inet/ftp:h.example/u"] {
+                let res = try box.pyResults("""
+                    p = sys.argv[1]
+                    names = os.listxattr(p)
+                    print('count', len(names))
+                    bad = []
+                    for n in names:
+                        try:
+                            v = os.getxattr(p, n)
+                            if getx_probe(p, n, 0) != len(v): bad.append('probe:' + n)
+                            if len(v) > 1:
+                                try:
+                                    getx_probe(p, n, len(v) - 1); bad.append('norange:' + n)
+                                except OSError as e:
+                                    if e.errno != errno.ERANGE: bad.append('range:' + n + ':' + en(e.errno))
+                            if getx_probe(p, n, len(v) + 10) != len(v): bad.append('big:' + n)
+                        except OSError as e:
+                            bad.append('get:' + n + ':' + en(e.errno))
+                    print('bad', ','.join(bad) or 'none')
+                    listlen = len(b''.join(n.encode() + b'\\0' for n in names))
+                    t('listprobe', lambda: listx_probe(p, 0) == listlen)
+                    t('listrange', listx_probe, p, 1)
+                    t('unknown', os.getxattr, p, 'user.keychain.noSuchAttribute')
+                    t('otherclass', os.getxattr, p, 'user.keychain.keyClass')
+                    t('selinux', os.getxattr, p, 'security.selinux')
+                    t('acl', os.getxattr, p, 'system.posix_acl_access')
+                    t('usernotkc', os.getxattr, p, 'user.other')
+                    t('generic', os.getxattr, p, 'user.keychain.generic')
+                    """, [path])
+                #expect(res["bad"] == "none", "\(path): \(res)")
+                #expect((Int(res["count"] ?? "0") ?? 0) >= 7, "\(res)")
+                #expect(res["listprobe"] == "OK True", "\(res)")
+                #expect(res["listrange"] == "ERANGE", "\(res)")
+                #expect(res["unknown"] == "ENODATA" && res["otherclass"] == "ENODATA", "\(res)")
+                #expect(res["selinux"] == "ENODATA" && res["usernotkc"] == "ENODATA", "\(res)")
+                #expect(res["acl"] == "ENODATA" || res["acl"] == "EOPNOTSUPP", "\(res)")
+                if path.contains("genp") {
+                    #expect(res["generic"] == "OK " + "generic-bytes".hexUTF8, "generic is raw bytes: \(res)")
+                }
+            }
+        }
+    }
+
+    @Test("setfattr updates attributes; key attributes move the file")
+    func setUpdates() throws {
+        try withMount(setup: { box in
+            try box.addGeneric("s", "a", "moving-secret")
+            try box.addGeneric("s", "taken", "other")
+        }) { box in
+            let f = box.mnt + "/genp/s/a"
+            #expect(try box.sh("setfattr -n user.keychain.comment -v 'new comment' \(q(f))").status == 0)
+            #expect(try box.sh("getfattr --absolute-names --only-values -n user.keychain.comment \(q(f))").stdout == "new comment")
+            #expect(try box.dump().first { $0["account"] == "a" }?["comment"] == "new comment")
+            #expect(try box.sh("setfattr -n user.keychain.accessible -v whenUnlockedThisDeviceOnly \(q(f))").status == 0)
+            #expect(try box.sh("getfattr --absolute-names --only-values -n user.keychain.accessible \(q(f))").stdout == "whenUnlockedThisDeviceOnly")
+            #expect(try box.sh("cat \(q(f))").stdout == "moving-secret", "re-sealed data unreadable")
+            // account: the file moves within the service.
+            let mv1 = try box.sh("setfattr -n user.keychain.account -v b \(q(f))")
+            #expect(mv1.status == 0, "\(mv1.summary)")
+            let res = try box.pyResults("""
+                d = sys.argv[1]
+                t('oldgone', os.stat, d + '/s/a')
+                t('newthere', read, d + '/s/b')
+                """, [box.mnt + "/genp"])
+            #expect(res["oldgone"] == "ENOENT" && res["newthere"] == "OK " + "moving-secret".hexUTF8, "\(res)")
+            // service: the file moves to another directory.
+            let mv2 = try box.sh("setfattr -n user.keychain.service -v elsewhere \(q(box.mnt + "/genp/s/b"))")
+            #expect(mv2.status == 0, "\(mv2.summary)")
+            #expect(try box.sh("cat \(q(box.mnt + "/genp/elsewhere/b"))").stdout == "moving-secret")
+            #expect(try box.findGeneric("elsewhere", "b") == Array("moving-secret".utf8))
+            #expect(try box.findGeneric("s", "a") == nil)
+            // Onto an existing key: EEXIST, nothing changes.
+            let dup = try box.pyResults("t('dup', os.setxattr, sys.argv[1], 'user.keychain.service', b's')",
+                                        [box.mnt + "/genp/elsewhere/b"])
+            let dup2 = try box.pyResults("t('dup', os.setxattr, sys.argv[1], 'user.keychain.account', b'taken')",
+                                         [box.mnt + "/genp/s/b"])
+            #expect(dup["dup"] == "OK", "moving to a free key: \(dup)")
+            #expect(dup2["dup"] == "EEXIST", "moving onto an existing item: \(dup2)")
+            #expect(try box.findGeneric("s", "taken") == Array("other".utf8))
+            #expect(try box.findGeneric("s", "b") == Array("moving-secret".utf8))
+        }
+    }
+
+    @Test("read-only EPERM, invalid EINVAL, unknown ENODATA, other namespaces EOPNOTSUPP, flags")
+    func setErrors() throws {
+        try withMount(setup: { box in
+            try box.addGeneric("e", "a", "s", extra: ["-j", "c"])
+            try box.addInternet(["-s", "h.example", "-a", "u"], "p")
+        }) { box in
+            let res = try box.pyResults("""
+                p = sys.argv[1]; i = sys.argv[2]
+                t('cdat', os.setxattr, p, 'user.keychain.creationDate', b'2020-01-01T00:00:00Z')
+                t('mdat', os.setxattr, p, 'user.keychain.modificationDate', b'2020-01-01T00:00:00Z')
+                t('badaccessible', os.setxattr, p, 'user.keychain.accessible', b'bogus')
+                t('badsync', os.setxattr, p, 'user.keychain.synchronizable', b'maybe')
+                t('badutf8', os.setxattr, p, 'user.keychain.comment', b'\\xff\\xfe')
+                t('badport', os.setxattr, i, 'user.keychain.port', b'abc')
+                t('badprotocol', os.setxattr, i, 'user.keychain.protocol', b'nosuchproto')
+                t('unknown', os.setxattr, p, 'user.keychain.noSuchAttribute', b'x')
+                t('otherclass', os.setxattr, p, 'user.keychain.server', b'x')
+                t('usernotkc', os.setxattr, p, 'user.other', b'x')
+                t('security', os.setxattr, p, 'security.foo', b'x')
+                t('trusted', os.setxattr, p, 'trusted.foo', b'x')
+                t('create', os.setxattr, p, 'user.keychain.comment', b'x', os.XATTR_CREATE)
+                t('replace', os.setxattr, p, 'user.keychain.label', b'x', os.XATTR_REPLACE)
+                t('remove', os.removexattr, p, 'user.keychain.comment')
+                t('removeother', os.removexattr, p, 'user.other')
+                t('after', os.getxattr, p, 'user.keychain.comment')
+                t('afteraccessible', os.getxattr, p, 'user.keychain.accessible')
+                t('dirset', os.setxattr, os.path.dirname(p), 'user.keychain.comment', b'x')
+                """, [box.mnt + "/genp/e/a", box.mnt + "/inet/h.example/u"])
+            #expect(res["cdat"] == "EPERM" && res["mdat"] == "EPERM", "read-only: \(res)")
+            #expect(res["badaccessible"] == "EINVAL" && res["badsync"] == "EINVAL" && res["badutf8"] == "EINVAL", "\(res)")
+            #expect(res["badport"] == "EINVAL" && res["badprotocol"] == "EINVAL", "\(res)")
+            #expect(res["unknown"] == "ENODATA" && res["otherclass"] == "ENODATA", "\(res)")
+            #expect(res["usernotkc"] == "EOPNOTSUPP" && res["security"] == "EOPNOTSUPP" && res["trusted"] == "EOPNOTSUPP", "\(res)")
+            #expect(res["create"] == "EEXIST" && res["replace"] == "ENODATA", "\(res)")
+            #expect(res["remove"] == "EPERM", "\(res)")
+            #expect(res["removeother"] == "EOPNOTSUPP" || res["removeother"] == "ENODATA", "\(res)")
+            #expect(res["after"] == "OK " + "c".hexUTF8 && res["afteraccessible"] == "OK " + "whenUnlocked".hexUTF8,
+                    "a refused set changed the item: \(res)")
+            #expect(res["dirset"] != "OK", "\(res)")
+            // setfattr reports the same.
+            let s = try box.sh("setfattr -n user.keychain.creationDate -v 2020-01-01T00:00:00Z \(q(box.mnt + "/genp/e/a"))")
+            #expect(s.status != 0 && s.stderr.contains("Operation not permitted"), "\(s.summary)")
+            let g = try box.sh("getfattr --absolute-names -n user.other \(q(box.mnt + "/genp/e/a"))")
+            #expect(g.status != 0 && g.stderr.contains("No such attribute"), "\(g.summary)")
+        }
+    }
+}
