@@ -87,6 +87,10 @@ public final class KeychainFileSystem: @unchecked Sendable {
         /// A write was refused (EFBIG): the handle's buffered bytes are dropped and every later
         /// commit fails with this errno, so the old secret stays intact and nothing is added.
         var failed: Int32?
+        /// Bytes were written (or ftruncate was called) on this handle. An O_TRUNC open alone is
+        /// committed only at release: the shell's `> file` flushes once before the first write,
+        /// and committing the empty file then would lose the old secret if the write fails.
+        var written = false
         init(ino: UInt64, itemClass: ItemClass?, itemID: Int64?, scratch: ScratchFile?, caller: Caller, append: Bool) {
             self.ino = ino; self.itemClass = itemClass; self.itemID = itemID; self.scratch = scratch
             self.caller = caller; self.append = append
@@ -597,6 +601,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
             buffer.replaceSubrange(start..<(start + bytes.count), with: bytes)
             file.buffer = buffer
             file.dirty = true
+            file.written = true
             return bytes.count
         }
     }
@@ -613,7 +618,8 @@ public final class KeychainFileSystem: @unchecked Sendable {
             try commitPending(s, file: file, releasing: releasing)
             return
         }
-        guard let (buffer, dirty) = lock.withLock({ file.buffer.map { ($0, file.dirty) } }), dirty else { return }
+        guard let (buffer, dirty, written) = lock.withLock({ file.buffer.map { ($0, file.dirty, file.written) } }),
+              dirty, written || releasing else { return }
         try audited(file.caller, item: file.itemID!, "write") {
             try keychain.update(Query(file.itemClass!, synchronizableAny: true, persistentReference: file.itemID!),
                                 attributes: [:], data: buffer, caller: file.caller)
@@ -622,9 +628,9 @@ public final class KeychainFileSystem: @unchecked Sendable {
         invalidate?(.inode(file.ino))
     }
 
-    /// A certificate written through the mount becomes an item at the first commit that has
-    /// bytes (or at release): SecItemAdd, which parses it. Not a certificate: EINVAL, and
-    /// nothing is stored.
+    /// A file created through the mount becomes an item at the first commit that has bytes (or
+    /// at release): SecItemAdd. For a certificate the add parses it: not a certificate is
+    /// EINVAL, and nothing is stored.
     private func commitPending(_ s: ScratchFile, file: OpenFile, releasing: Bool) throws {
         guard let (c, key, data, dirty) = lock.withLock({ () -> (ItemClass, Attributes, [UInt8], Bool)? in
             // Unlinked while still being written: it never becomes an item.
@@ -680,6 +686,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
                     if b.count > size { b.removeLast(b.count - size) } else { b += [UInt8](repeating: 0, count: size - b.count) }
                     file.buffer = b
                     file.dirty = true
+                    file.written = true
                 }
                 return
             }
