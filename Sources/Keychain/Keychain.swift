@@ -247,7 +247,20 @@ public final class Keychain: @unchecked Sendable {
         let master = try refreshedHeader().unwrapMaster(passphrase: passphrase)
         let (_, secretKey) = try Self.policyKeyPair(master: master)
         let box = try AEAD.seal(policy.encoded, associatedData: policyAD, key: keys.metadata)
-        try storeCall { try store.setMeta("access_policy", Signing.sign(box, secretKey: secretKey) + box) }
+        let blob = Signing.sign(box, secretKey: secretKey) + box
+        try storeCall {
+            try store.write {
+                // The manifest covers the policy too, so an older signed policy replayed into
+                // the file is detected at unlock like a replayed row.
+                guard let stored = try store.meta("manifest"), var manifest = Manifest(encoded: stored) else {
+                    throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
+                }
+                if let old = try store.meta("access_policy") { manifest.toggle(Manifest.policyEntry(old, key: keys.manifest)) }
+                manifest.toggle(Manifest.policyEntry(blob, key: keys.manifest))
+                try store.setMeta("access_policy", blob)
+                try store.setMeta("manifest", manifest.encoded)
+            }
+        }
     }
 
     // MARK: Integrity
@@ -263,6 +276,7 @@ public final class Keychain: @unchecked Sendable {
                 }
                 var actual = Manifest.empty
                 try store.forEachItem { actual.insert(Manifest.entry($0, key: keys.manifest)) }
+                if let policy = try store.meta("access_policy") { actual.toggle(Manifest.policyEntry(policy, key: keys.manifest)) }
                 guard actual.count == expected.count, Sodium.constantTimeEqual(actual.accumulator, expected.accumulator) else {
                     throw KeychainError(.decode, "vault integrity check failed: the item table does not match its authenticated manifest (\(actual.count) rows found, \(expected.count) expected): rows were deleted, altered, swapped or replayed")
                 }
@@ -466,17 +480,19 @@ public final class Keychain: @unchecked Sendable {
         all.matchLimit = .all
         // User presence is asked before the write transaction: a prompt can take a minute,
         // and the vault must not be held against every other request meanwhile.
-        // Only changes that touch the data or its protection ask; renaming or relabelling a
-        // protected item does not (xattrs never prompt).
-        let protectionTouched = data != nil || changes[Schema.accessible] != nil
-            || changes[Schema.accessControl] != nil || changes[Schema.accessGroup] != nil
+        // Only changes to the data or its protection ask; renaming or relabelling a protected
+        // item does not (xattrs never prompt). Nested in another write (rename, replaceData)
+        // the caller has asked already, before its own transaction.
+        func needsPresence(_ attributes: Attributes) -> Bool {
+            guard case .accessControl(let ac)? = attributes[Schema.accessControl], ac.requiresPresence else { return false }
+            if data != nil { return true }
+            return [Schema.accessible, Schema.accessControl, Schema.accessGroup].contains { changes[$0] != nil && changes[$0] != attributes[$0] }
+        }
         var approved = Set<Int64>()
-        for (row, attributes) in protectionTouched ? try matches(all, caller: caller, keys: keys, withData: false) : [] {
-            let item = KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil)
-            if item.accessControl?.requiresPresence == true {
-                try checkPresence(item, caller: caller, ui: caller.authenticationUI)
-                approved.insert(row.id)
-            }
+        for (row, attributes) in try matches(all, caller: caller, keys: keys, withData: false) where needsPresence(attributes) {
+            try checkPresence(KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil),
+                              caller: caller, ui: caller.authenticationUI)
+            approved.insert(row.id)
         }
         return try storeCall {
             try store.write {
@@ -484,7 +500,7 @@ public final class Keychain: @unchecked Sendable {
                 guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
                 for (old, oldAttributes) in found {
                     let oldItem = KeychainItem(id: old.id, itemClass: query.itemClass, attributes: oldAttributes, data: nil)
-                    if protectionTouched && oldItem.accessControl?.requiresPresence == true && !approved.contains(old.id) {
+                    if needsPresence(oldAttributes) && !approved.contains(old.id) {
                         throw KeychainError(.interactionRequired, "\(oldItem.summary) changed while its update waited for user presence; try again")
                     }
                     var attributes = oldAttributes
@@ -533,7 +549,11 @@ public final class Keychain: @unchecked Sendable {
     /// item already has the new key it is replaced when `replacing` is true (the old target
     /// is deleted in the same transaction), else errSecDuplicateItem. This is what a
     /// filesystem rename onto an existing name means; it is atomic.
-    public func rename(_ source: Query, to changes: Attributes, replacing: Bool, caller callerArgument: Caller? = nil) throws {
+    /// `victim`: an item that the new name already denotes although its primary key differs
+    /// (certificates and keys are named by label, which is not in their key); it is deleted in
+    /// the same transaction.
+    public func rename(_ source: Query, to changes: Attributes, replacing: Bool, victim: Int64? = nil,
+                       caller callerArgument: Caller? = nil) throws {
         let caller = callerArgument ?? defaultCaller
         let keys = try currentKeys()
         try storeCall {
@@ -546,6 +566,10 @@ public final class Keychain: @unchecked Sendable {
                 }
                 guard found.count == 1 else {
                     throw KeychainError(.param, "\(Self.describe(source)) names \(found.count) items; a rename moves one")
+                }
+                if let victim, victim != row.id, let doomed = try store.item(id: victim) {
+                    try store.delete(id: victim)
+                    try updateManifest(keys: keys, removing: doomed, adding: nil)
                 }
                 var target = attributes
                 for (k, v) in changes { target[k] = v }
@@ -573,21 +597,37 @@ public final class Keychain: @unchecked Sendable {
     public func replaceData(of target: Query, withDataOf source: Query, caller callerArgument: Caller? = nil) throws {
         let caller = callerArgument ?? defaultCaller
         let keys = try currentKeys()
+        // Both halves' user presence is asked before the transaction (see update).
+        var one = source
+        one.matchLimit = .all
+        var targets = target
+        targets.matchLimit = .all
+        for (row, attributes) in try matches(one, caller: caller, keys: keys, withData: false)
+            + matches(targets, caller: caller, keys: keys, withData: false) {
+            try checkPresence(KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil),
+                              caller: caller, ui: caller.authenticationUI)
+        }
+        var approvedCaller = caller
+        approvedCaller.presence = AlreadyApproved()
+        approvedCaller.authenticationUI = .allow
         try storeCall {
             try store.write {
-                var one = source
-                one.matchLimit = .all
                 let found = try matches(one, caller: caller, keys: keys, withData: true)
                 guard found.count == 1, let (row, attributes) = found.first else {
                     throw KeychainError(found.isEmpty ? .itemNotFound : .param, "\(Self.describe(source)) must name exactly one item")
                 }
                 let item = KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil)
-                let data = try openData(row, item: item, keys: keys, caller: caller, ui: caller.authenticationUI)
-                try update(target, attributes: [:], data: data, caller: caller)
+                let data = try openData(row, item: item, keys: keys, caller: caller, ui: caller.authenticationUI, presenceApproved: true)
+                try update(target, attributes: [:], data: data, caller: approvedCaller)
                 try store.delete(id: row.id)
                 try updateManifest(keys: keys, removing: row, adding: nil)
             }
         }
+    }
+
+    /// Presence that was asked for before a transaction began.
+    private struct AlreadyApproved: PresenceVerifier {
+        func verify(item: KeychainItem, flags: AccessControlFlags, caller: Caller) throws {}
     }
 
     // MARK: SecItemDelete
@@ -944,6 +984,12 @@ struct Manifest {
         return KeyedHash.hash(Framing.frame([Framing.text("kcfs/manifest/v1"), Framing.int(row.id), Framing.int(row.version), digest]), key: key)
     }
 
+    /// The access policy's entry: XORed in without counting as a row.
+    static func policyEntry(_ blob: [UInt8], key: SecureBytes) -> [UInt8] {
+        KeyedHash.hash(Framing.frame([Framing.text("kcfs/manifest-policy/v1"), KeyedHash.digest([blob])]), key: key)
+    }
+
+    mutating func toggle(_ entry: [UInt8]) { xor(entry) }
     mutating func insert(_ entry: [UInt8]) { xor(entry); count += 1 }
     mutating func remove(_ entry: [UInt8]) { xor(entry); count -= 1 }
     private mutating func xor(_ entry: [UInt8]) {

@@ -28,6 +28,10 @@ public final class AccessLayer: @unchecked Sendable {
         return p
     }
 
+    /// Whether an access policy is in force: then the kernel must not cache item entries,
+    /// or one process's lookup would answer another's.
+    public var hasPolicy: Bool { (try? currentPolicy().isEmpty == false) ?? false }
+
     /// The caller of a request from thread `tid`. With no policy, and unless the decision is
     /// audited, the process need not be identified at all (the fast path).
     public func caller(tid: pid_t, identify: Bool) throws -> Caller {

@@ -22,6 +22,12 @@ public final class ControlServer: @unchecked Sendable {
         self.uid = uid
         let dir = KeychainPaths.parent(of: path)
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // The directory may have existed (a /tmp fallback): it must be ours, private, and not
+        // a symlink, or another user could sit between the CLI and the daemon.
+        var st = stat()
+        guard lstat(dir, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR, st.st_uid == uid, st.st_mode & 0o077 == 0 else {
+            throw FSError(EPERM)
+        }
         unlink(path)
         var address = try Self.address(path)
         listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -64,6 +70,9 @@ public final class ControlServer: @unchecked Sendable {
     private struct PeerCredentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
 
     private func handle(_ client: Int32) {
+        // A client that connects and says nothing must not block lock/unlock for others.
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var cred = PeerCredentials()
         var len = socklen_t(MemoryLayout<PeerCredentials>.size)
         guard getsockopt(client, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, cred.uid == uid || cred.uid == 0 else {
@@ -137,6 +146,12 @@ public final class ControlServer: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard rc == 0 else { throw FSError(errno) }
+        // Only hand a passphrase to a daemon of our own user (or root).
+        var cred = PeerCredentials()
+        var len = socklen_t(MemoryLayout<PeerCredentials>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, cred.uid == getuid() || cred.uid == 0 else {
+            throw FSError(EPERM)
+        }
         _ = (command + "\n").withCString { write(fd, $0, strlen($0)) }
         payload?.withUnsafeBytes { _ = write(fd, $0.baseAddress, $0.count) }
         shutdown(fd, Int32(SHUT_WR))

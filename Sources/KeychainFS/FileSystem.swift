@@ -91,6 +91,9 @@ public final class KeychainFileSystem: @unchecked Sendable {
         /// committed only at release: the shell's `> file` flushes once before the first write,
         /// and committing the empty file then would lose the old secret if the write fails.
         var written = false
+        /// Bumped by every write and truncate: a commit marks the handle clean only if no write
+        /// landed while it was committing (FLUSH is not serialised with WRITE).
+        var generation = 0
         init(ino: UInt64, itemClass: ItemClass?, itemID: Int64?, scratch: ScratchFile?, caller: Caller, append: Bool) {
             self.ino = ino; self.itemClass = itemClass; self.itemID = itemID; self.scratch = scratch
             self.caller = caller; self.append = append
@@ -111,6 +114,9 @@ public final class KeychainFileSystem: @unchecked Sendable {
         /// After the commit this inode stays an alias of the new item, because the kernel may
         /// still hold it for the name.
         var committed: (ItemClass, Int64)?
+        /// The access group of the process that made it: scratch files (a vim swap file holds
+        /// the secret being edited) are visible only to processes in that group.
+        var ownerGroup = Caller.defaultAccessGroup
         init(ino: UInt64, parent: UInt64, name: String) { self.ino = ino; self.parent = parent; self.name = name }
     }
 
@@ -283,8 +289,23 @@ public final class KeychainFileSystem: @unchecked Sendable {
         return candidates.first { PathCodec.leaf(of: itemClass, $0.attributes) == name }
     }
 
-    private func scratchFile(parent: UInt64, name: String) -> ScratchFile? {
+    private func scratchFile(parent: UInt64, name: String, caller: Caller) -> ScratchFile? {
         lock.withLock { scratch.values.first { $0.parent == parent && $0.name == name && $0.committed == nil } }
+            .flatMap { visible($0, to: caller) ? $0 : nil }
+    }
+
+    private func visible(_ s: ScratchFile, to caller: Caller) -> Bool {
+        caller.accessGroups.contains(lock.withLock { s.ownerGroup })
+    }
+
+    private func newScratch(parent: UInt64, name: String, caller: Caller) -> ScratchFile {
+        lock.withLock {
+            let s = ScratchFile(ino: Inode.scratch(nextScratch), parent: parent, name: name)
+            nextScratch += 1
+            s.ownerGroup = caller.accessGroups.first ?? Caller.defaultAccessGroup
+            scratch[s.ino] = s
+            return s
+        }
     }
 
     /// What a directory's spelling means as attributes (empty for class directories).
@@ -320,7 +341,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
             guard exists else { throw FSError(ENOENT) }
             return directoryStat(directoryInode(c, name))
         case .classDirectory, .directory:
-            if let s = scratchFile(parent: parent, name: name) { return scratchStat(s) }
+            if let s = scratchFile(parent: parent, name: name, caller: caller) { return scratchStat(s) }
             guard let (c, attrs) = try directoryAttributes(parentNode) else { throw FSError(ENOENT) }
             if c == .identity {
                 let found = try attempt("lookup \(name)") { try keychain.identities(caller: caller) }
@@ -389,20 +410,22 @@ public final class KeychainFileSystem: @unchecked Sendable {
                 let leaf = PathCodec.leaf(of: c, item.attributes)
                 if seen.insert(leaf).inserted { out.append(DirectoryEntry(name: leaf, ino: Inode.item(c, id: item.id), isDirectory: false)) }
             }
-            out += scratchEntries(ino)
+            out += scratchEntries(ino, caller: caller)
         case .directory(let c, let spelling):
             for item in try attempt("readdir \(c)/\(spelling)", { try items(inDirectory: c, spelling, caller: caller) }) {
                 out.append(DirectoryEntry(name: PathCodec.leaf(of: c, item.attributes), ino: Inode.item(c, id: item.id), isDirectory: false))
             }
-            out += scratchEntries(ino)
+            out += scratchEntries(ino, caller: caller)
         case .item, .scratch:
             throw FSError(ENOTDIR)
         }
         return out
     }
 
-    private func scratchEntries(_ parent: UInt64) -> [DirectoryEntry] {
-        lock.withLock { scratch.values.filter { $0.parent == parent && $0.committed == nil }.map { DirectoryEntry(name: $0.name, ino: $0.ino, isDirectory: false) } }
+    private func scratchEntries(_ parent: UInt64, caller: Caller?) -> [DirectoryEntry] {
+        lock.withLock { scratch.values.filter { $0.parent == parent && $0.committed == nil } }
+            .filter { file in caller.map { visible(file, to: $0) } ?? true }
+            .map { DirectoryEntry(name: $0.name, ino: $0.ino, isDirectory: false) }
     }
 
     // MARK: Directories: mkdir, rmdir
@@ -423,7 +446,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
             throw FSError(parent == Inode.root ? EPERM : ENOTDIR)
         }
         let stat = try lookup(parent: parent, name: name, caller: caller)
-        if try !items(inDirectory: c, name, caller: caller).isEmpty || !scratchEntries(stat.ino).isEmpty { throw FSError(ENOTEMPTY) }
+        if try !items(inDirectory: c, name, caller: caller).isEmpty || !scratchEntries(stat.ino, caller: nil).isEmpty { throw FSError(ENOTEMPTY) }
         _ = lock.withLock { emptyDirectories.remove(stat.ino) }
     }
 
@@ -453,12 +476,10 @@ public final class KeychainFileSystem: @unchecked Sendable {
         default: break
         }
         if PathCodec.isScratchName(name) {
-            let s = lock.withLock { () -> ScratchFile in
-                let s = ScratchFile(ino: Inode.scratch(nextScratch), parent: parent, name: name)
-                nextScratch += 1
-                scratch[s.ino] = s
-                return s
+            if lock.withLock({ scratch.values.contains { $0.parent == parent && $0.name == name && $0.committed == nil } }) {
+                throw FSError(EEXIST)
             }
+            let s = newScratch(parent: parent, name: name, caller: caller)
             let h = register(OpenFile(ino: s.ino, itemClass: nil, itemID: nil, scratch: s, caller: caller, append: flags & O_APPEND != 0))
             return Opened(handle: h, stat: scratchStat(s))
         }
@@ -476,13 +497,10 @@ public final class KeychainFileSystem: @unchecked Sendable {
         }
         // The item is added when its bytes are committed (a certificate cannot even exist
         // empty); until then the name is a pending file.
-        let s = lock.withLock { () -> ScratchFile in
-            let s = ScratchFile(ino: Inode.scratch(nextScratch), parent: parent, name: name)
-            nextScratch += 1
+        let s = newScratch(parent: parent, name: name, caller: caller)
+        lock.withLock {
             s.pending = (c, attributes)
-            scratch[s.ino] = s
             if case .directory = parentNode { emptyDirectories.remove(parent) }
-            return s
         }
         let h = register(OpenFile(ino: s.ino, itemClass: nil, itemID: nil, scratch: s, caller: caller, append: flags & O_APPEND != 0))
         return Opened(handle: h, stat: scratchStat(s))
@@ -497,6 +515,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
         switch try node(ino) {
         case .root, .classDirectory, .directory: throw FSError(EISDIR)
         case .scratch(let s):
+            guard visible(s, to: caller) else { throw FSError(ENOENT) }
             if flags & O_TRUNC != 0 { lock.withLock { s.data = [] } }
             return register(OpenFile(ino: ino, itemClass: nil, itemID: nil, scratch: s, caller: caller, append: flags & O_APPEND != 0))
         case .item(.identity, let id):
@@ -576,6 +595,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
                 s.data.replaceSubrange(start..<(start + bytes.count), with: bytes)
                 s.modified = Date()
                 file.dirty = true
+                file.generation += 1
                 return bytes.count
             }
         }
@@ -602,6 +622,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
             file.buffer = buffer
             file.dirty = true
             file.written = true
+            file.generation += 1
             return bytes.count
         }
     }
@@ -618,13 +639,14 @@ public final class KeychainFileSystem: @unchecked Sendable {
             try commitPending(s, file: file, releasing: releasing)
             return
         }
-        guard let (buffer, dirty, written) = lock.withLock({ file.buffer.map { ($0, file.dirty, file.written) } }),
-              dirty, written || releasing else { return }
-        try audited(file.caller, item: file.itemID!, "write") {
-            try keychain.update(Query(file.itemClass!, synchronizableAny: true, persistentReference: file.itemID!),
+        guard let (buffer, dirty, written, generation, itemClass, itemID) = lock.withLock({
+            file.buffer.map { ($0, file.dirty, file.written, file.generation, file.itemClass!, file.itemID!) }
+        }), dirty, written || releasing else { return }
+        try audited(file.caller, item: itemID, "write") {
+            try keychain.update(Query(itemClass, synchronizableAny: true, persistentReference: itemID),
                                 attributes: [:], data: buffer, caller: file.caller)
         }
-        lock.withLock { file.dirty = false }
+        lock.withLock { if file.generation == generation { file.dirty = false } }
         invalidate?(.inode(file.ino))
     }
 
@@ -632,10 +654,10 @@ public final class KeychainFileSystem: @unchecked Sendable {
     /// at release): SecItemAdd. For a certificate the add parses it: not a certificate is
     /// EINVAL, and nothing is stored.
     private func commitPending(_ s: ScratchFile, file: OpenFile, releasing: Bool) throws {
-        guard let (c, key, data, dirty) = lock.withLock({ () -> (ItemClass, Attributes, [UInt8], Bool)? in
+        guard let (c, key, data, dirty, generation) = lock.withLock({ () -> (ItemClass, Attributes, [UInt8], Bool, Int)? in
             // Unlinked while still being written: it never becomes an item.
             guard let (c, key) = s.pending, s.committed == nil, scratch[s.ino] != nil else { return nil }
-            return (c, key, s.data, file.dirty)
+            return (c, key, s.data, file.dirty, file.generation)
         }) else { return }
         guard dirty || releasing else { return }
         if data.isEmpty && !releasing { return }
@@ -648,8 +670,11 @@ public final class KeychainFileSystem: @unchecked Sendable {
                 file.scratch = nil
                 file.itemClass = c
                 file.itemID = item.id
-                file.buffer = Self.content(c, data)
-                file.dirty = false
+                // What this handle wrote is what it reads back; a write that landed during the
+                // add is committed by the next flush as an update.
+                file.buffer = s.data
+                file.dirty = file.generation != generation
+                file.written = file.dirty
                 freshItems.insert(item.id)
             }
             invalidate?(.entry(parent: s.parent, name: s.name))
@@ -663,7 +688,11 @@ public final class KeychainFileSystem: @unchecked Sendable {
         do { try commit(handle: handle, releasing: true) } catch {
             Log.warning("release: a buffered write was not committed (errno \((error as? FSError)?.errno ?? EIO))")
         }
-        _ = lock.withLock { openFiles.removeValue(forKey: handle) }
+        if let file = lock.withLock({ openFiles.removeValue(forKey: handle) }) {
+            // direct_io keeps read(2) out of the page cache, but an mmap of the file still goes
+            // through it: drop any such pages when the file is closed.
+            invalidate?(.inode(file.ino))
+        }
     }
 
     public func truncate(_ ino: UInt64, size: Int, handle: UInt64?, caller: Caller) throws {
@@ -687,6 +716,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
                     file.buffer = b
                     file.dirty = true
                     file.written = true
+                    file.generation += 1
                 }
                 return
             }
@@ -701,7 +731,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
     // MARK: Unlink and rename
 
     public func unlink(parent: UInt64, name: String, caller: Caller) throws {
-        if let s = scratchFile(parent: parent, name: name) {
+        if let s = scratchFile(parent: parent, name: name, caller: caller) {
             _ = lock.withLock { scratch.removeValue(forKey: s.ino) }
             return
         }
@@ -737,7 +767,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
         }
 
         // Editor scratch files: in memory; one renamed onto a real name becomes that item.
-        if let s = scratchFile(parent: parent, name: name) {
+        if let s = scratchFile(parent: parent, name: name, caller: caller) {
             if PathCodec.isScratchName(newName) {
                 lock.withLock {
                     if let old = scratch.values.first(where: { $0.parent == newParent && $0.name == newName }) { scratch.removeValue(forKey: old.ino) }
@@ -754,17 +784,10 @@ public final class KeychainFileSystem: @unchecked Sendable {
         let source = try lookup(parent: parent, name: name, caller: caller)
         guard let (_, id) = Inode.decodeItem(source.ino) else { throw FSError(EISDIR) }
         if PathCodec.isScratchName(newName) {
-            // An item renamed to a backup name (vim's "f~") leaves the keychain: keep its
-            // bytes as a scratch file so the editor can still read them.
-            let item = try attempt("rename item \(id)") { try keychain.item(id: id, itemClass: sourceClass, withData: true, caller: caller) }
-            try attempt("rename item \(id)") { try keychain.delete(Query(sourceClass, synchronizableAny: true, persistentReference: id), caller: caller) }
-            lock.withLock {
-                let s = ScratchFile(ino: Inode.scratch(nextScratch), parent: newParent, name: newName)
-                nextScratch += 1
-                s.data = item.data ?? []
-                scratch[s.ino] = s
-            }
-            return
+            // An item cannot become an editor scratch file: that would take its secret out of
+            // the keychain (and its access control) into daemon memory.
+            access.audit?.record(caller, item: id, "rename-to-scratch", allowed: false, why: "EPERM")
+            throw FSError(EPERM)
         }
         guard let (_, dirAttrs) = try directoryAttributes(targetParent),
               let key = PathCodec.parseLeaf(targetClass, newName, in: dirAttrs) else { throw FSError(EINVAL) }
@@ -781,9 +804,17 @@ public final class KeychainFileSystem: @unchecked Sendable {
             invalidate?(.inode(target.ino))
             return
         }
+        // A certificate or key is named by its label, which is not part of its primary key:
+        // the item the new name denotes is found by name and replaced explicitly.
+        var victim: Int64?
+        if case .classDirectory = targetParent, let target = try? lookup(parent: newParent, name: newName, caller: caller),
+           let (_, targetID) = Inode.decodeItem(target.ino), targetID != id {
+            if noReplace { throw FSError(EEXIST) }
+            victim = targetID
+        }
         try audited(caller, item: id, "rename") {
             try keychain.rename(Query(sourceClass, synchronizableAny: true, persistentReference: id), to: key,
-                                replacing: !noReplace, caller: caller)
+                                replacing: !noReplace, victim: victim, caller: caller)
         }
         if case .directory = targetParent { _ = lock.withLock { emptyDirectories.remove(newParent) } }
     }

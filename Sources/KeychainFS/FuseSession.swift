@@ -75,7 +75,7 @@ public final class FuseSession: @unchecked Sendable {
     /// Serves requests until unmounted or signalled (SIGTERM, SIGINT, SIGHUP), then unmounts.
     public func run() -> Int32 {
         guard let se = session else { return 1 }
-        let rc = kcfs_session_loop_mt(se, 16)
+        let rc = kcfs_session_loop_mt(se, 32)
         fs.invalidate = nil
         fuse_session_unmount(se)
         fuse_remove_signal_handlers(se)
@@ -133,9 +133,15 @@ public final class FuseSession: @unchecked Sendable {
         e.ino = s.ino
         e.generation = 1
         e.attr = stat(s)
-        e.attr_timeout = options.cacheSeconds
-        e.entry_timeout = options.cacheSeconds
+        e.attr_timeout = timeout(s)
+        e.entry_timeout = timeout(s)
         return e
+    }
+
+    /// How long the kernel may cache a node. Items are not cached at all while an access
+    /// policy is in force: a cached entry would let one process see what only another may.
+    func timeout(_ s: NodeStat) -> Double {
+        !s.isDirectory && fs.access.hasPolicy ? 0 : options.cacheSeconds
     }
 
     /// Called on every request (the idle locker's clock).
@@ -189,8 +195,9 @@ public final class FuseSession: @unchecked Sendable {
         ops.forget_multi = { req, _, _ in fuse_reply_none(req) }
         ops.getattr = { req, ino, fi in
             FuseSession.serve(req) { s in
-                var st = s.stat(try s.fs.getattr(ino, handle: fi.map { $0.pointee.fh }, caller: try s.caller(req)))
-                fuse_reply_attr(req, &st, s.options.cacheSeconds)
+                let node = try s.fs.getattr(ino, handle: fi.map { $0.pointee.fh }, caller: try s.caller(req))
+                var st = s.stat(node)
+                fuse_reply_attr(req, &st, s.timeout(node))
             }
         }
         ops.setattr = { req, ino, attr, toSet, fi in
@@ -201,8 +208,9 @@ public final class FuseSession: @unchecked Sendable {
                 }
                 // Mode, owner and times are fixed (0600/0700, the mounting user, cdat/mdat):
                 // accepted and ignored so that cp -p, sed -i and editors do not fail.
-                var st = s.stat(try s.fs.getattr(ino, handle: fi.map { $0.pointee.fh }, caller: caller))
-                fuse_reply_attr(req, &st, s.options.cacheSeconds)
+                let node = try s.fs.getattr(ino, handle: fi.map { $0.pointee.fh }, caller: caller)
+                var st = s.stat(node)
+                fuse_reply_attr(req, &st, s.timeout(node))
             }
         }
         ops.mkdir = { req, parent, name, _ in

@@ -17,6 +17,10 @@ public final class PinentryPresence: PresenceVerifier, @unchecked Sendable {
     let keychain: Keychain
     private let lock = NSLock()
     private var grants: [String: Date] = [:]
+    /// Prompts waiting at once. Each holds a FUSE worker thread; past the cap a request that
+    /// would prompt is refused at once instead of starving every other request.
+    private var activePrompts = 0
+    public static let maxConcurrentPrompts = 4
 
     public init(keychain: Keychain, program: String?, reuseSeconds: Double, timeoutSeconds: Int = 60) {
         self.keychain = keychain
@@ -45,6 +49,14 @@ public final class PinentryPresence: PresenceVerifier, @unchecked Sendable {
         guard tty != nil || display != nil else {
             throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and \(caller.processDescription) has no terminal or display to ask on")
         }
+        guard lock.withLock({ () -> Bool in
+            guard activePrompts < Self.maxConcurrentPrompts else { return false }
+            activePrompts += 1
+            return true
+        }) else {
+            throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and \(Self.maxConcurrentPrompts) prompts are already waiting")
+        }
+        defer { lock.withLock { activePrompts -= 1 } }
         let passcode = flags.contains(.devicePasscode) && !flags.contains(.userPresence)
         var session = try AssuanSession(program: program, tty: tty, display: display, term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
                                         timeout: timeoutSeconds + 5)

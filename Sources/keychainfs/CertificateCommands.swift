@@ -59,6 +59,7 @@ struct FindCertificate: ParsableCommand {
     @Flag(name: .customShort("a"), help: "All matches, not only the first.") var all = false
     @Flag(name: .customShort("p"), help: "Print as PEM.") var pem = false
     @Flag(name: .customShort("Z"), help: "Print the SHA-1 hash of each certificate.") var sha1 = false
+    @Flag(name: .long, help: "Write the certificate's DER (Apple's stored value) to stdout; with one match only.") var der = false
 
     func run() throws {
         let keychain = try vault.openUnlocked()
@@ -70,6 +71,11 @@ struct FindCertificate: ParsableCommand {
             throw KeychainError(.itemNotFound, "certificate \(name.map { "matching \"\($0)\"" } ?? "") not found")
         }
         if !all { found = [found[0]] }
+        if der {
+            guard found.count == 1 else { throw CLIError.usage("--der writes one certificate; drop -a") }
+            Output.write(found[0].data ?? [])
+            return
+        }
         for item in found {
             let der = item.data ?? []
             if sha1 { Output.line("SHA-1 hash: \(AttributeText.hex(CertificateData.fingerprint(der)).uppercased())") }
@@ -198,14 +204,26 @@ struct Export: ParsableCommand {
         }
         guard !out.isEmpty else { throw KeychainError(.itemNotFound, "nothing to export") }
         if let output {
-            let fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { throw CLIError.failure("cannot create \(output): \(String(cString: strerror(errno)))") }
-            defer { close(fd) }
-            guard out.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == out.count else {
-                throw CLIError.failure("cannot write \(output)")
-            }
+            try writePrivateFile(output, out)
         } else {
             Output.write(out)
         }
+    }
+}
+
+/// Writes private material to a new file that is 0600 from its first byte: a temp file made
+/// with O_EXCL|O_NOFOLLOW beside the target, then renamed over it. Opening the target itself
+/// would keep the mode of a file that already exists (0644) and follow a planted symlink.
+func writePrivateFile(_ path: String, _ bytes: [UInt8]) throws {
+    let temp = KeychainPaths.parent(of: path) + "/.keychainfs-export-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { throw CLIError.failure("cannot create \(path): \(String(cString: strerror(errno)))") }
+    let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    let synced = fsync(fd) == 0 && fchmod(fd, 0o600) == 0
+    close(fd)
+    guard written == bytes.count, synced, rename(temp, path) == 0 else {
+        let e = errno
+        unlink(temp)
+        throw CLIError.failure("cannot write \(path): \(String(cString: strerror(e)))")
     }
 }
