@@ -273,6 +273,12 @@ public final class KeychainFileSystem: @unchecked Sendable {
     /// Finds the one item a leaf name names in a directory.
     private func findItem(_ itemClass: ItemClass, directoryAttributes: Attributes, name: String, caller: Caller) throws -> KeychainItem? {
         if let key = PathCodec.parseLeaf(itemClass, name, in: directoryAttributes) {
+            // A name in a group the caller is not in denotes nothing for it: ENOENT, like an
+            // item that does not exist (never a permission error that would reveal it).
+            if case .string(let group)? = key[Schema.accessGroup], !caller.accessGroups.contains(group) {
+                access.audit?.record(caller, item: nil, "lookup", allowed: false, why: "not in access group")
+                return nil
+            }
             do {
                 return try keychain.copyMatching(Query(itemClass, key, matchLimit: .all, synchronizableAny: true), caller: caller)
                     .first { PathCodec.leaf(of: itemClass, $0.attributes) == name }
