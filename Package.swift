@@ -44,7 +44,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // Benchmarks (docs/benchmarks.md): figures and ratios, never timed assertions.
-        .executableTarget(name: "keychainfs-bench", dependencies: ["Keychain", "KeychainFS", "KeychainCrypto", "CFuse", "CPlatform"]),
+        .executableTarget(name: "keychainfs-bench", dependencies: ["Keychain", "KeychainFS", "KeychainCrypto", "KeychainStore", "CSQLite", "CFuse", "CPlatform"]),
         .testTarget(name: "KeychainTests", dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite"]),
         .testTarget(name: "CLITests", dependencies: ["keychainfs"]),
         .testTarget(name: "FSTests", dependencies: ["keychainfs"]),

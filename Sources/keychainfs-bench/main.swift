@@ -1,19 +1,46 @@
 import Foundation
-import CSQLite
-import KeychainStore
 import KeychainCrypto
-import Keychain
-import KeychainFS
-import CFuse
-import CPlatform
 
-typealias Aff = @convention(c) (pid_t, Int, UnsafeMutableRawPointer?) -> Int32
-let sym = dlsym(nil, "sched_setaffinity")!
-let set = unsafeBitCast(sym, to: Aff.self)
-let gsym = unsafeBitCast(dlsym(nil, "sched_getaffinity")!, to: Aff.self)
-var mask = [UInt64](repeating: 0, count: 16)
-mask[0] = 1
-let rc = mask.withUnsafeMutableBytes { set(0, $0.count, $0.baseAddress) }
-var got = [UInt64](repeating: 0, count: 16)
-_ = got.withUnsafeMutableBytes { gsym(0, $0.count, $0.baseAddress) }
-print("rc", rc, got[0], sqlite3_libversion().map { String(cString: $0) } ?? "")
+// keychainfs-bench: figures for docs/benchmarks.md. See `keychainfs-bench help`.
+// Top-level code only dispatches: FUSE callbacks live in FloorFS.swift (closures defined in
+// main.swift would be main-actor isolated and trap on the first request).
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+
+// Daemon children (this binary re-run by the bench itself).
+if arguments.first == "_serve-floor" {
+    exit(DaemonMain.serveFloor(Array(arguments.dropFirst())))
+}
+if arguments.first == "_serve-keychainfs" {
+    // As the real daemon: no core dumps, no same-user ptrace, before any key is in memory.
+    ProcessHardening.apply()
+    exit(DaemonMain.serveKeychainFS(Array(arguments.dropFirst())))
+}
+
+let options: Options
+do {
+    options = try Options.parse(arguments)
+} catch is HelpRequested {
+    Out.line(Options.usage)
+    exit(0)
+} catch {
+    Out.progress("error: \(error)")
+    let usage = Options.usage + "\n"
+    _ = usage.withCString { write(2, $0, strlen($0)) }
+    exit(2)
+}
+
+let started = Clock.now()
+do {
+    try Affinity.pin(cpu: options.cpu)
+    Cleanup.shared.installSignalHandlers()
+    Runner.header(options)
+    try Runner.run(options)
+} catch {
+    Out.progress("error: \(error)")
+    Cleanup.shared.run()
+    exit(1)
+}
+Cleanup.shared.run()
+Out.line()
+Out.line("total runtime \(Fmt.seconds(Clock.since(started)))")

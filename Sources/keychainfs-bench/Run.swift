@@ -1,0 +1,168 @@
+import CFuse
+import CSQLite
+import CSodium
+import Foundation
+import Keychain
+import KeychainStore
+
+struct HelpRequested: Error {}
+
+struct Options {
+    enum Command: String { case core, fs, all }
+    var command: Command = .all
+    var sizes: [Int] = [1_000, 100_000]
+    var cpu = 0
+    var tmpdir = "/tmp"
+    /// The `keychainfs` binary the fs benchmark mounts with; nil: the built-in daemon.
+    var keychainfs: String? = {
+        let besideUs = (Spawn.selfPath as NSString).deletingLastPathComponent + "/keychainfs"
+        return access(besideUs, X_OK) == 0 ? besideUs : nil
+    }()
+
+    static let usage = """
+        usage: keychainfs-bench core|fs|all [--items N,N,…] [--cpu N] [--tmpdir DIR]
+                                            [--keychainfs PATH | --builtin-daemon]
+
+          core   the keychain core: add, find, update ops/s, unlock time, bytes per item,
+                 against raw SQLite and libsodium baselines measured in the same run
+          fs     the mounted filesystem against an in-memory FUSE floor mounted in the same run
+          all    both, sharing the vaults (default)
+
+          --items   vault sizes, comma-separated, each ≥ 1000 (k suffix allowed: 1k,100k);
+                    default 1000,100000. The 10,000-entry directory exists from 11,000 items.
+          --cpu     the CPU the bench and its daemons are pinned to (default 0)
+          --tmpdir  where the temp vaults and mountpoints go (default /tmp; use a real disk:
+                    durable-commit figures on tmpfs mean nothing)
+          --keychainfs PATH
+                    the keychainfs binary whose `mount -f` daemon is measured (default: the
+                    one beside this binary, built with --product keychainfs)
+          --builtin-daemon
+                    mount with this binary's own copy of the daemon set-up instead
+                    (FuseSession + KeychainFileSystem + audit log, no CLI around it)
+
+        Prints figures and ratios; never fails on a timing. Everything it mounts or creates
+        is removed on exit, on errors and on SIGINT/SIGTERM.
+        """
+
+    static func parse(_ args: [String]) throws -> Options {
+        var o = Options()
+        var rest = args[...]
+        guard let first = rest.popFirst() else { return o }
+        if first == "help" || first == "-h" || first == "--help" { throw HelpRequested() }
+        guard let c = Command(rawValue: first) else { throw BenchError("unknown command '\(first)'") }
+        o.command = c
+        while let arg = rest.popFirst() {
+            var name = arg, value: String?
+            if let eq = arg.firstIndex(of: "="), arg.hasPrefix("--") {
+                name = String(arg[..<eq]); value = String(arg[arg.index(after: eq)...])
+            }
+            func next() throws -> String {
+                if let value { return value }
+                guard let v = rest.popFirst() else { throw BenchError("\(name) needs a value") }
+                return v
+            }
+            switch name {
+            case "--items":
+                o.sizes = try next().split(separator: ",").map { part in
+                    var s = part.trimmingCharacters(in: .whitespaces).lowercased().replacingOccurrences(of: "_", with: "")
+                    var scale = 1
+                    if s.hasSuffix("k") { scale = 1_000; s.removeLast() }
+                    guard let n = Int(s), n * scale >= 1_000 else { throw BenchError("--items takes sizes ≥ 1000, got '\(part)'") }
+                    return n * scale
+                }
+                o.sizes = Array(Set(o.sizes)).sorted()
+            case "--cpu":
+                guard let n = Int(try next()), n >= 0, n < sysconf(Int32(_SC_NPROCESSORS_ONLN)) else { throw BenchError("--cpu takes an online CPU number") }
+                o.cpu = n
+            case "--tmpdir":
+                o.tmpdir = try next()
+            case "--keychainfs":
+                let path = try next()
+                guard access(path, X_OK) == 0 else { throw BenchError("--keychainfs \(path): not an executable") }
+                o.keychainfs = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+            case "--builtin-daemon":
+                o.keychainfs = nil
+            default:
+                throw BenchError("unknown option '\(arg)'")
+            }
+        }
+        return o
+    }
+}
+
+enum Runner {
+    static func header(_ o: Options) {
+        var u = utsname()
+        uname(&u)
+        let kernel = withUnsafeBytes(of: &u.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let cpuModel = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
+            .split(separator: "\n").first { $0.hasPrefix("model name") }?
+            .split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "?"
+        let load = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").prefix(3).joined(separator: " ") ?? "?"
+        let formatter = ISO8601DateFormatter()
+        #if DEBUG
+        let build = "DEBUG build (figures are not representative: use -c release)"
+        #else
+        let build = "release build"
+        #endif
+        Out.line("keychainfs-bench \(o.command.rawValue) --items \(o.sizes.map(String.init).joined(separator: ","))")
+        Out.line("date \(formatter.string(from: Date())); \(build)")
+        Out.line("machine: \(sysconf(Int32(_SC_NPROCESSORS_ONLN))) CPUs (\(cpuModel)), Linux \(kernel), load average at start \(load)")
+        Out.line("libraries: libfuse \(String(cString: fuse_pkgversion())), SQLite \(String(cString: sqlite3_libversion())), libsodium \(String(cString: sodium_version_string()))")
+        Out.line("temp files in \(o.tmpdir) (\(filesystemType(o.tmpdir))); pinned: this process, its daemons and the cat/ls it runs all on CPU \(o.cpu) (sched_setaffinity; now allowed: \(Affinity.current().map(String.init).joined(separator: ",")))")
+        if o.command != .core {
+            Out.line("keychainfs daemon: " + (o.keychainfs.map { "\($0) mount VAULT MOUNTPOINT -f (the CLI's daemon, default mount options)" }
+                                               ?? "built-in (FuseSession + KeychainFileSystem + audit log; the keychainfs binary was not found beside this one)"))
+        }
+        Out.line("ratios are cost ratios, keychainfs (or the keychain) ÷ floor: 1.00× = as cheap as the floor, 2.00× = twice the time (or the bytes)")
+    }
+
+    static func run(_ o: Options) throws {
+        let root = try makeTempDirectory(base: o.tmpdir, prefix: "keychainfs-bench-")
+        Out.progress("temp directory \(root)")
+
+        Out.progress("crypto baseline")
+        let crypto = try CryptoBaseline.measure()
+        CoreBench.printCrypto(crypto)
+
+        var vaults: [Int: BenchVault] = [:]
+        var core: [CoreFigures] = []
+        if o.command == .core || o.command == .all {
+            for size in o.sizes {
+                Out.progress("core: a vault of \(Fmt.grouped(size)) items (populating, then measuring)")
+                let (f, vault) = try CoreBench.measure(size: size, directory: root)
+                CoreBench.printFigures(f, crypto: crypto)
+                core.append(f)
+                vaults[size] = vault
+            }
+            CoreBench.printFlatness(core)
+        }
+
+        var fs: [FSSizeFigures] = []
+        if o.command == .fs || o.command == .all {
+            let bench = FSBench(directory: root, cli: o.keychainfs)
+            Out.progress("fs: mounting the floor (3 times)")
+            try bench.startFloor()
+            FSBench.printFloor(bench)
+            for size in o.sizes {
+                let vault: BenchVault
+                if let v = vaults[size] {
+                    vault = v
+                } else {
+                    Out.progress("fs: creating and populating a vault of \(Fmt.grouped(size)) items")
+                    vault = try BenchVault.create(size: size, directory: root)
+                    try vault.populate(upTo: size)
+                    vault.close()
+                    Out.line()
+                    Out.line("Vault of \(Fmt.grouped(size)) items populated in \(Fmt.seconds(vault.populateSeconds)) (\(Fmt.rate(Double(vault.populateCount) / vault.populateSeconds)) durable adds)")
+                }
+                Out.progress("fs: measuring at \(Fmt.grouped(size)) items")
+                let r = try bench.measure(vault)
+                FSBench.printFigures(r, kdf: crypto.argon2Interactive)
+                fs.append(r)
+            }
+            try bench.stopFloor()
+            FSBench.printFlatness(fs)
+        }
+    }
+}
