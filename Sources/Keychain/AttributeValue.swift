@@ -109,7 +109,7 @@ enum AttributeCodec {
             let lenBytes = try take(4)
             let len = Int(lenBytes.reversed().reduce(UInt32(0)) { ($0 << 8) | UInt32($1) })
             let v = try take(len)
-            guard let attribute = Schema.attributes(of: itemClass).first(where: { $0.code == code }) else { throw bad }
+            guard let attribute = Schema.attribute(code: code, in: itemClass) else { throw bad }
             let value: AttributeValue
             switch tag {
             case 1:

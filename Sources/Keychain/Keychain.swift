@@ -405,6 +405,34 @@ public final class Keychain: @unchecked Sendable {
         return try find(Query(itemClass, returnData: withData, persistentReference: id, authenticationUI: ui), caller: caller)
     }
 
+    /// The access check of a read without decrypting the data: the item is visible to the
+    /// caller, its class key is available (lock state, device), and user presence, if the item
+    /// needs it, is given. Returns the item's attributes. The filesystem decides at open with
+    /// this and decrypts on each read.
+    public func authorizeRead(id: Int64, itemClass: ItemClass, caller callerArgument: Caller? = nil, ui: AuthenticationUI? = nil) throws -> KeychainItem {
+        let caller = callerArgument ?? defaultCaller
+        let keys = try currentKeys()
+        let query = Query(itemClass, synchronizableAny: true, persistentReference: id)
+        guard let (row, attributes) = try matches(query, caller: caller, keys: keys, withData: false).first else {
+            throw KeychainError(.itemNotFound, "item \(id) not found")
+        }
+        let item = KeychainItem(id: row.id, itemClass: itemClass, attributes: attributes, data: nil,
+                                dataLength: max(0, row.sealedDataLength - AEAD.overhead))
+        _ = try classKey(item.accessibility, keys: keys, for: item.summary)
+        try checkPresence(item, caller: caller, ui: ui ?? caller.authenticationUI)
+        return item
+    }
+
+    /// Whether the caller can see any item whose grouping attribute (service, server, label)
+    /// has this value: one index probe per access group, no decryption. For directory lookups.
+    public func hasItems(_ itemClass: ItemClass, grouping value: AttributeValue, caller callerArgument: Caller? = nil) throws -> Bool {
+        let caller = callerArgument ?? defaultCaller
+        let keys = try currentKeys()
+        return try storeCall {
+            try caller.accessGroups.contains { try store.exists(secondaryIndex: secondaryIndex(itemClass, group: $0, value, keys: keys)) }
+        }
+    }
+
     // MARK: Identities
 
     /// An identity: a certificate joined with the private key whose applicationLabel equals
@@ -761,11 +789,14 @@ public final class Keychain: @unchecked Sendable {
 
     private func seal(id: Int64, itemClass: ItemClass, attributes: Attributes, data: [UInt8], version: Int64,
                       keys: Keys, classKey: SecureBytes) throws -> StoredItem {
-        let itemKey = try SecureBytes.random()
-        let wrappedKey = try itemKey.withUnsafeBytes {
-            try AEAD.seal($0, associatedData: dataAD("key", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: classKey)
+        // A fresh random item key, in guarded scratch memory for the length of this call.
+        let (wrappedKey, sealedData) = try KeyScratch.shared.withKey { itemKey in
+            itemKey.fillRandom()
+            let wrapped = try itemKey.withBytes {
+                try AEAD.seal($0, associatedData: dataAD("key", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: classKey)
+            }
+            return (wrapped, try AEAD.seal(data, associatedData: dataAD("data", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: itemKey))
         }
-        let sealedData = try AEAD.seal(data, associatedData: dataAD("data", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: itemKey)
         return try resealAttributes(StoredItem(id: id, itemClass: itemClass.rawValue, primaryIndex: [], secondaryIndex: [], version: version - 1,
                                                   dataGeneration: version, sealedAttributes: [], wrappedItemKey: wrappedKey, sealedData: sealedData),
                                        itemClass: itemClass, attributes: attributes, keys: keys)
@@ -818,8 +849,11 @@ public final class Keychain: @unchecked Sendable {
         if !presenceApproved { try checkPresence(item, caller: caller, ui: ui) }
         let gen = row.dataGeneration
         do {
-            let itemKey = try AEAD.openKey(row.wrappedItemKey, associatedData: dataAD("key", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen), key: classKey)
-            return try AEAD.open(row.sealedData, associatedData: dataAD("data", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen), key: itemKey)
+            return try KeyScratch.shared.withKey { itemKey in
+                try AEAD.openKey(row.wrappedItemKey, associatedData: dataAD("key", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen),
+                                 key: classKey, into: itemKey)
+                return try AEAD.open(row.sealedData, associatedData: dataAD("data", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen), key: itemKey)
+            }
         } catch {
             throw KeychainError(.decode, "item \(row.id) is damaged or was tampered with: its data does not authenticate")
         }

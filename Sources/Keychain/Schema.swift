@@ -219,17 +219,27 @@ public enum Schema {
         c == .identity ? [C, K] : [c]
     }
 
-    /// Attributes of a class, in schema order.
-    public static func attributes(of itemClass: ItemClass) -> [Attribute] {
-        let classes = tableClass(itemClass)
-        return rows.indices.filter { !rows[$0].classes.isDisjoint(with: classes) }.map { attributes[$0] }
+    // Per-class tables, built once: decoding and indexing consult them for every attribute
+    // of every item, and filtering the schema each time was half the cost of a lookup.
+    private static let classAttributes: [ItemClass: [Attribute]] = Dictionary(uniqueKeysWithValues: ItemClass.allCases.map { c in
+        let classes = tableClass(c)
+        return (c, rows.indices.filter { !rows[$0].classes.isDisjoint(with: classes) }.map { attributes[$0] })
+    })
+    private static let classKeys: [ItemClass: [Attribute]] = Dictionary(uniqueKeysWithValues: ItemClass.allCases.map { c in
+        (c, c == .identity ? [] : rows.indices.filter { rows[$0].key.contains(c) }.map { attributes[$0] })
+    })
+    private static let classCodes: [ItemClass: [String: Attribute]] = classAttributes.mapValues { list in
+        Dictionary(list.map { ($0.code, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
+    /// Attributes of a class, in schema order.
+    public static func attributes(of itemClass: ItemClass) -> [Attribute] { classAttributes[itemClass]! }
+
     /// The primary-key attributes of a class (besides none for identities), in schema order.
-    public static func primaryKey(of itemClass: ItemClass) -> [Attribute] {
-        guard itemClass != .identity else { return [] }
-        return rows.indices.filter { rows[$0].key.contains(itemClass) }.map { attributes[$0] }
-    }
+    public static func primaryKey(of itemClass: ItemClass) -> [Attribute] { classKeys[itemClass]! }
+
+    /// The attribute with a four-character code in a class.
+    static func attribute(code: String, in itemClass: ItemClass) -> Attribute? { classCodes[itemClass]![code] }
 
     public static func isPrimaryKey(_ attribute: Attribute, in itemClass: ItemClass) -> Bool {
         rows[attribute.order].key.contains(itemClass)

@@ -343,7 +343,14 @@ public final class KeychainFileSystem: @unchecked Sendable {
             if let ino = lock.withLock({ directoryInodes[c.rawValue + "/" + name] }), lock.withLock({ emptyDirectories.contains(ino) }) {
                 return directoryStat(ino)
             }
-            let exists = try attempt("lookup \(c)/\(name)") { try !items(inDirectory: c, name, caller: caller).isEmpty }
+            let exists = try attempt("lookup \(c)/\(name)") { () -> Bool in
+                // A service directory exists when its service has an item: one index probe. (An
+                // inet directory also names protocol and port, so its server's items are read.)
+                if c == .genericPassword, let attrs = PathCodec.parseDirectory(c, name), let service = attrs[Schema.service] {
+                    return try keychain.hasItems(c, grouping: service, caller: caller)
+                }
+                return try !items(inDirectory: c, name, caller: caller).isEmpty
+            }
             guard exists else { throw FSError(ENOENT) }
             return directoryStat(directoryInode(c, name))
         case .classDirectory, .directory:
@@ -530,12 +537,14 @@ public final class KeychainFileSystem: @unchecked Sendable {
             return register(OpenFile(ino: ino, itemClass: .identity, itemID: id, scratch: nil,
                                      caller: Self.approved(caller), append: false))
         case .item(let c, let id):
-            // The access decision is taken here and bound to the handle: reading the data now
-            // proves it is readable for this caller (lock state, access group, user presence,
-            // which may prompt). Later reads on the handle still go through the store and the
-            // lock state, but do not ask again.
+            // The access decision is taken here and bound to the handle: the item is visible to
+            // this caller, its class key is available (lock state), and user presence is given
+            // (which may prompt). Each later read goes through the store and the lock state again
+            // and decrypts, but does not ask again.
+            let needsData = writing && flags & O_TRUNC == 0
             let item = try audited(caller, item: id, flags & O_TRUNC != 0 && writing ? "open-truncate" : writing ? "open-write" : "open-read") {
-                try keychain.item(id: id, itemClass: c, withData: true, caller: caller)
+                needsData ? try keychain.item(id: id, itemClass: c, withData: true, caller: caller)
+                          : try keychain.authorizeRead(id: id, itemClass: c, caller: caller)
             }
             let file = OpenFile(ino: ino, itemClass: c, itemID: id, scratch: nil, caller: Self.approved(caller),
                                 append: flags & O_APPEND != 0)

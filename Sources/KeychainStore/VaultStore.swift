@@ -304,6 +304,15 @@ public final class VaultStore: @unchecked Sendable {
         }
     }
 
+    /// Whether any row has this secondary index (a directory exists), without reading rows.
+    public func exists(secondaryIndex: [UInt8]) throws -> Bool {
+        try read {
+            var found = false
+            try connection.run("SELECT 1 FROM items WHERE sidx = ? LIMIT 1", [.blob(secondaryIndex)]) { _ in found = true }
+            return found
+        }
+    }
+
     public func items(itemClass: String, withData: Bool = false) throws -> [StoredItem] {
         try read {
             var found: [StoredItem] = []
