@@ -61,10 +61,37 @@ public struct ProcessIdentity: Sendable {
     public var description: String { "pid \(pid) \(executable ?? "?")" }
     public var key: String { "\(pid):\(startTime)" }
 
-    public static func of(tid: pid_t) -> ProcessIdentity? {
-        guard tid > 0, let status = readSmall("/proc/\(tid)/status"),
+    /// Thread → process, cached: /proc/<tid>/status is the slowest file to read (the kernel
+    /// gathers memory statistics for it). An entry is trusted only while the thread's own
+    /// start time is unchanged, so a reused thread id is looked up afresh.
+    private static let threadCache = ThreadCache()
+
+    final class ThreadCache: @unchecked Sendable {
+        // @unchecked: `entries` is guarded by `lock`.
+        private let lock = NSLock()
+        private var entries: [pid_t: (start: UInt64, tgid: pid_t)] = [:]
+        func get(_ tid: pid_t) -> (start: UInt64, tgid: pid_t)? { lock.withLock { entries[tid] } }
+        func set(_ tid: pid_t, _ value: (start: UInt64, tgid: pid_t)) {
+            lock.withLock {
+                if entries.count > 4096 { entries.removeAll() }
+                entries[tid] = value
+            }
+        }
+    }
+
+    static func threadGroup(of tid: pid_t) -> pid_t? {
+        guard let start = startTime(of: tid) else { return nil }
+        if let cached = threadCache.get(tid), cached.start == start { return cached.tgid }
+        guard let status = readSmall("/proc/\(tid)/status"),
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Tgid:") }),
               let tgid = pid_t(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) else { return nil }
+        threadCache.set(tid, (start, tgid))
+        return tgid
+    }
+
+    public static func of(tid: pid_t) -> ProcessIdentity? {
+        guard tid > 0, let tgid = threadGroup(of: tid) else { return nil }
+        // The executable is read every time (an execve keeps the pid and the start time).
         guard let before = startTime(of: tgid) else { return nil }
         let exe = readLink("/proc/\(tgid)/exe")
         guard let after = startTime(of: tgid), after == before else { return nil }
