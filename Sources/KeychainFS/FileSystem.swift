@@ -315,13 +315,13 @@ public final class KeychainFileSystem: @unchecked Sendable {
     }
 
     /// What a directory's spelling means as attributes (empty for class directories).
-    private func directoryAttributes(_ parent: Node) throws -> (ItemClass, Attributes)? {
+    private func directoryAttributes(_ parent: Node, caller: Caller = .default) throws -> (ItemClass, Attributes)? {
         switch parent {
         case .classDirectory(let c) where c != .genericPassword && c != .internetPassword: return (c, [:])
         case .directory(let c, let spelling):
             if let attrs = PathCodec.parseDirectory(c, spelling) { return (c, attrs) }
             // A long directory name: take the attributes from one of its items.
-            if let item = try items(inDirectory: c, spelling, caller: .default).first {
+            if let item = try items(inDirectory: c, spelling, caller: caller).first {
                 var attrs = Attributes()
                 for a in [Schema.service, Schema.server, Schema.protocolAttribute, Schema.port] where item.attributes[a] != nil {
                     attrs[a] = item.attributes[a]
@@ -355,7 +355,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
             return directoryStat(directoryInode(c, name))
         case .classDirectory, .directory:
             if let s = scratchFile(parent: parent, name: name, caller: caller) { return scratchStat(s) }
-            guard let (c, attrs) = try directoryAttributes(parentNode) else { throw FSError(ENOENT) }
+            guard let (c, attrs) = try directoryAttributes(parentNode, caller: caller) else { throw FSError(ENOENT) }
             if c == .identity {
                 let found = try attempt("lookup \(name)") { try keychain.identities(caller: caller) }
                 guard let identity = found.first(where: { PathCodec.leaf(of: .identity, $0.certificate.attributes) == name }) else { throw FSError(ENOENT) }
@@ -496,7 +496,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
             let h = register(OpenFile(ino: s.ino, itemClass: nil, itemID: nil, scratch: s, caller: caller, append: flags & O_APPEND != 0))
             return Opened(handle: h, stat: scratchStat(s))
         }
-        guard let (c, dirAttrs) = try directoryAttributes(parentNode) else { throw FSError(EPERM) }
+        guard let (c, dirAttrs) = try directoryAttributes(parentNode, caller: caller) else { throw FSError(EPERM) }
         guard let key = PathCodec.parseLeaf(c, name, in: dirAttrs) else {
             // Not the canonical spelling of any item (bad escape, invalid UTF-8, long form).
             throw FSError(EINVAL)
@@ -572,6 +572,17 @@ public final class KeychainFileSystem: @unchecked Sendable {
 
     private func openFile(_ handle: UInt64) throws -> OpenFile {
         guard let f = lock.withLock({ openFiles[handle] }) else { throw FSError(EBADF) }
+        lock.withLock {
+            // Another handle on the same new file committed it: this one now writes to the
+            // item too (its bytes are loaded on its first write), not to the old pending file.
+            if let s = f.scratch, let (c, id) = s.committed {
+                f.scratch = nil
+                f.itemClass = c
+                f.itemID = id
+                f.buffer = nil
+                f.dirty = false
+            }
+        }
         return f
     }
 
@@ -804,7 +815,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
             access.audit?.record(caller, item: id, "rename-to-scratch", allowed: false, why: "EPERM")
             throw FSError(EPERM)
         }
-        guard let (_, dirAttrs) = try directoryAttributes(targetParent),
+        guard let (_, dirAttrs) = try directoryAttributes(targetParent, caller: caller),
               let key = PathCodec.parseLeaf(targetClass, newName, in: dirAttrs) else { throw FSError(EINVAL) }
         if !noReplace, lock.withLock({ freshItems.contains(id) }),
            let target = try? lookup(parent: newParent, name: newName, caller: caller), let (_, targetID) = Inode.decodeItem(target.ino), targetID != id {
@@ -836,7 +847,7 @@ public final class KeychainFileSystem: @unchecked Sendable {
 
     /// Stores bytes under a real name: a new item, or the existing item's new data.
     private func store(_ data: [UInt8], parent: Node, newParent: UInt64, name: String, noReplace: Bool, caller: Caller) throws {
-        guard let (c, dirAttrs) = try directoryAttributes(parent),
+        guard let (c, dirAttrs) = try directoryAttributes(parent, caller: caller),
               let key = PathCodec.parseLeaf(c, name, in: dirAttrs) else { throw FSError(EINVAL) }
         if let existing = try? lookup(parent: newParent, name: name, caller: caller), let (_, id) = Inode.decodeItem(existing.ino) {
             if noReplace { throw FSError(EEXIST) }
