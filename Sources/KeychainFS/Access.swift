@@ -79,20 +79,22 @@ public struct ProcessIdentity: Sendable {
         }
     }
 
-    static func threadGroup(of tid: pid_t) -> pid_t? {
+    /// The thread group of `tid`, and the thread's start time (the process's, when the thread
+    /// is the process's main thread: then the caller need not read it again).
+    static func threadGroup(of tid: pid_t) -> (pid_t, UInt64)? {
         guard let start = startTime(of: tid) else { return nil }
-        if let cached = threadCache.get(tid), cached.start == start { return cached.tgid }
+        if let cached = threadCache.get(tid), cached.start == start { return (cached.tgid, start) }
         guard let status = readSmall("/proc/\(tid)/status"),
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Tgid:") }),
               let tgid = pid_t(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) else { return nil }
         threadCache.set(tid, (start, tgid))
-        return tgid
+        return (tgid, start)
     }
 
     public static func of(tid: pid_t) -> ProcessIdentity? {
-        guard tid > 0, let tgid = threadGroup(of: tid) else { return nil }
+        guard tid > 0, let (tgid, threadStart) = threadGroup(of: tid) else { return nil }
         // The executable is read every time (an execve keeps the pid and the start time).
-        guard let before = startTime(of: tgid) else { return nil }
+        guard let before = tgid == tid ? threadStart : startTime(of: tgid) else { return nil }
         let exe = readLink("/proc/\(tgid)/exe")
         guard let after = startTime(of: tgid), after == before else { return nil }
         return ProcessIdentity(pid: tgid, executable: exe, startTime: before)
