@@ -433,6 +433,10 @@ public final class Keychain: @unchecked Sendable {
         }
     }
 
+    /// A value that changes whenever anything in the vault changes (here or in another
+    /// process): front ends key caches of derived views (directory listings) on it.
+    public func changeStamp() throws -> [Int64] { try storeCall { try store.changeStamp() } }
+
     // MARK: Identities
 
     /// An identity: a certificate joined with the private key whose applicationLabel equals

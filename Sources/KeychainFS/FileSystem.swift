@@ -66,6 +66,17 @@ public final class KeychainFileSystem: @unchecked Sendable {
     /// temp files of `sed -i` and friends. Renamed onto an existing item, such a file gives it
     /// its bytes (the target keeps its attributes), instead of replacing it.
     private var freshItems: Set<Int64> = []
+    /// Directory listings (name → stat) by directory inode, valid while the vault's change
+    /// stamp and the caller's access groups are the ones they were made for. Spelling 10,000
+    /// names means decrypting 10,000 attribute sets; `ls -l` then looks each name up again.
+    private var listings: [UInt64: Listing] = [:]
+
+    private struct Listing {
+        let stamp: [Int64]
+        let groups: [String]
+        let entries: [(name: String, stat: NodeStat)]
+        let byName: [String: NodeStat]
+    }
 
     /// Called (off the request thread) when the kernel's cached view of a node went stale.
     public var invalidate: (@Sendable (Invalidation) -> Void)?
@@ -355,6 +366,11 @@ public final class KeychainFileSystem: @unchecked Sendable {
             return directoryStat(directoryInode(c, name))
         case .classDirectory, .directory:
             if let s = scratchFile(parent: parent, name: name, caller: caller) { return scratchStat(s) }
+            // Only hits come from the listing: a miss takes the full path (one index probe),
+            // which also audits names of other access groups.
+            if case .directory = parentNode, let cached = try cachedLookup(parent, name, caller: caller), let stat = cached {
+                return stat
+            }
             guard let (c, attrs) = try directoryAttributes(parentNode, caller: caller) else { throw FSError(ENOENT) }
             if c == .identity {
                 let found = try attempt("lookup \(name)") { try keychain.identities(caller: caller) }
@@ -425,14 +441,39 @@ public final class KeychainFileSystem: @unchecked Sendable {
             }
             out += scratchEntries(ino, caller: caller)
         case .directory(let c, let spelling):
-            for item in try attempt("readdir \(c)/\(spelling)", { try items(inDirectory: c, spelling, caller: caller) }) {
-                out.append(DirectoryEntry(name: PathCodec.leaf(of: c, item.attributes), ino: Inode.item(c, id: item.id), isDirectory: false))
+            for (name, stat) in try listing(ino, c, spelling, caller: caller).entries {
+                out.append(DirectoryEntry(name: name, ino: stat.ino, isDirectory: false))
             }
             out += scratchEntries(ino, caller: caller)
         case .item, .scratch:
             throw FSError(ENOTDIR)
         }
         return out
+    }
+
+    /// A service/server directory's items as (name, stat), from the cache when nothing in the
+    /// vault changed since it was made for these access groups.
+    private func listing(_ ino: UInt64, _ c: ItemClass, _ spelling: String, caller: Caller) throws -> Listing {
+        let stamp = try attempt("readdir") { try keychain.changeStamp() }
+        if let cached = lock.withLock({ listings[ino] }), cached.stamp == stamp, cached.groups == caller.accessGroups {
+            return cached
+        }
+        let entries = try attempt("readdir \(c)/\(spelling)") { try items(inDirectory: c, spelling, caller: caller) }
+            .map { (name: PathCodec.leaf(of: c, $0.attributes), stat: itemStat($0)) }
+        let made = Listing(stamp: stamp, groups: caller.accessGroups, entries: entries,
+                           byName: Dictionary(entries.map { ($0.name, $0.stat) }, uniquingKeysWith: { first, _ in first }))
+        lock.withLock {
+            if listings.count > 256 { listings.removeAll() }
+            listings[ino] = made
+        }
+        return made
+    }
+
+    /// A lookup answered from a still-valid listing of the directory, if there is one.
+    private func cachedLookup(_ parent: UInt64, _ name: String, caller: Caller) throws -> NodeStat?? {
+        guard let cached = lock.withLock({ listings[parent] }), cached.groups == caller.accessGroups,
+              cached.stamp == (try attempt("lookup") { try keychain.changeStamp() }) else { return nil }
+        return .some(cached.byName[name])
     }
 
     private func scratchEntries(_ parent: UInt64, caller: Caller?) -> [DirectoryEntry] {

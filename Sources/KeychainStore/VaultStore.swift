@@ -46,6 +46,9 @@ public final class VaultStore: @unchecked Sendable {
     private let connection: Connection
     private let lock = NSRecursiveLock()
     private var transactionDepth = 0
+    /// Write transactions this connection committed (PRAGMA data_version counts only the
+    /// commits of *other* connections).
+    private var localCommits: Int64 = 0
     public let path: String
 
     /// `PRAGMA application_id` of a keychainfs vault: 'KCFS'. Identifies the file as ours.
@@ -155,6 +158,7 @@ public final class VaultStore: @unchecked Sendable {
                 try? connection.execute("ROLLBACK")
                 throw error
             }
+            localCommits += 1
             return result
         } catch {
             if transactionDepth > 0 {
@@ -343,6 +347,16 @@ public final class VaultStore: @unchecked Sendable {
             var n = 0
             try connection.run("SELECT count(*) FROM items") { n = Int($0.int(0)) }
             return n
+        }
+    }
+
+    /// Changes whenever the vault changes, through this connection or any other process's:
+    /// (PRAGMA data_version, this connection's commits). For caches of derived views.
+    public func changeStamp() throws -> [Int64] {
+        try query {
+            var version: Int64 = 0
+            try connection.run("PRAGMA data_version") { version = $0.int(0) }
+            return [version, localCommits]
         }
     }
 
