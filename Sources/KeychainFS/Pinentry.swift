@@ -58,7 +58,7 @@ public final class PinentryPresence: PresenceVerifier, @unchecked Sendable {
         }
         defer { lock.withLock { activePrompts -= 1 } }
         let passcode = flags.contains(.devicePasscode) && !flags.contains(.userPresence)
-        var session = try AssuanSession(program: program, tty: tty, display: display, term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
+        let session = try AssuanSession(program: program, tty: tty, display: display, term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
                                         timeout: timeoutSeconds + 5)
         defer { session.finish() }
         let what = passcode ? "Enter the vault passphrase to let" : "Allow"
@@ -115,11 +115,10 @@ struct AssuanSession {
         input = toChild[1]
         output = fromChild[0]
         deadline = Date().addingTimeInterval(Double(timeout))
-        var me = self
-        let greeting = try me.readLine()
+        let greeting = try readLine()
         guard greeting.hasPrefix("OK") else { throw KeychainError(.interactionNotAllowed, "pinentry did not greet") }
-        if let tty { try me.command("OPTION ttyname=\(tty)") }
-        try me.command("OPTION ttytype=\(term ?? "xterm")")
+        if let tty { try command("OPTION ttyname=\(tty)") }
+        try command("OPTION ttytype=\(term ?? "xterm")")
     }
 
     /// Percent-escapes what Assuan cannot carry in a line.
@@ -134,7 +133,7 @@ struct AssuanSession {
         return String(decoding: out, as: UTF8.self)
     }
 
-    mutating func readLine() throws -> String {
+    func readLine() throws -> String {
         var line = [UInt8]()
         var byte: UInt8 = 0
         while true {
@@ -155,7 +154,7 @@ struct AssuanSession {
     }
 
     /// Sends one command and waits for its OK; an ERR becomes the matching status.
-    mutating func command(_ line: String) throws {
+    func command(_ line: String) throws {
         _ = (line + "\n").withCString { write(input, $0, strlen($0)) }
         while true {
             let reply = try readLine()
@@ -166,7 +165,7 @@ struct AssuanSession {
     }
 
     /// GETPIN: the PIN arrives in a D line (percent-escaped), then OK.
-    mutating func getPin() throws -> [UInt8] {
+    func getPin() throws -> [UInt8] {
         _ = "GETPIN\n".withCString { write(input, $0, strlen($0)) }
         var pin = [UInt8]()
         while true {

@@ -84,9 +84,6 @@ final class Connection {
         }
     }
 
-    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
-    var changes: Int { Int(sqlite3_changes(handle)) }
-
     private func prepared(_ sql: String) throws -> OpaquePointer {
         if let stmt = cache[sql] { return stmt }
         var stmt: OpaquePointer?

@@ -236,20 +236,6 @@ public final class VaultStore: @unchecked Sendable {
         return item
     }
 
-    /// Inserts a new row and returns its id (ids are never reused: AUTOINCREMENT).
-    /// Throws `.duplicate` when an item with the same primary index exists.
-    public func insert(_ item: StoredItem) throws -> Int64 {
-        try write {
-            try connection.run("""
-                INSERT INTO items(class, pidx, sidx, version, data_gen, attrs, item_key, data)
-                VALUES(?, ?, ?, ?, ?, ?, ?, ?)
-                """, [.text(item.itemClass), .blob(item.primaryIndex), .blob(item.secondaryIndex),
-                      .integer(item.version), .integer(item.dataGeneration), .blob(item.sealedAttributes),
-                      .blob(item.wrappedItemKey), .blob(item.sealedData)])
-            return connection.lastInsertRowID
-        }
-    }
-
     /// Reserves the id the next insert will get, so a row can be sealed with its own id in
     /// its associated data before it is written. Must run inside `write`.
     public func nextItemID() throws -> Int64 {
@@ -258,7 +244,9 @@ public final class VaultStore: @unchecked Sendable {
         return next
     }
 
-    /// Inserts a row under an id obtained from `nextItemID()` in the same transaction.
+    /// Inserts a row under an id obtained from `nextItemID()` in the same transaction (ids are
+    /// never reused: AUTOINCREMENT). Throws `.duplicate` when an item with the same primary
+    /// index exists.
     public func insert(_ item: StoredItem, id: Int64) throws {
         try write {
             try connection.run("""
