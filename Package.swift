@@ -13,6 +13,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.0"),
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.1.0"),
+        // Errno: POSIX failures as a typed value (the FUSE face, the CLI, the daemon).
+        .package(url: "https://github.com/apple/swift-system", from: "1.4.0"),
+        // Property tests of the name and path codecs.
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
     ],
     targets: [
         // System libraries: the design's three fixed dependencies, each wrapped once.
@@ -38,10 +42,14 @@ let package = Package(
             .product(name: "_CryptoExtras", package: "swift-crypto"),
         ]),
         // The FUSE face: paths, xattrs, errno. Translates; decides nothing.
-        .target(name: "KeychainFS", dependencies: ["Keychain", "CFuse"]),
+        .target(name: "KeychainFS", dependencies: [
+            "Keychain", "CFuse",
+            .product(name: "SystemPackage", package: "swift-system"),
+        ]),
         .executableTarget(name: "keychainfs", dependencies: [
             "Keychain", "KeychainFS", "CPlatform",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // Benchmarks (docs/benchmarks.md): figures and ratios, never timed assertions.
         .executableTarget(name: "keychainfs-bench", dependencies: ["Keychain", "KeychainFS", "KeychainCrypto", "KeychainStore", "CSQLite", "CFuse", "CPlatform"]),
