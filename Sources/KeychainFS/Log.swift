@@ -1,10 +1,18 @@
 import Foundation
+import Synchronization
 
 /// The daemon's log: one line per event to stderr, which the mount command points at a
 /// log file when it backgrounds the daemon. Callers never pass secrets or secret lengths.
 public enum Log {
-    nonisolated(unsafe) public static var verbose = false
-    private static let lock = NSLock()
+    private static let verboseFlag = Atomic<Bool>(false)
+    /// One write(2) per line keeps lines whole; the lock keeps them in order.
+    private static let lock = Mutex(())
+
+    /// Debug lines are written only when verbose (`-o debug`, `-v`).
+    public static var verbose: Bool {
+        get { verboseFlag.load(ordering: .relaxed) }
+        set { verboseFlag.store(newValue, ordering: .relaxed) }
+    }
 
     public static func info(_ message: @autoclosure () -> String) { emit("info", message()) }
     public static func warning(_ message: @autoclosure () -> String) { emit("warning", message()) }
@@ -13,7 +21,7 @@ public enum Log {
 
     private static func emit(_ level: String, _ message: String) {
         let line = "\(AttributeTextTime.now()) keychainfs[\(getpid())] \(level): \(message)\n"
-        lock.withLock { _ = line.withCString { write(2, $0, strlen($0)) } }
+        lock.withLock { _ in _ = line.withCString { write(2, $0, strlen($0)) } }
     }
 }
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import SystemPackage
 import Keychain
 import KeychainCrypto
 import KeychainFS
@@ -355,8 +356,8 @@ func controlSocket(of mountpoint: String) throws -> String {
 func control(_ mountpoint: String, _ command: String, payload: SecureBytes? = nil) throws -> String {
     let socket = try controlSocket(of: mountpoint)
     let reply: String
-    do { reply = try ControlServer.request(socket: socket, command, payload: payload) } catch let e as FSError {
-        throw CLIError.failure("cannot reach the daemon of \(mountpoint) at \(socket): \(String(cString: strerror(e.errno)))")
+    do { reply = try ControlServer.request(socket: socket, command, payload: payload) } catch let e as Errno {
+        throw CLIError.failure("cannot reach the daemon of \(mountpoint) at \(socket): \(e)")
     }
     if reply.hasPrefix("ok ") { return String(reply.dropFirst(3)) }
     let parts = reply.split(separator: " ", maxSplits: 2).map(String.init)

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Keychain
 import KeychainCrypto
 
@@ -9,17 +10,19 @@ import KeychainCrypto
 /// A reuse window (per process and item, 0–300 s) skips repeated prompts. With no terminal,
 /// no display or no pinentry there is no way to ask: errSecInteractionNotAllowed at once.
 /// A prompt runs on the requesting thread only; other requests go on meanwhile.
-public final class PinentryPresence: PresenceVerifier, @unchecked Sendable {
-    // @unchecked: `grants` is guarded by `lock`.
+public final class PinentryPresence: PresenceVerifier, Sendable {
     public let program: String?
     public let reuseSeconds: Double
     public let timeoutSeconds: Int
     let keychain: Keychain
-    private let lock = NSLock()
-    private var grants: [String: Date] = [:]
-    /// Prompts waiting at once. Each holds a FUSE worker thread; past the cap a request that
-    /// would prompt is refused at once instead of starving every other request.
-    private var activePrompts = 0
+    private struct State {
+        /// When a process (pid and start time) last allowed an item, for the reuse window.
+        var grants: [String: Date] = [:]
+        /// Prompts waiting at once. Each holds a FUSE worker thread; past the cap a request
+        /// that would prompt is refused at once instead of starving every other request.
+        var activePrompts = 0
+    }
+    private let state = Mutex(State())
     public static let maxConcurrentPrompts = 4
 
     public init(keychain: Keychain, program: String?, reuseSeconds: Double, timeoutSeconds: Int = 60) {
@@ -39,7 +42,7 @@ public final class PinentryPresence: PresenceVerifier, @unchecked Sendable {
 
     public func verify(item: KeychainItem, flags: AccessControlFlags, caller: Caller) throws {
         let grantKey = "\(caller.processKey)|\(item.id)"
-        if reuseSeconds > 0, let at = lock.withLock({ grants[grantKey] }), Date().timeIntervalSince(at) < reuseSeconds { return }
+        if reuseSeconds > 0, let at = state.withLock({ $0.grants[grantKey] }), Date().timeIntervalSince(at) < reuseSeconds { return }
         guard let program else {
             throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and no pinentry program is installed")
         }
@@ -49,14 +52,14 @@ public final class PinentryPresence: PresenceVerifier, @unchecked Sendable {
         guard tty != nil || display != nil else {
             throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and \(caller.processDescription) has no terminal or display to ask on")
         }
-        guard lock.withLock({ () -> Bool in
-            guard activePrompts < Self.maxConcurrentPrompts else { return false }
-            activePrompts += 1
+        guard state.withLock({ s -> Bool in
+            guard s.activePrompts < Self.maxConcurrentPrompts else { return false }
+            s.activePrompts += 1
             return true
         }) else {
             throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and \(Self.maxConcurrentPrompts) prompts are already waiting")
         }
-        defer { lock.withLock { activePrompts -= 1 } }
+        defer { state.withLock { $0.activePrompts -= 1 } }
         let passcode = flags.contains(.devicePasscode) && !flags.contains(.userPresence)
         let session = try AssuanSession(program: program, tty: tty, display: display, term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
                                         timeout: timeoutSeconds + 5)
@@ -75,7 +78,7 @@ public final class PinentryPresence: PresenceVerifier, @unchecked Sendable {
             try session.command("SETNOTOK Deny")
             try session.command("CONFIRM")
         }
-        if reuseSeconds > 0 { lock.withLock { grants[grantKey] = Date() } }
+        if reuseSeconds > 0 { state.withLock { $0.grants[grantKey] = Date() } }
     }
 }
 

@@ -1,4 +1,6 @@
 import Foundation
+import SystemPackage
+import Synchronization
 import Keychain
 import KeychainCrypto
 
@@ -9,12 +11,12 @@ import KeychainCrypto
 ///
 /// Protocol: one request line, `status`, `lock`, or `unlock` followed by the passphrase
 /// bytes up to EOF; one reply line, `ok <state> <since>` or `error <OSStatus> <message>`.
-public final class ControlServer: @unchecked Sendable {
-    // @unchecked: `listener` is written once in init and closed once in stop().
+public final class ControlServer: Sendable {
     public let path: String
     let keychain: Keychain
     let uid: uid_t
-    private var listener: Int32
+    /// The listening socket: made in init, closed once by stop().
+    private let listener: Int32
 
     public init(path: String, keychain: Keychain, uid: uid_t = getuid()) throws {
         self.path = path
@@ -26,12 +28,12 @@ public final class ControlServer: @unchecked Sendable {
         // a symlink, or another user could sit between the CLI and the daemon.
         var st = stat()
         guard lstat(dir, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR, st.st_uid == uid, st.st_mode & 0o077 == 0 else {
-            throw FSError(EPERM)
+            throw Errno.notPermitted
         }
         unlink(path)
         var address = try Self.address(path)
-        listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard listener >= 0 else { throw FSError(errno) }
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard listener >= 0 else { throw Errno(rawValue: errno) }
         let old = umask(0o077)
         let rc = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
@@ -40,8 +42,9 @@ public final class ControlServer: @unchecked Sendable {
         guard rc == 0, listen(listener, 8) == 0 else {
             let e = errno
             close(listener)
-            throw FSError(e)
+            throw Errno(rawValue: e)
         }
+        self.listener = listener
     }
 
     /// Serves connections on a thread of its own until `stop()`.
@@ -131,7 +134,7 @@ public final class ControlServer: @unchecked Sendable {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw FSError(ENAMETOOLONG) }
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw Errno.fileNameTooLong }
         withUnsafeMutableBytes(of: &address.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
         return address
     }
@@ -140,17 +143,17 @@ public final class ControlServer: @unchecked Sendable {
     public static func request(socket path: String, _ command: String, payload: SecureBytes? = nil) throws -> String {
         var address = try address(path)
         let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw FSError(errno) }
+        guard fd >= 0 else { throw Errno(rawValue: errno) }
         defer { close(fd) }
         let rc = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        guard rc == 0 else { throw FSError(errno) }
+        guard rc == 0 else { throw Errno(rawValue: errno) }
         // Only hand a passphrase to a daemon of our own user (or root).
         var cred = PeerCredentials()
         var len = socklen_t(MemoryLayout<PeerCredentials>.size)
         guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, cred.uid == getuid() || cred.uid == 0 else {
-            throw FSError(EPERM)
+            throw Errno.notPermitted
         }
         _ = (command + "\n").withCString { write(fd, $0, strlen($0)) }
         payload?.withUnsafeBytes { _ = write(fd, $0.baseAddress, $0.count) }
@@ -163,25 +166,23 @@ public final class ControlServer: @unchecked Sendable {
 }
 
 /// `-o lock_after=SECONDS`: locks the keychain after that long without a filesystem request.
-public final class IdleLocker: @unchecked Sendable {
-    // @unchecked: `lastActivity` is guarded by `lock`.
+public final class IdleLocker: Sendable {
     let keychain: Keychain
     let seconds: Double
-    private let lock = NSLock()
-    private var lastActivity = Date()
+    private let lastActivity = Mutex(Date())
 
     public init(keychain: Keychain, seconds: Double) {
         self.keychain = keychain
         self.seconds = seconds
     }
 
-    public func touch() { lock.withLock { lastActivity = Date() } }
+    public func touch() { lastActivity.withLock { $0 = Date() } }
 
     public func start() {
         let thread = Thread { [self] in
             while true {
                 Thread.sleep(forTimeInterval: min(1.0, seconds / 2))
-                let idle = Date().timeIntervalSince(lock.withLock { lastActivity })
+                let idle = Date().timeIntervalSince(lastActivity.withLock { $0 })
                 // Idle since the last request *and* since the last unlock: an unlock after a
                 // long quiet spell must not be undone a second later.
                 if idle >= seconds, case .unlocked(let since) = keychain.lockState, Date().timeIntervalSince(since) >= seconds {

@@ -1,55 +1,5 @@
 import Foundation
-import Keychain
-
-/// The access layer: who is calling (the FUSE request's thread id → process → executable,
-/// re-checked against pid reuse), which access groups that gives under the vault's policy,
-/// how to ask for user presence, and the audit log of every access decision.
-public final class AccessLayer: @unchecked Sendable {
-    // @unchecked: the policy cache and reuse table are guarded by `lock`.
-    let keychain: Keychain
-    public let audit: AuditLog?
-    public var presence: (any PresenceVerifier)?
-    private let lock = NSLock()
-    private var policy: (AccessPolicy, Date)?
-
-    public init(keychain: Keychain, audit: AuditLog?) {
-        self.keychain = keychain
-        self.audit = audit
-    }
-
-    /// The policy, re-read at most once a second (a CLI change shows within a second).
-    func currentPolicy() throws -> AccessPolicy {
-        if let (p, at) = lock.withLock({ policy }), Date().timeIntervalSince(at) < 1 { return p }
-        let p: AccessPolicy
-        do { p = try keychain.accessPolicy() } catch KeychainStatus.interactionNotAllowed {
-            p = AccessPolicy() // not unlocked yet: nothing is readable anyway
-        }
-        lock.withLock { policy = (p, Date()) }
-        return p
-    }
-
-    /// Whether an access policy is in force: then the kernel must not cache item entries,
-    /// or one process's lookup would answer another's.
-    public var hasPolicy: Bool { (try? currentPolicy().isEmpty == false) ?? false }
-
-    /// The caller of a request from thread `tid`. With no policy, and unless the decision is
-    /// audited, the process need not be identified at all (the fast path).
-    public func caller(tid: pid_t, identify: Bool) throws -> Caller {
-        let policy: AccessPolicy
-        do { policy = try currentPolicy() } catch let e as KeychainError {
-            Log.error("access policy: \(e.message)")
-            throw FSError(EIO)
-        }
-        guard identify || !policy.isEmpty else { return Caller(presence: presence) }
-        guard let process = ProcessIdentity.of(tid: tid) else {
-            // The process is gone (or in another pid namespace): nothing to decide for.
-            if policy.isEmpty { return Caller(presence: presence) }
-            throw FSError(EACCES)
-        }
-        return Caller(accessGroups: policy.accessGroups(forExecutable: process.executable), presence: presence,
-                      processDescription: process.description, processKey: process.key)
-    }
-}
+import Synchronization
 
 /// A process as seen in /proc: its thread-group id, executable and start time. The start
 /// time is read before and after the executable, so a pid reused in between is noticed.
@@ -66,15 +16,13 @@ public struct ProcessIdentity: Sendable {
     /// start time is unchanged, so a reused thread id is looked up afresh.
     private static let threadCache = ThreadCache()
 
-    final class ThreadCache: @unchecked Sendable {
-        // @unchecked: `entries` is guarded by `lock`.
-        private let lock = NSLock()
-        private var entries: [pid_t: (start: UInt64, tgid: pid_t)] = [:]
-        func get(_ tid: pid_t) -> (start: UInt64, tgid: pid_t)? { lock.withLock { entries[tid] } }
+    final class ThreadCache: Sendable {
+        private let entries = Mutex<[pid_t: (start: UInt64, tgid: pid_t)]>([:])
+        func get(_ tid: pid_t) -> (start: UInt64, tgid: pid_t)? { entries.withLock { $0[tid] } }
         func set(_ tid: pid_t, _ value: (start: UInt64, tgid: pid_t)) {
-            lock.withLock {
-                if entries.count > 4096 { entries.removeAll() }
-                entries[tid] = value
+            entries.withLock {
+                if $0.count > 4096 { $0.removeAll() }
+                $0[tid] = value
             }
         }
     }
@@ -144,31 +92,5 @@ public struct ProcessIdentity: Sendable {
             if s.hasPrefix(name + "=") { return String(s.dropFirst(name.count + 1)) }
         }
         return nil
-    }
-}
-
-/// The audit log: one line per access decision — time, pid, executable, item id, operation,
-/// allow/deny and why. Never a secret or a secret's length. A file the user owns (0600).
-public final class AuditLog: @unchecked Sendable {
-    // @unchecked: writes are single write(2) calls on an O_APPEND descriptor.
-    public let path: String
-    private let fd: Int32
-
-    public init(path: String) throws {
-        self.path = path
-        try FileManager.default.createDirectory(atPath: KeychainPaths.parent(of: path),
-                                                withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw FSError(errno) }
-    }
-
-    deinit { close(fd) }
-
-    public func record(_ caller: Caller, item: Int64?, _ operation: String, allowed: Bool, why: String? = nil) {
-        var line = "\(AttributeTextTime.now()) \(caller.processDescription.isEmpty ? "pid ?" : caller.processDescription)"
-        line += " item=\(item.map(String.init) ?? "-") op=\(operation) \(allowed ? "allow" : "deny")"
-        if let why { line += " why=\(why)" }
-        line += "\n"
-        _ = line.withCString { write(fd, $0, strlen($0)) }
     }
 }

@@ -1,0 +1,60 @@
+import Foundation
+import Keychain
+import SystemPackage
+import Synchronization
+
+/// The access layer: who is calling (the FUSE request's thread id → process → executable,
+/// re-checked against pid reuse), which access groups that gives under the vault's policy,
+/// how to ask for user presence, and the audit log of every access decision.
+public final class AccessLayer: Sendable {
+    let keychain: Keychain
+    public let audit: AuditLog?
+    private let presenceVerifier = Mutex<(any PresenceVerifier)?>(nil)
+    /// The policy as last read, and when.
+    private let policy = Mutex<(AccessPolicy, Date)?>(nil)
+
+    /// How user presence is asked (set once by the mount command before serving).
+    public var presence: (any PresenceVerifier)? {
+        get { presenceVerifier.withLock { $0 } }
+        set { presenceVerifier.withLock { $0 = newValue } }
+    }
+
+    public init(keychain: Keychain, audit: AuditLog?) {
+        self.keychain = keychain
+        self.audit = audit
+    }
+
+    /// The policy, re-read at most once a second (a CLI change shows within a second).
+    func currentPolicy() throws -> AccessPolicy {
+        if let (p, at) = policy.withLock({ $0 }), Date().timeIntervalSince(at) < 1 { return p }
+        let p: AccessPolicy
+        do { p = try keychain.accessPolicy() } catch KeychainStatus.interactionNotAllowed {
+            p = AccessPolicy() // not unlocked yet: nothing is readable anyway
+        }
+        policy.withLock { $0 = (p, Date()) }
+        return p
+    }
+
+    /// Whether an access policy is in force: then the kernel must not cache item entries,
+    /// or one process's lookup would answer another's.
+    public var hasPolicy: Bool { (try? currentPolicy().isEmpty == false) ?? false }
+
+    /// The caller of a request from thread `tid`. With no policy, and unless the decision is
+    /// audited, the process need not be identified at all (the fast path).
+    public func caller(tid: pid_t, identify: Bool) throws -> Caller {
+        let policy: AccessPolicy
+        do { policy = try currentPolicy() } catch let e as KeychainError {
+            Log.error("access policy: \(e.message)")
+            throw Errno.ioError
+        }
+        let presence = self.presence
+        guard identify || !policy.isEmpty else { return Caller(presence: presence) }
+        guard let process = ProcessIdentity.of(tid: tid) else {
+            // The process is gone (or in another pid namespace): nothing to decide for.
+            if policy.isEmpty { return Caller(presence: presence) }
+            throw Errno.permissionDenied
+        }
+        return Caller(accessGroups: policy.accessGroups(forExecutable: process.executable), presence: presence,
+                      processDescription: process.description, processKey: process.key)
+    }
+}

@@ -1,0 +1,120 @@
+import Foundation
+import Keychain
+import SystemPackage
+import Synchronization
+
+/// The filesystem face of a keychain: resolves inode numbers to nodes (Nodes/), keeps the
+/// mount's tables (State/), and answers each filesystem operation by asking the node that
+/// adopts it (KeychainFileSystem+Operations.swift, +Handles.swift, Rename.swift,
+/// XattrNamespaces.swift). Keychain rules stay in the core; failures are converted to errno
+/// once, by the session (ErrnoConversion).
+public final class KeychainFileSystem: Sendable {
+    public let keychain: Keychain
+    public let uid: uid_t
+    public let gid: gid_t
+    let mountTime = Date()
+
+    /// Who is calling, which groups that gives, prompts, and the audit log.
+    public let access: AccessLayer
+
+    let directories = DirectoryTable()
+    let listings = ListingCache()
+    let memoryFiles = MemoryFiles()
+    let openFiles = OpenFiles()
+
+    private struct Hooks {
+        var invalidate: (@Sendable (Invalidation) -> Void)?
+        var controlSocketPath: String?
+    }
+    private let hooks = Mutex(Hooks())
+
+    /// Called (off the request thread) when the kernel's cached view of a node went stale.
+    public var invalidate: (@Sendable (Invalidation) -> Void)? {
+        get { hooks.withLock { $0.invalidate } }
+        set { hooks.withLock { $0.invalidate = newValue } }
+    }
+
+    /// Where the control socket is: the root's `user.keychainfs.control` xattr, so that
+    /// `keychainfs lock|unlock|status MOUNTPOINT` finds the daemon from the mount alone.
+    public var controlSocketPath: String? {
+        get { hooks.withLock { $0.controlSocketPath } }
+        set { hooks.withLock { $0.controlSocketPath = newValue } }
+    }
+
+    public enum Invalidation: Sendable {
+        case inode(UInt64)
+        case entry(parent: UInt64, name: String)
+    }
+
+    public init(keychain: Keychain, uid: uid_t = getuid(), gid: gid_t = getgid(), audit: AuditLog? = nil) {
+        self.keychain = keychain
+        self.uid = uid
+        self.gid = gid
+        self.access = AccessLayer(keychain: keychain, audit: audit)
+    }
+
+    func notify(_ what: Invalidation) { invalidate?(what) }
+
+    // MARK: Inode → node
+
+    func node(_ ino: UInt64) throws -> any Node {
+        if ino == Inode.root { return RootNode() }
+        if let top = TopLevel.directory(ino) { return top }
+        if let (c, id) = Inode.decodeItem(ino) {
+            return c == .identity ? IdentityNode(certificateID: id) : ItemNode(itemClass: c, id: id)
+        }
+        if Inode.isScratch(ino) {
+            guard let file = memoryFiles.file(ino) else { throw Errno.noSuchFileOrDirectory }
+            // An added pending item: the kernel may still use the inode it had for the name.
+            if let (c, id) = file.state.withLock({ $0.added }) { return ItemNode(itemClass: c, id: id) }
+            return MemoryFileNode(file: file)
+        }
+        if let (c, spelling) = directories.directory(ino) { return GroupDirectory(itemClass: c, spelling: spelling, ino: ino) }
+        throw Errno.noSuchFileOrDirectory
+    }
+
+    // MARK: Stats
+
+    func directoryStat(_ ino: UInt64) -> NodeStat {
+        NodeStat(ino: ino, isDirectory: true, size: 0, modified: mountTime, created: mountTime)
+    }
+
+    func itemStat(_ item: KeychainItem) -> NodeStat {
+        NodeStat(ino: Inode.item(item.itemClass, id: item.id), isDirectory: false,
+                 size: FileContent.length(item.itemClass, item.dataLength),
+                 modified: item.modificationDate ?? mountTime, created: item.creationDate ?? mountTime)
+    }
+
+    // MARK: Audit
+
+    /// Runs one access decision and records it in the audit log, allowed or denied (with the
+    /// keychain status or errno as the reason). The failure is rethrown as it is.
+    func audited<R>(_ caller: Caller, item: Int64?, _ operation: AuditOperation, _ body: () throws -> R) throws -> R {
+        do {
+            let result = try body()
+            access.audit?.record(caller, item: item, operation, allowed: true)
+            return result
+        } catch let e as KeychainError {
+            access.audit?.record(caller, item: item, operation, allowed: false, why: e.status.name)
+            throw e
+        } catch let e as Errno {
+            access.audit?.record(caller, item: item, operation, allowed: false, why: e.description)
+            throw e
+        }
+    }
+}
+
+/// What a file shows of an item's data. A certificate is stored as DER (Apple's value) and
+/// shown as PEM, which is what openssl, curl and Python's ssl read; everything else is shown
+/// byte for byte.
+enum FileContent {
+    static func of(_ itemClass: ItemClass, _ data: [UInt8]) -> [UInt8] {
+        itemClass == .certificate && !data.isEmpty ? CertificateData.pem(data) : data
+    }
+
+    static func length(_ itemClass: ItemClass, _ dataLength: Int) -> Int {
+        guard itemClass == .certificate, dataLength > 0 else { return dataLength }
+        let b64 = (dataLength + 2) / 3 * 4
+        return "-----BEGIN CERTIFICATE-----\n".utf8.count + b64 + (b64 + 63) / 64 + "-----END CERTIFICATE-----\n".utf8.count
+    }
+}

@@ -1,0 +1,131 @@
+import Foundation
+import Keychain
+import SystemPackage
+
+/// One family of extended attribute names and what they mean on which nodes. The registry
+/// (`XattrNamespaces.all`) is asked in order; a name no namespace claims is absent: getxattr
+/// answers ENODATA (ls asks for `security.selinux` and `system.posix_acl_access` on every
+/// entry), setxattr and removexattr EOPNOTSUPP (storing an ACL as a plain attribute broke
+/// modes for `sed -i`).
+protocol XattrNamespace: Sendable {
+    /// Whether `name` belongs to this namespace.
+    func claims(_ name: String) -> Bool
+    /// The names this namespace shows on a node (listxattr).
+    func names(on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws -> [String]
+    /// The value of `name` on `node`; ENODATA when the node has none.
+    func value(of name: String, on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws -> [UInt8]
+    /// Sets `name` (flags: XATTR_CREATE 1, XATTR_REPLACE 2).
+    func set(_ name: String, to value: [UInt8], flags: Int32, on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws
+}
+
+enum XattrNamespaces {
+    static let all: [any XattrNamespace] = [KeychainAttributeXattrs(), ControlSocketXattr()]
+
+    static func claiming(_ name: String) -> (any XattrNamespace)? { all.first { $0.claims(name) } }
+}
+
+/// `user.keychain.<attribute>`: an item's attributes as text (docs/xattrs.md). Setting one is
+/// SecItemUpdate of that attribute; a key attribute moves the file. They cannot be removed
+/// (Apple has no "remove" either): EPERM.
+struct KeychainAttributeXattrs: XattrNamespace {
+    static let prefix = "user.keychain."
+
+    func claims(_ name: String) -> Bool { name.hasPrefix(Self.prefix) }
+
+    func names(on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws -> [String] {
+        guard let node = node as? any NodeWithItemAttributes else { return [] }
+        return try node.attributeItem(in: fs, caller: caller).attributes.keys.sorted().map { Self.prefix + $0.name }
+    }
+
+    /// The schema attribute an xattr name denotes in a class (its exact spelling only).
+    static func attribute(_ name: String, in itemClass: ItemClass) -> Attribute? {
+        let attrName = String(name.dropFirst(prefix.count))
+        guard let attribute = try? Schema.attribute(named: attrName, in: itemClass), attribute.name == attrName else { return nil }
+        return attribute
+    }
+
+    func value(of name: String, on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws -> [UInt8] {
+        guard let node = node as? any NodeWithItemAttributes else { throw Errno.noData }
+        let item = try node.attributeItem(in: fs, caller: caller)
+        guard let attribute = Self.attribute(name, in: item.itemClass), let value = item.attributes[attribute] else {
+            throw Errno.noData
+        }
+        return AttributeText.render(attribute, value)
+    }
+
+    func set(_ name: String, to value: [UInt8], flags: Int32, on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws {
+        guard let node = node as? any NodeWithItemAttributes else { throw Errno.notSupported }
+        guard let (c, id) = node.writableItem else { throw Errno.notPermitted }
+        let item = try fs.keychain.item(id: id, itemClass: c, withData: false, caller: caller)
+        guard let attribute = Self.attribute(name, in: c) else { throw Errno.noData }
+        if flags & 1 != 0 && item.attributes[attribute] != nil { throw Errno.fileExists }     // XATTR_CREATE
+        if flags & 2 != 0 && item.attributes[attribute] == nil { throw Errno.noData }         // XATTR_REPLACE
+        let parsed = try AttributeText.parse(attribute, value, currentProtection: item.accessibility)
+        let oldDirectory = PathCodec.directory(of: c, item.attributes)
+        let oldLeaf = PathCodec.leaf(of: c, item.attributes)
+        fs.memoryFiles.forgetFresh(id)
+        try fs.audited(caller, item: id, .setAttribute(attribute.name)) {
+            _ = try fs.keychain.update(Query(c, synchronizableAny: true, persistentReference: id), attributes: [attribute: parsed],
+                                       caller: caller)
+        }
+        if Schema.isPrimaryKey(attribute, in: c) || attribute == Schema.label {
+            // The item's path changed: drop the kernel's cached entries for the old name.
+            let parent = oldDirectory.map { fs.directories.inode(c, $0) } ?? Inode.classDirectory(c)
+            fs.notify(.entry(parent: parent, name: oldLeaf))
+            if let oldDirectory { fs.notify(.entry(parent: Inode.classDirectory(c), name: oldDirectory)) }
+        }
+    }
+}
+
+/// `user.keychainfs.control` on the root: where the control socket is, so that
+/// `keychainfs lock|unlock|status MOUNTPOINT` can find the daemon from the mount alone.
+struct ControlSocketXattr: XattrNamespace {
+    static let name = "user.keychainfs.control"
+
+    func claims(_ name: String) -> Bool { name == Self.name }
+
+    func names(on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws -> [String] {
+        node is RootNode && fs.controlSocketPath != nil ? [Self.name] : []
+    }
+
+    func value(of name: String, on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws -> [UInt8] {
+        guard node is RootNode, let path = fs.controlSocketPath else { throw Errno.noData }
+        return Array(path.utf8)
+    }
+
+    func set(_ name: String, to value: [UInt8], flags: Int32, on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws {
+        throw Errno.notSupported
+    }
+}
+
+extension KeychainFileSystem {
+    /// The root's control-socket attribute name (the CLI reads it).
+    public static let controlXattr = ControlSocketXattr.name
+    public static let xattrPrefix = KeychainAttributeXattrs.prefix
+
+    public func listxattr(_ ino: UInt64, caller: Caller) throws -> [String] {
+        let node = try node(ino)
+        return try XattrNamespaces.all.flatMap { try $0.names(on: node, in: self, caller: caller) }
+    }
+
+    public func getxattr(_ ino: UInt64, name: String, caller: Caller) throws -> [UInt8] {
+        guard let namespace = XattrNamespaces.claiming(name) else { throw Errno.noData }
+        return try namespace.value(of: name, on: try node(ino), in: self, caller: caller)
+    }
+
+    public func setxattr(_ ino: UInt64, name: String, value: [UInt8], flags: Int32, caller: Caller) throws {
+        guard let namespace = XattrNamespaces.claiming(name) else { throw Errno.notSupported }
+        try namespace.set(name, to: value, flags: flags, on: try node(ino), in: self, caller: caller)
+        notify(.inode(ino))
+    }
+
+    /// Attributes are changed, never removed: EPERM for one that exists, ENODATA for one
+    /// that does not, EOPNOTSUPP outside the keychain's namespace.
+    public func removexattr(_ ino: UInt64, name: String, caller: Caller) throws {
+        guard let namespace = XattrNamespaces.claiming(name), namespace is KeychainAttributeXattrs else {
+            throw Errno.notSupported
+        }
+        _ = try namespace.value(of: name, on: try node(ino), in: self, caller: caller)
+        throw Errno.notPermitted
+    }
+}

@@ -1,0 +1,75 @@
+import Foundation
+import Keychain
+import SystemPackage
+
+/// `/genp` and `/inet`: a directory per service or server (the class's grouping attribute),
+/// never an item directly. A directory exists while an item has its service/server, or after
+/// mkdir until it is removed; renaming it updates every item in it.
+struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, NodeReaddirer, NodeMkdirer, NodeRmdirer {
+    let itemClass: ItemClass
+    var name: String { itemClass.rawValue }
+
+    func keyAttributes(in fs: KeychainFileSystem, caller: Caller) throws -> Attributes? { nil }
+
+    func lookup(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
+        if let ino = fs.directories.emptyDirectory(itemClass, name) { return fs.directoryStat(ino) }
+        guard try exists(name, in: fs, caller: caller) else { throw Errno.noSuchFileOrDirectory }
+        return fs.directoryStat(fs.directories.inode(itemClass, name))
+    }
+
+    /// A service directory exists when its service has an item the caller can see: one index
+    /// probe. (An inet directory also names protocol and port, so its server's items are read.)
+    private func exists(_ spelling: String, in fs: KeychainFileSystem, caller: Caller) throws -> Bool {
+        if itemClass == .genericPassword, let attrs = PathCodec.parseDirectory(itemClass, spelling),
+           let service = attrs[Schema.service] {
+            return try fs.keychain.hasItems(itemClass, grouping: service, caller: caller)
+        }
+        return try !fs.items(inDirectory: itemClass, spelling, caller: caller).isEmpty
+    }
+
+    func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
+        var out: [DirectoryEntry] = []
+        var seen = Set<String>()
+        for item in try fs.allItems(itemClass, caller: caller) {
+            guard let spelling = PathCodec.directory(of: itemClass, item.attributes), seen.insert(spelling).inserted else { continue }
+            out.append(DirectoryEntry(name: spelling, ino: fs.directories.inode(itemClass, spelling), isDirectory: true))
+        }
+        for (spelling, ino) in fs.directories.emptyDirectories(of: itemClass) where !seen.contains(spelling) {
+            out.append(DirectoryEntry(name: spelling, ino: ino, isDirectory: true))
+        }
+        return out
+    }
+
+    func mkdir(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
+        guard PathCodec.parseDirectory(itemClass, name) != nil else { throw Errno.invalidArgument }
+        if (try? lookup(name, in: fs, caller: caller)) != nil { throw Errno.fileExists }
+        return fs.directoryStat(fs.directories.markEmpty(itemClass, name))
+    }
+
+    func rmdir(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws {
+        let stat = try lookup(name, in: fs, caller: caller)
+        if try !fs.items(inDirectory: itemClass, name, caller: caller).isEmpty
+            || !fs.memoryFileEntries(in: stat.ino, caller: nil).isEmpty {
+            throw Errno.directoryNotEmpty
+        }
+        fs.directories.unmarkEmpty(stat.ino)
+    }
+
+    /// rename of a service/server directory: every item in it gets the new service/server.
+    func renameDirectory(from: String, to: String, noReplace: Bool, in fs: KeychainFileSystem, caller: Caller) throws {
+        guard let fromAttrs = PathCodec.parseDirectory(itemClass, from) else { throw Errno.noSuchFileOrDirectory }
+        guard let toAttrs = PathCodec.parseDirectory(itemClass, to) else { throw Errno.invalidArgument }
+        let moving = try fs.items(inDirectory: itemClass, from, caller: caller)
+        let fromIno = fs.directories.inode(itemClass, from)
+        if moving.isEmpty && !fs.directories.isEmptyDirectory(fromIno) { throw Errno.noSuchFileOrDirectory }
+        if try !fs.items(inDirectory: itemClass, to, caller: caller).isEmpty {
+            throw noReplace ? Errno.fileExists : Errno.directoryNotEmpty
+        }
+        if !moving.isEmpty {
+            var query = Query(itemClass, synchronizableAny: true)
+            for (k, v) in fromAttrs { query.attributes[k] = v }
+            try fs.keychain.update(query, attributes: toAttrs, caller: caller)
+        }
+        fs.directories.renamed(fromIno, to: itemClass, to, empty: moving.isEmpty)
+    }
+}

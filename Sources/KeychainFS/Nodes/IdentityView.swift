@@ -1,0 +1,68 @@
+import Foundation
+import Keychain
+import SystemPackage
+
+/// `/idnt`: a read-only view of the identities (a certificate with its private key). An
+/// identity has no row of its own; its file is the core's identity bundle, its inode the
+/// certificate's id, its attributes the certificate's.
+struct IdentityView: TopLevelDirectory, ItemDirectory, NodeLookuper, NodeReaddirer {
+    var name: String { ItemClass.identity.rawValue }
+    var itemClass: ItemClass { .identity }
+
+    func keyAttributes(in fs: KeychainFileSystem, caller: Caller) throws -> Attributes? { [:] }
+
+    func lookup(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
+        guard let identity = try fs.keychain.identities(caller: caller)
+            .first(where: { PathCodec.leaf(of: .identity, $0.certificate.attributes) == name }) else {
+            throw Errno.noSuchFileOrDirectory
+        }
+        return IdentityNode.stat(identity, in: fs)
+    }
+
+    func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
+        var seen = Set<String>()
+        return try fs.keychain.identities(caller: caller).compactMap { identity in
+            let leaf = PathCodec.leaf(of: .identity, identity.certificate.attributes)
+            guard seen.insert(leaf).inserted else { return nil }
+            return DirectoryEntry(name: leaf, ino: Inode.item(.identity, id: identity.id), isDirectory: false)
+        }
+    }
+}
+
+/// `/idnt/<label>`: the certificate's PEM followed by the private key as stored. Read-only:
+/// open for writing, truncate, unlink and attribute changes are EPERM.
+struct IdentityNode: NodeOpener, NodeWithItemAttributes {
+    let certificateID: Int64
+    var ino: UInt64 { Inode.item(.identity, id: certificateID) }
+    var isDirectory: Bool { false }
+    var writableItem: (ItemClass, Int64)? { nil }
+
+    static func stat(_ identity: Keychain.Identity, in fs: KeychainFileSystem) -> NodeStat {
+        NodeStat(ino: Inode.item(.identity, id: identity.id), isDirectory: false,
+                 size: FileContent.length(.certificate, identity.certificate.dataLength) + identity.key.dataLength,
+                 modified: identity.certificate.modificationDate ?? fs.mountTime,
+                 created: identity.certificate.creationDate ?? fs.mountTime)
+    }
+
+    func stat(in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
+        Self.stat(try fs.keychain.identity(certificateID: certificateID, withData: false, caller: caller), in: fs)
+    }
+
+    func attributeItem(in fs: KeychainFileSystem, caller: Caller) throws -> KeychainItem {
+        try fs.keychain.identity(certificateID: certificateID, withData: false, caller: caller).certificate
+    }
+
+    func open(flags: Int32, in fs: KeychainFileSystem, caller: Caller) throws -> OpenFile {
+        let access = flags & O_ACCMODE
+        if access == O_WRONLY || access == O_RDWR { throw Errno.notPermitted }
+        // Both halves pass their access checks now, user presence included; each read checks
+        // them again, without asking again: the handle carries the grant for both.
+        let identity = try fs.audited(caller, item: certificateID, .openRead) { () -> Keychain.Identity in
+            _ = try fs.keychain.identityBundle(certificateID: certificateID, caller: caller)
+            return try fs.keychain.identity(certificateID: certificateID, withData: false, caller: caller)
+        }
+        var granted = caller.granting(presenceFor: identity.certificate.id).granting(presenceFor: identity.key.id)
+        granted.authenticationUI = .allow
+        return OpenFile(ino: ino, target: .item(.identity, certificateID), caller: granted, append: false)
+    }
+}

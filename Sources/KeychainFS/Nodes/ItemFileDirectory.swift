@@ -1,0 +1,115 @@
+import Foundation
+import Keychain
+import SystemPackage
+
+/// A directory whose files are items and editor scratch files: a service/server directory
+/// (`GroupDirectory`) or a flat class directory (`/cert`, `/keys`). What they share: a name is
+/// a memory file the caller may see, else the item whose canonical spelling it is; a new name
+/// is a pending item until its bytes are committed.
+protocol ItemFileDirectory: ItemDirectory, NodeLookuper, NodeReaddirer, NodeCreater {}
+
+extension ItemFileDirectory {
+    func lookupFile(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
+        if let file = fs.memoryFile(named: name, in: ino, caller: caller) { return file.stat() }
+        guard let attrs = try keyAttributes(in: fs, caller: caller),
+              let item = try fs.findItem(itemClass, directoryAttributes: attrs, name: name, caller: caller) else {
+            throw Errno.noSuchFileOrDirectory
+        }
+        return fs.itemStat(item)
+    }
+
+    func create(_ name: String, flags: Int32, in fs: KeychainFileSystem, caller: Caller) throws -> Opened {
+        let append = flags & O_APPEND != 0
+        if PathCodec.isScratchName(name) {
+            if fs.memoryFiles.named(name, in: ino) != nil { throw Errno.fileExists }
+            let file = fs.memoryFiles.make(.editorScratch, parent: ino, name: name, caller: caller)
+            let handle = fs.openFiles.register(OpenFile(ino: file.ino, target: .memory(file), caller: caller, append: append))
+            return Opened(handle: handle, stat: file.stat())
+        }
+        guard let attrs = try keyAttributes(in: fs, caller: caller) else { throw Errno.notPermitted }
+        // Not the canonical spelling of any item (bad escape, invalid UTF-8, long form).
+        guard let key = PathCodec.parseLeaf(itemClass, name, in: attrs) else { throw Errno.invalidArgument }
+        if (try? lookup(name, in: fs, caller: caller)) != nil { throw Errno.fileExists }
+        // The item is added when its bytes are committed (a certificate cannot even exist
+        // empty); until then the name is a pending item in memory.
+        let file = fs.memoryFiles.make(.pendingItem(itemClass, key), parent: ino, name: name, caller: caller)
+        fs.directories.unmarkEmpty(ino)
+        let handle = fs.openFiles.register(OpenFile(ino: file.ino, target: .memory(file), caller: caller, append: append))
+        return Opened(handle: handle, stat: file.stat())
+    }
+}
+
+/// `/genp/<service>` and `/inet/[proto:]server[:port]`: the items of one service or server.
+/// Its listing is cached while the vault is unchanged (ListingCache).
+struct GroupDirectory: ItemFileDirectory {
+    let itemClass: ItemClass
+    let spelling: String
+    let ino: UInt64
+
+    func keyAttributes(in fs: KeychainFileSystem, caller: Caller) throws -> Attributes? {
+        if let attrs = PathCodec.parseDirectory(itemClass, spelling) { return attrs }
+        // A long directory name: take the attributes from one of its items.
+        guard let item = try fs.items(inDirectory: itemClass, spelling, caller: caller).first else {
+            throw Errno.noSuchFileOrDirectory
+        }
+        var attrs = Attributes()
+        for a in [Schema.service, Schema.server, Schema.protocolAttribute, Schema.port] where item.attributes[a] != nil {
+            attrs[a] = item.attributes[a]
+        }
+        return attrs
+    }
+
+    func lookup(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
+        // Only hits come from the listing: a miss takes the full path (one index probe),
+        // which also audits names of other access groups.
+        if fs.memoryFile(named: name, in: ino, caller: caller) == nil,
+           let cached = try validListing(in: fs, caller: caller), let stat = cached.byName[name] {
+            return stat
+        }
+        return try lookupFile(name, in: fs, caller: caller)
+    }
+
+    func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
+        try listing(in: fs, caller: caller).entries.map { DirectoryEntry(name: $0.name, ino: $0.stat.ino, isDirectory: false) }
+            + fs.memoryFileEntries(in: ino, caller: caller)
+    }
+
+    private func validListing(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing? {
+        guard let cached = fs.listings.listing(ino), cached.groups == caller.accessGroups else { return nil }
+        return cached.isValid(stamp: try fs.keychain.changeStamp(), groups: caller.accessGroups) ? cached : nil
+    }
+
+    /// The directory's items as (name, stat), from the cache when nothing in the vault changed
+    /// since it was made for these access groups.
+    private func listing(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing {
+        let stamp = try fs.keychain.changeStamp()
+        if let cached = fs.listings.listing(ino), cached.isValid(stamp: stamp, groups: caller.accessGroups) { return cached }
+        let entries = try fs.items(inDirectory: itemClass, spelling, caller: caller)
+            .map { (name: PathCodec.leaf(of: itemClass, $0.attributes), stat: fs.itemStat($0)) }
+        let made = ListingCache.Listing(stamp: stamp, groups: caller.accessGroups, entries: entries)
+        fs.listings.store(made, for: ino)
+        return made
+    }
+}
+
+/// `/cert` and `/keys`: items named by label, directly in the class directory.
+struct FlatClassDirectory: TopLevelDirectory, ItemFileDirectory {
+    let itemClass: ItemClass
+    var name: String { itemClass.rawValue }
+
+    func keyAttributes(in fs: KeychainFileSystem, caller: Caller) throws -> Attributes? { [:] }
+
+    func lookup(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
+        try lookupFile(name, in: fs, caller: caller)
+    }
+
+    func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
+        var seen = Set<String>()
+        var out: [DirectoryEntry] = []
+        for item in try fs.allItems(itemClass, caller: caller) {
+            let leaf = PathCodec.leaf(of: itemClass, item.attributes)
+            if seen.insert(leaf).inserted { out.append(DirectoryEntry(name: leaf, ino: Inode.item(itemClass, id: item.id), isDirectory: false)) }
+        }
+        return out + fs.memoryFileEntries(in: ino, caller: caller)
+    }
+}

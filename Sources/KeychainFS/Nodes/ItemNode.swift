@@ -1,0 +1,83 @@
+import Foundation
+import Keychain
+import SystemPackage
+
+/// A file that is an item: `/genp/<service>/<account>`, `/inet/…/<account>`, `/cert/<label>`,
+/// `/keys/<label>`. Its content is the item's data (a certificate shown as PEM), its xattrs the
+/// item's attributes; open decides access once and binds it to the handle.
+struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes {
+    let itemClass: ItemClass
+    let id: Int64
+    var ino: UInt64 { Inode.item(itemClass, id: id) }
+    var isDirectory: Bool { false }
+    var writableItem: (ItemClass, Int64)? { (itemClass, id) }
+    var query: Query { Query(itemClass, synchronizableAny: true, persistentReference: id) }
+
+    func stat(in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
+        fs.itemStat(try attributeItem(in: fs, caller: caller))
+    }
+
+    func attributeItem(in fs: KeychainFileSystem, caller: Caller) throws -> KeychainItem {
+        try fs.keychain.item(id: id, itemClass: itemClass, withData: false, caller: caller)
+    }
+
+    /// The access decision is taken here and bound to the handle: the item is visible to this
+    /// caller, its class key is available (lock state), and user presence is given (which may
+    /// prompt; O_NONBLOCK never prompts: EAGAIN). Each later read goes through the store and the
+    /// lock state again and decrypts, but does not ask again: the handle carries the grant.
+    func open(flags: Int32, in fs: KeychainFileSystem, caller given: Caller) throws -> OpenFile {
+        var caller = given
+        if flags & O_NONBLOCK != 0 { caller.authenticationUI = .fail }
+        let access = flags & O_ACCMODE
+        let writing = access == O_WRONLY || access == O_RDWR
+        let truncating = writing && flags & O_TRUNC != 0
+        let operation: AuditOperation = truncating ? .openTruncate : writing ? .openWrite : .openRead
+        let item = try fs.audited(caller, item: id, operation) {
+            writing && !truncating
+                ? try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller)
+                : try fs.keychain.authorizeRead(id: id, itemClass: itemClass, caller: caller)
+        }
+        var granted = caller.granting(presenceFor: id)
+        granted.authenticationUI = .allow
+        let file = OpenFile(ino: ino, target: .item(itemClass, id), caller: granted, append: flags & O_APPEND != 0)
+        file.state.withLock { s in
+            if truncating {
+                s.buffer = []
+                s.dirty = true
+            } else if writing {
+                s.buffer = FileContent.of(itemClass, item.data ?? [])
+            }
+        }
+        return file
+    }
+
+    func unlink(in fs: KeychainFileSystem, caller: Caller) throws {
+        try fs.audited(caller, item: id, .delete) { _ = try fs.keychain.delete(query, caller: caller) }
+    }
+
+    func truncate(to size: Int, in fs: KeychainFileSystem, caller: Caller) throws {
+        var data = size == 0 ? [] : (try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller).data ?? [])
+        FileBytes.resize(&data, to: size)
+        try fs.keychain.update(query, attributes: [:], data: data, caller: caller)
+    }
+}
+
+/// An editor scratch file or a pending item (MemoryFiles.swift): bytes in daemon memory,
+/// visible only to processes in its maker's access group.
+struct MemoryFileNode: NodeOpener, NodeTruncater {
+    let file: MemoryFile
+    var ino: UInt64 { file.ino }
+    var isDirectory: Bool { false }
+
+    func stat(in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat { file.stat() }
+
+    func open(flags: Int32, in fs: KeychainFileSystem, caller: Caller) throws -> OpenFile {
+        guard file.isVisible(to: caller) else { throw Errno.noSuchFileOrDirectory }
+        if flags & O_TRUNC != 0 { file.state.withLock { $0.data = [] } }
+        return OpenFile(ino: ino, target: .memory(file), caller: caller, append: flags & O_APPEND != 0)
+    }
+
+    func truncate(to size: Int, in fs: KeychainFileSystem, caller: Caller) throws {
+        file.state.withLock { FileBytes.resize(&$0.data, to: size) }
+    }
+}

@@ -1,0 +1,65 @@
+import Foundation
+import Keychain
+
+// The core queries the directory nodes share: which items a directory holds, and which item
+// a file name denotes. Names are spelled and parsed by PathCodec; visibility and matching are
+// the core's.
+extension KeychainFileSystem {
+    /// Items visible in a service/server directory.
+    func items(inDirectory itemClass: ItemClass, _ spelling: String, caller: Caller) throws -> [KeychainItem] {
+        let grouping = Schema.groupingAttribute(of: itemClass)
+        var query = Query(itemClass, matchLimit: .all, synchronizableAny: true)
+        if let attrs = PathCodec.parseDirectory(itemClass, spelling), let value = attrs[grouping] {
+            query.attributes[grouping] = value
+        }
+        do {
+            return try keychain.copyMatching(query, caller: caller).filter { PathCodec.directory(of: itemClass, $0.attributes) == spelling }
+        } catch KeychainStatus.itemNotFound { return [] }
+    }
+
+    /// Every item of a class the caller can see.
+    func allItems(_ itemClass: ItemClass, caller: Caller) throws -> [KeychainItem] {
+        guard itemClass != .identity else { return [] }
+        do { return try keychain.copyMatching(Query(itemClass, matchLimit: .all, synchronizableAny: true), caller: caller) }
+        catch KeychainStatus.itemNotFound { return [] }
+    }
+
+    /// The one item a leaf name names in a directory whose path gives `directoryAttributes`.
+    func findItem(_ itemClass: ItemClass, directoryAttributes: Attributes, name: String, caller: Caller) throws -> KeychainItem? {
+        if let key = PathCodec.parseLeaf(itemClass, name, in: directoryAttributes) {
+            // A name in a group the caller is not in denotes nothing for it: ENOENT, like an
+            // item that does not exist (never a permission error that would reveal it).
+            if case .string(let group)? = key[Schema.accessGroup], !caller.canSee(accessGroup: group) {
+                access.audit?.record(caller, item: nil, .lookup, allowed: false, why: "not in access group")
+                return nil
+            }
+            do {
+                return try keychain.copyMatching(Query(itemClass, key, matchLimit: .all, synchronizableAny: true), caller: caller)
+                    .first { PathCodec.leaf(of: itemClass, $0.attributes) == name }
+            } catch KeychainStatus.itemNotFound { return nil }
+        }
+        guard PathCodec.isLongSpelling(name) else { return nil }
+        // A long name is resolved by comparing the spellings of the directory's items.
+        let candidates: [KeychainItem]
+        if let spelling = PathCodec.directory(of: itemClass, directoryAttributes) {
+            candidates = try items(inDirectory: itemClass, spelling, caller: caller)
+        } else {
+            candidates = try allItems(itemClass, caller: caller)
+        }
+        return candidates.first { PathCodec.leaf(of: itemClass, $0.attributes) == name }
+    }
+
+    /// The memory file (editor scratch or pending item) `name` in `parent`, if the caller may
+    /// see it.
+    func memoryFile(named name: String, in parent: UInt64, caller: Caller) -> MemoryFile? {
+        memoryFiles.named(name, in: parent).flatMap { $0.isVisible(to: caller) ? $0 : nil }
+    }
+
+    /// Listing entries of the memory files of a directory that the caller may see (every one
+    /// when `caller` is nil: rmdir's emptiness check).
+    func memoryFileEntries(in parent: UInt64, caller: Caller?) -> [DirectoryEntry] {
+        memoryFiles.files(in: parent)
+            .filter { file in caller.map { file.isVisible(to: $0) } ?? true }
+            .map { file in DirectoryEntry(name: file.state.withLock { $0.name }, ino: file.ino, isDirectory: false) }
+    }
+}

@@ -1,0 +1,184 @@
+import CFuse
+import Foundation
+import Keychain
+import SystemPackage
+import Synchronization
+
+/// One FUSE session over a KeychainFileSystem, using libfuse's low-level (inode) API. Each C
+/// callback (FuseOperations.swift) finds the session through the request's userdata, calls the
+/// filesystem, and sends exactly one reply; a failure is converted to errno here, in `serve`.
+public final class FuseSession: Sendable {
+    public let fs: KeychainFileSystem
+    public let mountpoint: String
+    let options: MountOptions
+
+    /// A libfuse session pointer: used by the loop thread and by the invalidation queue, and
+    /// libfuse serialises what it does with it.
+    struct SessionHandle: @unchecked Sendable { let pointer: OpaquePointer }
+
+    private struct State {
+        var session: SessionHandle?
+        var onRequest: (@Sendable () -> Void)?
+        /// Directory listings made at opendir, by directory handle, until releasedir.
+        var listings: [UInt64: [DirectoryEntry]] = [:]
+        var nextListing: UInt64 = 1
+    }
+    private let state = Mutex(State())
+    private let invalidations = DispatchQueue(label: "keychainfs.invalidate")
+
+    public init(fs: KeychainFileSystem, mountpoint: String, options: MountOptions) {
+        self.fs = fs
+        self.mountpoint = mountpoint
+        self.options = options
+    }
+
+    /// Called on every request (the idle locker's clock).
+    public var onRequest: (@Sendable () -> Void)? {
+        get { state.withLock { $0.onRequest } }
+        set { state.withLock { $0.onRequest = newValue } }
+    }
+
+    /// Mounts. After this returns the mount is live; call `run()` to serve it.
+    public func mount() throws {
+        var argv = ["keychainfs"]
+        var opts = ["fsname=\(options.fsname)", "subtype=keychainfs"]
+        if options.allowOther { opts.append("allow_other") }
+        if options.defaultPermissions { opts.append("default_permissions") }
+        argv += ["-o", opts.joined(separator: ",")]
+        if options.debug { argv.append("-d") }
+        var cArgs = argv.map { strdup($0) }
+        defer { cArgs.forEach { free($0) } }
+        var ops = FuseSession.makeOperations()
+        let userdata = Unmanaged.passUnretained(self).toOpaque()
+        let se = cArgs.withUnsafeMutableBufferPointer { buf -> OpaquePointer? in
+            var args = kcfs_fuse_args_init(Int32(buf.count), buf.baseAddress)
+            defer { fuse_opt_free_args(&args) }
+            return fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size, userdata)
+        }
+        guard let se else { throw Errno.invalidArgument }
+        guard fuse_set_signal_handlers(se) == 0 else {
+            fuse_session_destroy(se)
+            throw Errno.ioError
+        }
+        guard fuse_session_mount(se, mountpoint) == 0 else {
+            fuse_remove_signal_handlers(se)
+            fuse_session_destroy(se)
+            throw Errno.ioError
+        }
+        state.withLock { $0.session = SessionHandle(pointer: se) }
+        fs.invalidate = { [weak self] what in self?.invalidate(what) }
+    }
+
+    /// Serves requests until unmounted or signalled (SIGTERM, SIGINT, SIGHUP), then unmounts.
+    public func run() -> Int32 {
+        guard let se = state.withLock({ $0.session })?.pointer else { return 1 }
+        let rc = kcfs_session_loop_mt(se, 32)
+        fs.invalidate = nil
+        // The invalidation queue may still hold notices for this session: let them drain.
+        invalidations.sync {}
+        state.withLock { $0.session = nil }
+        fuse_session_unmount(se)
+        fuse_remove_signal_handlers(se)
+        fuse_session_destroy(se)
+        return rc
+    }
+
+    /// Tells the kernel a cached node or name is stale. Runs on its own queue: a notify
+    /// sent from a request handler can deadlock against the kernel's inode lock.
+    private func invalidate(_ what: KeychainFileSystem.Invalidation) {
+        invalidations.async { [self] in
+            guard let se = state.withLock({ $0.session })?.pointer else { return }
+            switch what {
+            case .inode(let ino): _ = fuse_lowlevel_notify_inval_inode(se, ino, 0, 0)
+            case .entry(let parent, let name):
+                _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) }
+            }
+        }
+    }
+
+    // MARK: Directory handles
+
+    func openListing(_ entries: [DirectoryEntry]) -> UInt64 {
+        state.withLock { s in
+            let handle = s.nextListing
+            s.nextListing += 1
+            s.listings[handle] = entries
+            return handle
+        }
+    }
+
+    func listing(_ handle: UInt64) -> [DirectoryEntry]? { state.withLock { $0.listings[handle] } }
+
+    func closeListing(_ handle: UInt64) { _ = state.withLock { $0.listings.removeValue(forKey: handle) } }
+
+    // MARK: Requests
+
+    static func session(_ req: fuse_req_t?) -> FuseSession {
+        Unmanaged<FuseSession>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+    }
+
+    /// The caller of a request. Only the mounting user (and root) is served; the access
+    /// layer decides what a process may see.
+    func caller(_ req: fuse_req_t?, identify: Bool = false) throws -> Caller {
+        let ctx = fuse_req_ctx(req)!.pointee
+        if ctx.uid != fs.uid && ctx.uid != 0 { throw Errno.permissionDenied }
+        return try fs.access.caller(tid: ctx.pid, identify: identify)
+    }
+
+    /// Runs `body`, which replies on success. A failure is answered with its errno, converted
+    /// in one place (ErrnoConversion): the core's status through the status table, anything
+    /// unexpected logged with the operation and inode, then EIO.
+    static func serve(_ req: fuse_req_t?, _ operation: StaticString, _ ino: UInt64, _ body: (FuseSession) throws -> Void) {
+        let s = session(req)
+        s.onRequest?()
+        do { try body(s) } catch {
+            fuse_reply_err(req, ErrnoConversion.errno(for: error, during: "\(operation) of inode \(ino)").rawValue)
+        }
+    }
+
+    static func name(_ p: UnsafePointer<CChar>?) throws -> String {
+        guard let p else { throw Errno.invalidArgument }
+        // The FUSE kernel module passes names up to 1024 bytes; like any filesystem with
+        // 255-byte names, say so rather than failing to find or parse them.
+        guard strlen(p) <= PathCodec.maxComponentBytes else { throw Errno.fileNameTooLong }
+        // Names that are not UTF-8 cannot be the spelling of any item.
+        guard let s = String(validatingCString: p) else { throw Errno.invalidArgument }
+        return s
+    }
+
+    // MARK: Stat conversion
+
+    func stat(_ s: NodeStat) -> stat {
+        var st = Glibc.stat()
+        st.st_ino = UInt(s.ino)
+        st.st_mode = s.isDirectory ? (S_IFDIR | 0o700) : (S_IFREG | 0o600)
+        st.st_nlink = s.isDirectory ? 2 : 1
+        st.st_uid = fs.uid
+        st.st_gid = fs.gid
+        st.st_size = Int(s.size)
+        st.st_blksize = 4096
+        st.st_blocks = (s.size + 511) / 512
+        let seconds = s.modified.timeIntervalSince1970
+        let m = timespec(tv_sec: Int(seconds), tv_nsec: Int(seconds.truncatingRemainder(dividingBy: 1) * 1e9))
+        st.st_mtim = m
+        st.st_ctim = m
+        st.st_atim = m
+        return st
+    }
+
+    func entry(_ s: NodeStat) -> fuse_entry_param {
+        var e = fuse_entry_param()
+        e.ino = s.ino
+        e.generation = 1
+        e.attr = stat(s)
+        e.attr_timeout = timeout(s)
+        e.entry_timeout = timeout(s)
+        return e
+    }
+
+    /// How long the kernel may cache a node. Items are not cached at all while an access
+    /// policy is in force: a cached entry would let one process see what only another may.
+    func timeout(_ s: NodeStat) -> Double {
+        !s.isDirectory && fs.access.hasPolicy ? 0 : options.cacheSeconds
+    }
+}

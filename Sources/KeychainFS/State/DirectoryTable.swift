@@ -1,0 +1,71 @@
+import Foundation
+import Keychain
+import Synchronization
+
+/// Service and server directories (`/genp/<service>`, `/inet/<server>`): their inode numbers,
+/// and the ones made with mkdir that hold no item yet (they live in daemon memory only, as a
+/// directory exists in the vault only through its items).
+final class DirectoryTable: Sendable {
+    private struct State {
+        var byKey: [String: UInt64] = [:]
+        var byInode: [UInt64: (ItemClass, String)] = [:]
+        var next = Inode.firstDirectory
+        var empty: Set<UInt64> = []
+
+        static func key(_ c: ItemClass, _ spelling: String) -> String { c.rawValue + "/" + spelling }
+
+        mutating func inode(_ c: ItemClass, _ spelling: String) -> UInt64 {
+            let key = Self.key(c, spelling)
+            if let ino = byKey[key] { return ino }
+            let ino = next
+            next += 1
+            byKey[key] = ino
+            byInode[ino] = (c, spelling)
+            return ino
+        }
+    }
+
+    private let state = Mutex(State())
+
+    /// The inode of a directory, made on first use and stable for the life of the mount.
+    func inode(_ c: ItemClass, _ spelling: String) -> UInt64 { state.withLock { $0.inode(c, spelling) } }
+
+    /// The class and spelling of a directory inode.
+    func directory(_ ino: UInt64) -> (ItemClass, String)? { state.withLock { $0.byInode[ino] } }
+
+    /// The inode of a directory made with mkdir that holds no item yet, if `spelling` is one.
+    func emptyDirectory(_ c: ItemClass, _ spelling: String) -> UInt64? {
+        state.withLock { s in s.byKey[State.key(c, spelling)].flatMap { s.empty.contains($0) ? $0 : nil } }
+    }
+
+    func isEmptyDirectory(_ ino: UInt64) -> Bool { state.withLock { $0.empty.contains(ino) } }
+
+    /// Records a directory made with mkdir; returns its inode.
+    @discardableResult
+    func markEmpty(_ c: ItemClass, _ spelling: String) -> UInt64 {
+        state.withLock { s in
+            let ino = s.inode(c, spelling)
+            s.empty.insert(ino)
+            return ino
+        }
+    }
+
+    /// A directory that now holds an item, or was removed or renamed.
+    func unmarkEmpty(_ ino: UInt64) { _ = state.withLock { $0.empty.remove(ino) } }
+
+    /// A directory renamed: the old name is no longer a directory of its own; the new one is
+    /// an empty directory if nothing moved with it.
+    func renamed(_ from: UInt64, to c: ItemClass, _ spelling: String, empty: Bool) {
+        state.withLock { s in
+            s.empty.remove(from)
+            if empty { s.empty.insert(s.inode(c, spelling)) }
+        }
+    }
+
+    /// The spellings of the empty directories of a class.
+    func emptyDirectories(of c: ItemClass) -> [(spelling: String, ino: UInt64)] {
+        state.withLock { s in
+            s.empty.compactMap { ino in s.byInode[ino].flatMap { $0.0 == c ? (spelling: $0.1, ino: ino) : nil } }
+        }
+    }
+}

@@ -1,0 +1,24 @@
+/// The byte edits every file kind shares: a write at an offset (zero-filling a gap, as POSIX
+/// says a write past the end does) and a resize (truncate or zero-extend).
+enum FileBytes {
+    static func write(_ bytes: UnsafeRawBufferPointer, into buffer: inout [UInt8], at start: Int) {
+        if buffer.count < start + bytes.count {
+            buffer += [UInt8](repeating: 0, count: start + bytes.count - buffer.count)
+        }
+        buffer.replaceSubrange(start..<(start + bytes.count), with: bytes)
+    }
+
+    static func resize(_ buffer: inout [UInt8], to size: Int) {
+        if buffer.count > size {
+            buffer.removeLast(buffer.count - size)
+        } else {
+            buffer += [UInt8](repeating: 0, count: size - buffer.count)
+        }
+    }
+
+    /// At most `size` bytes of `data` from `offset`: what a read(2) returns.
+    static func slice(_ data: [UInt8], offset: Int, size: Int) -> [UInt8] {
+        guard offset < data.count else { return [] }
+        return Array(data[offset..<min(data.count, offset + size)])
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import Keychain
+import SystemPackage
+import Synchronization
+
+/// A file whose bytes live in daemon memory, never in the vault:
+/// - an editor's scratch file (`.f.swp`, `f~`), which stays in memory for its whole life;
+/// - a file created through the mount (a *pending item*), which becomes an item (SecItemAdd)
+///   at its first commit that has bytes, or at release. Until then it is listed like any
+///   file, and a crash leaves nothing behind.
+///
+/// The life of a pending item, stated once:
+///
+///     created ──write/truncate──► created (bytes in memory, dirty)
+///     created ──commit with bytes, or release──► added(class, id)   SecItemAdd
+///     created ──EFBIG──► refused: bytes dropped, every later commit fails, nothing is added
+///     created ──unlink──► gone: never becomes an item
+///     added: the inode stays an alias of the item, because the kernel may still hold it
+///
+final class MemoryFile: Sendable {
+    enum Kind: Sendable {
+        case editorScratch
+        /// What the file becomes when added: its class and key attributes from its path.
+        case pendingItem(ItemClass, Attributes)
+    }
+
+    struct State {
+        var parent: UInt64
+        var name: String
+        var data: [UInt8] = []
+        var modified = Date()
+        /// Set once a pending item was added: the item it now is.
+        var added: (ItemClass, Int64)?
+    }
+
+    let ino: UInt64
+    let kind: Kind
+    /// The access group of the process that made it: a vim swap file holds the secret being
+    /// edited, so scratch files are visible only to processes in that group.
+    let ownerGroup: String
+    let state: Mutex<State>
+
+    init(ino: UInt64, kind: Kind, parent: UInt64, name: String, ownerGroup: String) {
+        self.ino = ino
+        self.kind = kind
+        self.ownerGroup = ownerGroup
+        self.state = Mutex(State(parent: parent, name: name))
+    }
+
+    var isPendingItem: Bool {
+        if case .pendingItem = kind { return true }
+        return false
+    }
+
+    /// Editor scratch files may hold more than an item (an editor's undo file), but not
+    /// without bound; a pending item has the keychain's limit.
+    var sizeLimit: Int { isPendingItem ? Keychain.maxDataSize : Keychain.maxDataSize * 4 }
+
+    func isVisible(to caller: Caller) -> Bool { caller.canSee(accessGroup: ownerGroup) }
+
+    func stat() -> NodeStat {
+        state.withLock { NodeStat(ino: ino, isDirectory: false, size: $0.data.count, modified: $0.modified, created: $0.modified) }
+    }
+}
+
+/// Every memory file of the mount, and the items this daemon added through the mount whose
+/// attributes nobody has set since: temp files of `sed -i` and friends. Renamed onto an
+/// existing item, such a file gives it its bytes (the target keeps its attributes) instead of
+/// replacing it.
+final class MemoryFiles: Sendable {
+    private struct State {
+        var files: [UInt64: MemoryFile] = [:]
+        var next: UInt64 = 1
+        var freshItems: Set<Int64> = []
+    }
+
+    private let state = Mutex(State())
+
+    func make(_ kind: MemoryFile.Kind, parent: UInt64, name: String, caller: Caller) -> MemoryFile {
+        state.withLock { s in
+            let file = MemoryFile(ino: Inode.scratch(s.next), kind: kind, parent: parent, name: name,
+                                  ownerGroup: caller.accessGroups.first ?? Caller.defaultAccessGroup)
+            s.next += 1
+            s.files[file.ino] = file
+            return file
+        }
+    }
+
+    func file(_ ino: UInt64) -> MemoryFile? { state.withLock { $0.files[ino] } }
+
+    func contains(_ file: MemoryFile) -> Bool { state.withLock { $0.files[file.ino] != nil } }
+
+    /// The memory file (not yet added) named `name` in `parent`, whoever can see it.
+    func named(_ name: String, in parent: UInt64) -> MemoryFile? {
+        state.withLock { s in
+            s.files.values.first { file in file.state.withLock { $0.parent == parent && $0.name == name && $0.added == nil } }
+        }
+    }
+
+    /// The memory files (not yet added) of a directory.
+    func files(in parent: UInt64) -> [MemoryFile] {
+        state.withLock { s in
+            s.files.values.filter { file in file.state.withLock { $0.parent == parent && $0.added == nil } }
+        }
+    }
+
+    func remove(_ file: MemoryFile) { _ = state.withLock { $0.files.removeValue(forKey: file.ino) } }
+
+    /// Moves a scratch file to another name, replacing a scratch file already there.
+    func move(_ file: MemoryFile, to parent: UInt64, name: String) {
+        state.withLock { s in
+            if let old = s.files.values.first(where: { other in
+                other !== file && other.state.withLock { $0.parent == parent && $0.name == name }
+            }) {
+                s.files.removeValue(forKey: old.ino)
+            }
+            file.state.withLock {
+                $0.parent = parent
+                $0.name = name
+            }
+        }
+    }
+
+    func markFresh(_ id: Int64) { _ = state.withLock { $0.freshItems.insert(id) } }
+    func isFresh(_ id: Int64) -> Bool { state.withLock { $0.freshItems.contains(id) } }
+    func forgetFresh(_ id: Int64) { _ = state.withLock { $0.freshItems.remove(id) } }
+}
