@@ -41,18 +41,25 @@ let package = Package(
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "_CryptoExtras", package: "swift-crypto"),
         ]),
-        // The FUSE face: paths, xattrs, errno. Translates; decides nothing.
+        // Who is calling and what it may do, shared by every face: process identity from /proc,
+        // access groups under the vault's policy, user presence (pinentry), the audit log and
+        // the daemon log.
+        .target(name: "KeychainAccess", dependencies: [
+            "Keychain",
+            .product(name: "SystemPackage", package: "swift-system"),
+        ]),
+        // The FUSE face: nodes, paths, xattrs, handles, errno. Translates; decides nothing.
         .target(name: "KeychainFS", dependencies: [
-            "Keychain", "CFuse",
+            "Keychain", "KeychainAccess", "CFuse",
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
         .executableTarget(name: "keychainfs", dependencies: [
-            "Keychain", "KeychainFS", "CPlatform",
+            "Keychain", "KeychainAccess", "KeychainFS", "CPlatform",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // Benchmarks (docs/benchmarks.md): figures and ratios, never timed assertions.
-        .executableTarget(name: "keychainfs-bench", dependencies: ["Keychain", "KeychainFS", "KeychainCrypto", "KeychainStore", "CSQLite", "CFuse", "CPlatform"]),
+        .executableTarget(name: "keychainfs-bench", dependencies: ["Keychain", "KeychainAccess", "KeychainFS", "KeychainCrypto", "KeychainStore", "CSQLite", "CFuse", "CPlatform"]),
         .testTarget(name: "KeychainTests", dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite"]),
         .testTarget(name: "CLITests", dependencies: ["keychainfs"]),
         .testTarget(name: "FSTests", dependencies: ["keychainfs"]),

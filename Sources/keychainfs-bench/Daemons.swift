@@ -1,6 +1,7 @@
 import Foundation
 import Keychain
 import KeychainCrypto
+import KeychainAccess
 import KeychainFS
 
 /// A FUSE daemon in a child process. A child process gives each daemon its own RSS and its

@@ -3,6 +3,7 @@ import Foundation
 import SystemPackage
 import Keychain
 import KeychainCrypto
+import KeychainAccess
 import KeychainFS
 import CPlatform
 

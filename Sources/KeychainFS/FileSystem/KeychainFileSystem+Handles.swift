@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import SystemPackage
 
 // Operations on open handles: read, write, commit (flush, fsync, release). The handle's state

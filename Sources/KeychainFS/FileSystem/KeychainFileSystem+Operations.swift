@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import SystemPackage
 
 // Each filesystem operation: resolve the node, ask it if it adopts the operation's protocol

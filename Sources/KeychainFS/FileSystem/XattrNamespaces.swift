@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import SystemPackage
 
 /// One family of extended attribute names and what they mean on which nodes. The registry

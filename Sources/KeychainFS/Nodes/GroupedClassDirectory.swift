@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import SystemPackage
 
 /// `/genp` and `/inet`: a directory per service or server (the class's grouping attribute),

@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import SystemPackage
 
 /// `/idnt`: a read-only view of the identities (a certificate with its private key). An

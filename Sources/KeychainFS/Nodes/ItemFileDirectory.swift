@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import SystemPackage
 
 /// A directory whose files are items and editor scratch files: a service/server directory

@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import SystemPackage
 
 /// A file that is an item: `/genp/<service>/<account>`, `/inet/…/<account>`, `/cert/<label>`,

@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 
 // The core queries the directory nodes share: which items a directory holds, and which item
 // a file name denotes. Names are spelled and parsed by PathCodec; visibility and matching are

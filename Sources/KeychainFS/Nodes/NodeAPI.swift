@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import SystemPackage
 
 // The FUSE face by node kind and operation, after go-fuse's fs/api.go: a node is made per

@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import KeychainCrypto
 
 /// The path layout (docs/paths.md is its specification):

@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import SystemPackage
 
 /// The root's directories, in inode order (`Inode.firstTopLevel` + index). A new top-level

@@ -2,6 +2,7 @@ import Foundation
 import SystemPackage
 import Synchronization
 import Keychain
+import KeychainAccess
 import KeychainCrypto
 
 /// The daemon's control socket: `keychainfs lock|unlock|status MOUNTPOINT` talk to it.

@@ -1,4 +1,5 @@
 import Keychain
+import KeychainAccess
 import SystemPackage
 
 /// The one place where a failure of the FUSE face becomes the errno the kernel is answered

@@ -1,6 +1,7 @@
 import CFuse
 import Foundation
 import Keychain
+import KeychainAccess
 import SystemPackage
 import Synchronization
 

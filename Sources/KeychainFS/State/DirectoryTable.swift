@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import Synchronization
 
 /// Service and server directories (`/genp/<service>`, `/inet/<server>`): their inode numbers,

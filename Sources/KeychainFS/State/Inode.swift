@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 
 /// Inode numbers. Fixed for the root and the top-level directories; the item id tagged with
 /// its class for items, so an item keeps its inode across renames and the daemon keeps no

@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import Synchronization
 
 /// Directory listings (name → stat) of service/server directories, valid while the vault's

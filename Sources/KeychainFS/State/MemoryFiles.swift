@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import SystemPackage
 import Synchronization
 
