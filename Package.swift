@@ -45,7 +45,7 @@ let package = Package(
         // access groups under the vault's policy, user presence (pinentry), the audit log and
         // the daemon log.
         .target(name: "KeychainAccess", dependencies: [
-            "Keychain",
+            "Keychain", "CPlatform",
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
         // The FUSE face: nodes, paths, xattrs, handles, errno. Translates; decides nothing.

@@ -93,27 +93,21 @@ struct AssuanSession {
         var toChild: [Int32] = [0, 0], fromChild: [Int32] = [0, 0]
         guard pipe(&toChild) == 0, pipe(&fromChild) == 0 else { throw KeychainError(.io, "pipe failed") }
         for fd in toChild + fromChild { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, toChild[0], 0)
-        posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1)
         var args = [program]
         if let tty { args += ["--ttyname", tty] }
         if let display { args += ["--display", display] }
         var env = ["PATH=/usr/bin:/bin", "LANG=C.UTF-8"]
         if let display { env.append(display.hasPrefix("wayland") ? "WAYLAND_DISPLAY=\(display)" : "DISPLAY=\(display)") }
         env.append("TERM=\(term ?? "xterm")")
-        let cArgs = args.map { strdup($0) } + [nil]
-        let cEnv = env.map { strdup($0) } + [nil]
-        defer { cArgs.forEach { free($0) }; cEnv.forEach { free($0) } }
-        var child: pid_t = 0
-        let rc = posix_spawn(&child, program, &actions, nil, cArgs, cEnv)
-        close(toChild[0]); close(fromChild[1])
-        guard rc == 0 else {
-            close(toChild[1]); close(fromChild[0])
-            throw KeychainError(.interactionNotAllowed, "cannot start \(program): \(String(cString: strerror(rc)))")
+        let child: pid_t
+        do {
+            child = try ChildProcess.spawn(program, arguments: args, environment: env,
+                                           descriptors: [(0, .duplicate(toChild[0])), (1, .duplicate(fromChild[1]))])
+        } catch {
+            close(toChild[0]); close(fromChild[0]); close(toChild[1]); close(fromChild[1])
+            throw KeychainError(.interactionNotAllowed, "cannot start \(program): \(error)")
         }
+        close(toChild[0]); close(fromChild[1])
         pid = child
         input = toChild[1]
         output = fromChild[0]

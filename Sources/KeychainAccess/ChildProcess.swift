@@ -1,0 +1,50 @@
+import CPlatform
+import Foundation
+import SystemPackage
+
+/// Starting a helper process (the mount daemon, pinentry) with exactly the descriptors it
+/// should have: posix_spawn with file actions, so nothing the parent holds leaks into the
+/// child except what is named here (every other descriptor of ours is close-on-exec).
+public enum ChildProcess {
+    /// What a descriptor of the child is.
+    public enum Descriptor: Sendable {
+        /// /dev/null, read-only.
+        case null
+        /// A file opened for appending (created 0600).
+        case appending(String)
+        /// A descriptor of ours, duplicated.
+        case duplicate(Int32)
+    }
+
+    /// Spawns `path` with `arguments` (argv[0] included) and `environment` (nil: ours), its
+    /// descriptors set in order (a `.duplicate` may name one set before it). `newSession` puts
+    /// the child in a session of its own (a daemon that outlives the terminal).
+    public static func spawn(_ path: String, arguments: [String], environment: [String]? = nil,
+                             descriptors: [(Int32, Descriptor)], newSession: Bool = false) throws(Errno) -> pid_t {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for (target, descriptor) in descriptors {
+            switch descriptor {
+            case .null: posix_spawn_file_actions_addopen(&actions, target, "/dev/null", O_RDONLY, 0)
+            case .appending(let file): posix_spawn_file_actions_addopen(&actions, target, file, O_WRONLY | O_APPEND | O_CREAT, 0o600)
+            case .duplicate(let source): posix_spawn_file_actions_adddup2(&actions, source, target)
+            }
+        }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        if newSession { posix_spawnattr_setflags(&attributes, kcfs_posix_spawn_setsid) }
+        let cArgs = arguments.map { strdup($0) } + [nil]
+        let cEnv = environment.map { $0.map { strdup($0) } + [nil] }
+        defer {
+            cArgs.forEach { free($0) }
+            cEnv?.forEach { free($0) }
+        }
+        var pid: pid_t = 0
+        let rc = cEnv.map { env in posix_spawn(&pid, path, &actions, &attributes, cArgs, env) }
+            ?? posix_spawn(&pid, path, &actions, &attributes, cArgs, environ)
+        guard rc == 0 else { throw Errno(rawValue: rc) }
+        return pid
+    }
+}
