@@ -296,6 +296,29 @@ public final class Keychain: @unchecked Sendable {
             throw KeychainError(.param, "identities cannot be added directly: add the certificate and the private key")
         }
         let keys = try currentKeys()
+        let (attributes, data) = try newItem(itemClass, given, data: data, caller: caller)
+        let protection = Self.accessibility(of: attributes)
+        let classKey = try self.classKey(protection, keys: keys, for: Self.describe(itemClass, attributes))
+
+        return try storeCall {
+            try store.write {
+                let id = try store.nextItemID()
+                let row = try seal(id: id, itemClass: itemClass, attributes: attributes, data: data, version: 1,
+                                   keys: keys, classKey: classKey)
+                do { try store.insert(row, id: id) } catch StoreError.duplicate {
+                    throw KeychainError(.duplicateItem, "\(Self.describe(itemClass, attributes)) already exists")
+                }
+                try updateManifest(keys: keys, removing: nil, adding: row)
+                return KeychainItem(id: id, itemClass: itemClass, attributes: attributes, data: nil, dataLength: data.count)
+            }
+        }
+    }
+
+    /// The attributes and data an add stores for `given`: checked against the class, with
+    /// everything the system sets filled in (derived certificate and key attributes, the key
+    /// tag, access group, protection class, dates, primary-key defaults). Touches no row.
+    private func newItem(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8],
+                         caller: Caller) throws -> (attributes: Attributes, data: [UInt8]) {
         try validate(given, in: itemClass, forUpdate: false)
         try checkDataSize(data, itemClass, given)
         var attributes = given
@@ -308,6 +331,12 @@ public final class Keychain: @unchecked Sendable {
             if attributes[Schema.label] == nil, let cn = CertificateData.commonName(data) { attributes[Schema.label] = .string(cn) }
         case .key:
             for (k, v) in KeyData.derivedAttributes(data, given: given) { attributes[k] = v }
+            // A key's label is not in its primary key, so two keys added under different names
+            // with the same key material would collide. Its tag (which is in the key) defaults
+            // to the label: keys added under different names are different items.
+            if case .string(let label)? = attributes[Schema.label], attributes[Schema.applicationTag] == nil {
+                attributes[Schema.applicationTag] = .data(Array(label.utf8))
+            }
         default: break
         }
         let now = Date()
@@ -333,20 +362,29 @@ public final class Keychain: @unchecked Sendable {
             attributes[key] = AttributeValue.defaultValue(for: key.type)
         }
         try checkSynchronizable(attributes, itemClass)
-        let protection = Self.accessibility(of: attributes)
-        let classKey = try self.classKey(protection, keys: keys, for: Self.describe(itemClass, attributes))
+        return (attributes, data)
+    }
 
-        return try storeCall {
-            try store.write {
-                let id = try store.nextItemID()
-                let row = try seal(id: id, itemClass: itemClass, attributes: attributes, data: data, version: 1,
-                                   keys: keys, classKey: classKey)
-                do { try store.insert(row, id: id) } catch StoreError.duplicate {
-                    throw KeychainError(.duplicateItem, "\(Self.describe(itemClass, attributes)) already exists")
-                }
-                try updateManifest(keys: keys, removing: nil, adding: row)
-                return KeychainItem(id: id, itemClass: itemClass, attributes: attributes, data: nil, dataLength: data.count)
-            }
+    /// SecItemAdd, and when the item exists (errSecDuplicateItem) SecItemUpdate of exactly the
+    /// one item whose whole primary key equals the new item's, with the defaults add applies
+    /// (empty account, the caller's first access group, not synchronizable, a key's tag): its
+    /// data and the given non-key attributes are replaced. `security add-…-password -U`.
+    /// Returns the item (attributes as stored, no data) and whether it was added.
+    @discardableResult
+    public func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8],
+                            caller callerArgument: Caller? = nil) throws -> (item: KeychainItem, added: Bool) {
+        let caller = callerArgument ?? defaultCaller
+        do {
+            return (try add(itemClass, attributes, data: data, caller: caller), true)
+        } catch KeychainStatus.duplicateItem {
+            let (full, _) = try newItem(itemClass, attributes, data: data, caller: caller)
+            let keyAttributes = Set(Schema.primaryKey(of: itemClass))
+            let primaryKey = full.filter { keyAttributes.contains($0.key) }
+            let existing = try find(Query(itemClass, primaryKey), caller: caller)
+            // By persistent reference: exactly that item, synchronizable or not.
+            try update(Query(itemClass, synchronizableAny: true, persistentReference: existing.id),
+                       attributes: attributes.filter { !keyAttributes.contains($0.key) }, data: data, caller: caller)
+            return (try item(id: existing.id, itemClass: itemClass, synchronizable: true, withData: false, caller: caller), false)
         }
     }
 
@@ -399,10 +437,49 @@ public final class Keychain: @unchecked Sendable {
         return try copyMatching(q, caller: caller)[0]
     }
 
-    /// Reads one item by persistent reference, checking visibility and access like a query.
+    /// Reads one item by persistent reference, checking visibility and access like a query
+    /// by kSecValuePersistentRef (which, like every query without kSecAttrSynchronizableAny,
+    /// sees non-synchronizable items only). One row fetch by id; no matcher.
     public func item(id: Int64, itemClass: ItemClass, withData: Bool, caller callerArgument: Caller? = nil, ui: AuthenticationUI? = nil) throws -> KeychainItem {
-        let caller = callerArgument ?? defaultCaller
-        return try find(Query(itemClass, returnData: withData, persistentReference: id, authenticationUI: ui), caller: caller)
+        try item(id: id, itemClass: itemClass, synchronizable: false, withData: withData,
+                 caller: callerArgument ?? defaultCaller, ui: ui)
+    }
+
+    private func item(id: Int64, itemClass: ItemClass, synchronizable: Bool, withData: Bool,
+                      caller: Caller, ui: AuthenticationUI? = nil) throws -> KeychainItem {
+        let keys = try currentKeys()
+        let (row, attributes) = try visibleRow(id: id, itemClass: itemClass, synchronizable: synchronizable,
+                                               withData: withData, caller: caller, keys: keys)
+        var data: [UInt8]?
+        if withData {
+            let item = KeychainItem(id: row.id, itemClass: itemClass, attributes: attributes, data: nil)
+            do {
+                data = try openData(row, item: item, keys: keys, caller: caller, ui: ui ?? caller.authenticationUI)
+            } catch SkipItem.skip {
+                // kSecUseAuthenticationUISkip leaves the item out: nothing is left.
+                throw KeychainError(.itemNotFound, "item \(id) not found")
+            }
+        }
+        return KeychainItem(id: row.id, itemClass: itemClass, attributes: attributes, data: data,
+                            dataLength: max(0, row.sealedDataLength - AEAD.overhead))
+    }
+
+    /// The row with this id and its attributes, if the caller may see it: of this class, in
+    /// one of the caller's access groups, and non-synchronizable unless `synchronizable`
+    /// allows both. Anything else is errSecItemNotFound, as for a query that matches nothing.
+    private func visibleRow(id: Int64, itemClass: ItemClass, synchronizable: Bool, withData: Bool,
+                            caller: Caller, keys: Keys) throws -> (StoredItem, Attributes) {
+        guard itemClass != .identity else {
+            throw KeychainError(.unimplemented, "identity queries are not supported yet")
+        }
+        let notFound = KeychainError(.itemNotFound, "item \(id) not found")
+        guard let row = try storeCall({ try store.item(id: id, withData: withData) }),
+              row.itemClass == itemClass.rawValue else { throw notFound }
+        let attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
+        guard case .string(let group)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: group),
+              case .bool(let isSynchronizable)? = attributes[Schema.synchronizable], synchronizable || !isSynchronizable
+        else { throw notFound }
+        return (row, attributes)
     }
 
     /// The access check of a read without decrypting the data: the item is visible to the
@@ -412,10 +489,8 @@ public final class Keychain: @unchecked Sendable {
     public func authorizeRead(id: Int64, itemClass: ItemClass, caller callerArgument: Caller? = nil, ui: AuthenticationUI? = nil) throws -> KeychainItem {
         let caller = callerArgument ?? defaultCaller
         let keys = try currentKeys()
-        let query = Query(itemClass, synchronizableAny: true, persistentReference: id)
-        guard let (row, attributes) = try matches(query, caller: caller, keys: keys, withData: false).first else {
-            throw KeychainError(.itemNotFound, "item \(id) not found")
-        }
+        let (row, attributes) = try visibleRow(id: id, itemClass: itemClass, synchronizable: true, withData: false,
+                                               caller: caller, keys: keys)
         let item = KeychainItem(id: row.id, itemClass: itemClass, attributes: attributes, data: nil,
                                 dataLength: max(0, row.sealedDataLength - AEAD.overhead))
         _ = try classKey(item.accessibility, keys: keys, for: item.summary)
@@ -479,6 +554,14 @@ public final class Keychain: @unchecked Sendable {
                         key: try item(id: found.key.id, itemClass: .key, withData: true, caller: caller))
     }
 
+    /// What an identity is as one file: the certificate as PEM followed by the private key's
+    /// bytes as stored. Both halves are read through the usual access checks (visibility, lock
+    /// state, user presence).
+    public func identityBundle(certificateID: Int64, caller callerArgument: Caller? = nil) throws -> [UInt8] {
+        let full = try identity(certificateID: certificateID, withData: true, caller: callerArgument ?? defaultCaller)
+        return CertificateData.pem(full.certificate.data ?? []) + (full.key.data ?? [])
+    }
+
     // MARK: SecItemUpdate
 
     /// SecItemUpdate: applies `changes` (and new data, if given) to every match, atomically.
@@ -520,11 +603,11 @@ public final class Keychain: @unchecked Sendable {
             if data != nil { return true }
             return [Schema.accessible, Schema.accessControl, Schema.accessGroup].contains { changes[$0] != nil && changes[$0] != attributes[$0] }
         }
-        var approved = Set<Int64>()
+        var granted = caller
         for (row, attributes) in try matches(all, caller: caller, keys: keys, withData: false) where needsPresence(attributes) {
             try checkPresence(KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil),
                               caller: caller, ui: caller.authenticationUI)
-            approved.insert(row.id)
+            granted = granted.granting(presenceFor: row.id)
         }
         return try storeCall {
             try store.write {
@@ -532,7 +615,7 @@ public final class Keychain: @unchecked Sendable {
                 guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
                 for (old, oldAttributes) in found {
                     let oldItem = KeychainItem(id: old.id, itemClass: query.itemClass, attributes: oldAttributes, data: nil)
-                    if needsPresence(oldAttributes) && !approved.contains(old.id) {
+                    if needsPresence(oldAttributes) && !granted.presenceGrants.contains(old.id) {
                         throw KeychainError(.interactionRequired, "\(oldItem.summary) changed while its update waited for user presence; try again")
                     }
                     var attributes = oldAttributes
@@ -557,8 +640,8 @@ public final class Keychain: @unchecked Sendable {
                     if data != nil || protectionChanged {
                         // New data, or a new protection class / access group: the data is sealed
                         // again (the old data is needed only when it is kept).
-                        let plaintext = try data ?? openData(old, item: oldItem, keys: keys, caller: caller,
-                                                             ui: caller.authenticationUI, presenceApproved: true)
+                        let plaintext = try data ?? openData(old, item: oldItem, keys: keys, caller: granted,
+                                                             ui: caller.authenticationUI)
                         let classKey = try self.classKey(Self.accessibility(of: attributes), keys: keys, for: name)
                         row = try seal(id: old.id, itemClass: query.itemClass, attributes: attributes, data: plaintext,
                                        version: old.version + 1, keys: keys, classKey: classKey)
@@ -634,14 +717,13 @@ public final class Keychain: @unchecked Sendable {
         one.matchLimit = .all
         var targets = target
         targets.matchLimit = .all
+        var granted = caller
         for (row, attributes) in try matches(one, caller: caller, keys: keys, withData: false)
             + matches(targets, caller: caller, keys: keys, withData: false) {
             try checkPresence(KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil),
                               caller: caller, ui: caller.authenticationUI)
+            granted = granted.granting(presenceFor: row.id)
         }
-        var approvedCaller = caller
-        approvedCaller.presence = AlreadyApproved()
-        approvedCaller.authenticationUI = .allow
         try storeCall {
             try store.write {
                 let found = try matches(one, caller: caller, keys: keys, withData: true)
@@ -649,17 +731,12 @@ public final class Keychain: @unchecked Sendable {
                     throw KeychainError(found.isEmpty ? .itemNotFound : .param, "\(Self.describe(source)) must name exactly one item")
                 }
                 let item = KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil)
-                let data = try openData(row, item: item, keys: keys, caller: caller, ui: caller.authenticationUI, presenceApproved: true)
-                try update(target, attributes: [:], data: data, caller: approvedCaller)
+                let data = try openData(row, item: item, keys: keys, caller: granted, ui: caller.authenticationUI)
+                try update(target, attributes: [:], data: data, caller: granted)
                 try store.delete(id: row.id)
                 try updateManifest(keys: keys, removing: row, adding: nil)
             }
         }
-    }
-
-    /// Presence that was asked for before a transaction began.
-    private struct AlreadyApproved: PresenceVerifier {
-        func verify(item: KeychainItem, flags: AccessControlFlags, caller: Caller) throws {}
     }
 
     // MARK: SecItemDelete
@@ -709,7 +786,7 @@ public final class Keychain: @unchecked Sendable {
         }
         let groups: [String]
         if case .string(let g)? = query.attributes[Schema.accessGroup] {
-            guard caller.accessGroups.contains(g) else {
+            guard caller.canSee(accessGroup: g) else {
                 throw KeychainError(.missingEntitlement, "the caller is not entitled to access group '\(g)'")
             }
             groups = [g]
@@ -748,7 +825,7 @@ public final class Keychain: @unchecked Sendable {
         var out: [(StoredItem, Attributes)] = []
         for row in rows where row.itemClass == itemClass.rawValue {
             let attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
-            guard case .string(let g)? = attributes[Schema.accessGroup], groups.contains(g) else { continue }
+            guard case .string(let g)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: g), groups.contains(g) else { continue }
             guard case .bool(let s)? = attributes[Schema.synchronizable], syncValues.contains(s) else { continue }
             let all = query.attributes.allSatisfy { attribute, wanted in
                 guard let have = attributes[attribute] ?? (Schema.isPrimaryKey(attribute, in: itemClass) ? AttributeValue.defaultValue(for: attribute.type) : nil) else { return false }
@@ -832,6 +909,8 @@ public final class Keychain: @unchecked Sendable {
 
     private func checkPresence(_ item: KeychainItem, caller: Caller, ui: AuthenticationUI) throws {
         guard let ac = item.accessControl, ac.requiresPresence else { return }
+        // Asked already (before this write transaction, or at open for a file handle).
+        if caller.presenceGrants.contains(item.id) { return }
         switch ui {
         case .skip: throw SkipItem.skip
         case .fail:
@@ -847,10 +926,9 @@ public final class Keychain: @unchecked Sendable {
         }
     }
 
-    private func openData(_ row: StoredItem, item: KeychainItem, keys: Keys, caller: Caller, ui: AuthenticationUI,
-                          presenceApproved: Bool = false) throws -> [UInt8] {
+    private func openData(_ row: StoredItem, item: KeychainItem, keys: Keys, caller: Caller, ui: AuthenticationUI) throws -> [UInt8] {
         let classKey = try self.classKey(item.accessibility, keys: keys, for: item.summary)
-        if !presenceApproved { try checkPresence(item, caller: caller, ui: ui) }
+        try checkPresence(item, caller: caller, ui: ui)
         let gen = row.dataGeneration
         do {
             return try KeyScratch.shared.withKey { itemKey in
@@ -909,7 +987,7 @@ public final class Keychain: @unchecked Sendable {
     }
 
     private func checkEntitlement(_ attributes: Attributes, caller: Caller) throws {
-        if case .string(let g)? = attributes[Schema.accessGroup], !caller.accessGroups.contains(g) {
+        if case .string(let g)? = attributes[Schema.accessGroup], !caller.canSee(accessGroup: g) {
             throw KeychainError(.missingEntitlement, "the caller is not entitled to access group '\(g)'")
         }
     }
