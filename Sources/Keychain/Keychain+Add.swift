@@ -10,12 +10,15 @@ extension Keychain {
     /// SecItemAdd. Returns the stored item (attributes as stored, no data).
     @discardableResult
     public func add(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8], caller callerArgument: Caller? = nil) throws -> KeychainItem {
-        let caller = callerArgument ?? defaultCaller
+        try add(itemClass, given, data: data, in: callContext(callerArgument))
+    }
+
+    func add(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8], in call: CallContext) throws -> KeychainItem {
         guard itemClass != .identity else {
             throw KeychainError(.param, "identities cannot be added directly: add the certificate and the private key")
         }
-        let keys = try currentKeys()
-        let (attributes, data) = try newItem(itemClass, given, data: data, caller: caller)
+        let keys = try call.unlockedKeys()
+        let (attributes, data) = try newItem(itemClass, given, data: data, caller: call.caller)
         let protection = Self.accessibility(of: attributes)
         let classKey = try self.classKey(protection, keys: keys, for: Self.describe(itemClass, attributes))
 
@@ -92,18 +95,18 @@ extension Keychain {
     @discardableResult
     public func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8],
                             caller callerArgument: Caller? = nil) throws -> (item: KeychainItem, added: Bool) {
-        let caller = callerArgument ?? defaultCaller
+        let call = callContext(callerArgument)
         do {
-            return (try add(itemClass, attributes, data: data, caller: caller), true)
+            return (try add(itemClass, attributes, data: data, in: call), true)
         } catch KeychainStatus.duplicateItem {
-            let (full, _) = try newItem(itemClass, attributes, data: data, caller: caller)
+            let (full, _) = try newItem(itemClass, attributes, data: data, caller: call.caller)
             let keyAttributes = Set(Schema.primaryKey(of: itemClass))
             let primaryKey = full.filter { keyAttributes.contains($0.key) }
-            let existing = try find(Query(itemClass, primaryKey), caller: caller)
+            let existing = try find(Query(itemClass, primaryKey), in: call)
             // By persistent reference: exactly that item, synchronizable or not.
             try update(Query(itemClass, synchronizableAny: true, persistentReference: existing.id),
-                       attributes: attributes.filter { !keyAttributes.contains($0.key) }, data: data, caller: caller)
-            return (try item(id: existing.id, itemClass: itemClass, synchronizable: true, withData: false, caller: caller), false)
+                       attributes: attributes.filter { !keyAttributes.contains($0.key) }, data: data, in: call)
+            return (try item(id: existing.id, itemClass: itemClass, synchronizable: true, withData: false, in: call), false)
         }
     }
 

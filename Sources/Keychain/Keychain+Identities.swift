@@ -18,9 +18,12 @@ extension Keychain {
 
     /// Every identity the caller can see (a certificate with a matching private key).
     public func identities(caller callerArgument: Caller? = nil) throws -> [Identity] {
-        let caller = callerArgument ?? defaultCaller
+        try identities(in: callContext(callerArgument))
+    }
+
+    func identities(in call: CallContext) throws -> [Identity] {
         func all(_ c: ItemClass) throws -> [KeychainItem] {
-            do { return try copyMatching(Query(c, matchLimit: .all, synchronizableAny: true), caller: caller) }
+            do { return try copyMatching(Query(c, matchLimit: .all, synchronizableAny: true), in: call) }
             catch KeychainStatus.itemNotFound { return [] }
         }
         var privateKeys: [[UInt8]: KeychainItem] = [:]
@@ -38,20 +41,24 @@ extension Keychain {
     /// The identity of one certificate, with both halves' data if asked (each read goes
     /// through the usual access checks).
     public func identity(certificateID: Int64, withData: Bool, caller callerArgument: Caller? = nil) throws -> Identity {
-        let caller = callerArgument ?? defaultCaller
-        guard let found = try identities(caller: caller).first(where: { $0.id == certificateID }) else {
+        try identity(certificateID: certificateID, withData: withData, in: callContext(callerArgument))
+    }
+
+    func identity(certificateID: Int64, withData: Bool, in call: CallContext) throws -> Identity {
+        guard let found = try identities(in: call).first(where: { $0.id == certificateID }) else {
             throw KeychainError(.itemNotFound, "identity of certificate item \(certificateID) not found")
         }
         guard withData else { return found }
-        return Identity(certificate: try item(id: found.certificate.id, itemClass: .certificate, withData: true, caller: caller),
-                        key: try item(id: found.key.id, itemClass: .key, withData: true, caller: caller))
+        return Identity(certificate: try item(id: found.certificate.id, itemClass: .certificate, synchronizable: false,
+                                              withData: true, in: call),
+                        key: try item(id: found.key.id, itemClass: .key, synchronizable: false, withData: true, in: call))
     }
 
     /// What an identity is as one file: the certificate as PEM followed by the private key's
     /// bytes as stored. Both halves are read through the usual access checks (visibility, lock
     /// state, user presence).
     public func identityBundle(certificateID: Int64, caller callerArgument: Caller? = nil) throws -> [UInt8] {
-        let full = try identity(certificateID: certificateID, withData: true, caller: callerArgument ?? defaultCaller)
+        let full = try identity(certificateID: certificateID, withData: true, in: callContext(callerArgument))
         return CertificateData.pem(full.certificate.data ?? []) + (full.key.data ?? [])
     }
 }

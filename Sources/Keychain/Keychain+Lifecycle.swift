@@ -39,7 +39,7 @@ extension Keychain {
                 try store.setMeta("manifest", Manifest.empty.encoded)
             }
             let keychain = Keychain(path: path, store: store, header: header, deviceKeyPath: deviceKeyPath)
-            try keychain.unlock(master: master)
+            try keychain.unlock(master: master, header: header)
             return keychain
         } catch {
             for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
@@ -60,23 +60,21 @@ extension Keychain {
 
     /// Unlocks with the passphrase: unwraps the class keys and verifies the manifest.
     public func unlock(passphrase: SecureBytes) throws {
-        let master = try refreshedHeader().unwrapMaster(passphrase: passphrase)
-        try unlock(master: master)
+        let header = try refreshedHeader()
+        try unlock(master: try header.unwrapMaster(passphrase: passphrase), header: header)
     }
 
     /// Reads the header from the file again (a passphrase change by another process
     /// rewrites it) and keeps it.
     func refreshedHeader() throws -> VaultHeader {
         let fresh = try storeCall { try VaultHeader.read(from: store) }
-        stateLock.withLock { header = fresh }
+        state.withLock { $0.header = fresh }
         return fresh
     }
 
-    private var currentHeader: VaultHeader { stateLock.withLock { header } }
-
-    func unlock(master: SecureBytes) throws {
+    /// Unlocks with the master key unwrapped from `header` (the one just read or written).
+    func unlock(master: SecureBytes, header: VaultHeader) throws {
         let device = try DeviceKey.load(at: deviceKeyPath)
-        let header = currentHeader
         let deviceMatches = device.map { DeviceKey.identifier(of: $0) == header.deviceKeyID } ?? false
         let wrapped = try storeCall { try store.classKeys() }
         var classKeys: [Accessibility: SecureBytes] = [:]
@@ -98,25 +96,26 @@ extension Keychain {
                            classKeys: classKeys, deviceMismatch: !deviceMatches,
                            policyPublicKey: try Self.policyKeyPair(master: master).0)
         try verifyManifest(keys: newKeys)
-        stateLock.withLock {
-            keys = newKeys
-            state = .unlocked(since: Date())
+        state.withLock {
+            $0.keys = newKeys
+            $0.lockState = .unlocked(since: Date())
         }
     }
 
     /// Locks: drops the class keys of WhenUnlocked-type classes. Attributes and
     /// AfterFirstUnlock data stay available (Apple's behaviour after first unlock).
     public func lock() {
-        stateLock.withLock {
-            guard let keys, case .unlocked = state else { return }
+        state.withLock {
+            guard var keys = $0.keys, case .unlocked = $0.lockState else { return }
             for protection in Accessibility.allCases where !protection.readableWhileLocked {
                 keys.classKeys[protection] = nil
             }
-            state = .locked(since: Date())
+            $0.keys = keys
+            $0.lockState = .locked(since: Date())
         }
     }
 
-    public var lockState: LockState { stateLock.withLock { state } }
+    public var lockState: LockState { state.withLock { $0.lockState } }
 
     /// Changes the passphrase (and optionally the KDF parameters). Only the master-key wrap
     /// changes: no item is re-encrypted.
@@ -133,7 +132,7 @@ extension Keychain {
         guard new.count > 0 else { throw KeychainError(.param, "the new passphrase is empty") }
         try VaultHeader.wrapMaster(master, header: &newHeader, passphrase: new)
         try storeCall { try newHeader.write(to: store) }
-        stateLock.withLock { header = newHeader }
+        state.withLock { $0.header = newHeader }
     }
 
     /// Checks a passphrase without changing anything (devicePasscode prompts).
@@ -141,5 +140,5 @@ extension Keychain {
         _ = try refreshedHeader().unwrapMaster(passphrase: passphrase)
     }
 
-    public var kdfParameters: PasswordHashParameters { currentHeader.parameters }
+    public var kdfParameters: PasswordHashParameters { state.withLock { $0.header.parameters } }
 }

@@ -10,11 +10,15 @@ extension Keychain {
 
     /// SecItemCopyMatching. Throws errSecItemNotFound when nothing matches.
     public func copyMatching(_ query: Query, caller callerArgument: Caller? = nil) throws -> [KeychainItem] {
-        let caller = callerArgument ?? defaultCaller
+        try copyMatching(query, in: callContext(callerArgument))
+    }
+
+    func copyMatching(_ query: Query, in call: CallContext) throws -> [KeychainItem] {
+        let caller = call.caller
         if case .count(let n)? = query.matchLimit, n < 1 {
             throw KeychainError(.param, "match limit must be at least 1")
         }
-        let keys = try currentKeys()
+        let keys = try call.unlockedKeys()
         let candidates = try matches(query, caller: caller, keys: keys, withData: query.returnData == true)
         var results: [KeychainItem] = []
         let limit: Int
@@ -43,10 +47,13 @@ extension Keychain {
 
     /// The one item a query names (match limit one), with data if asked.
     public func find(_ query: Query, caller callerArgument: Caller? = nil) throws -> KeychainItem {
-        let caller = callerArgument ?? defaultCaller
+        try find(query, in: callContext(callerArgument))
+    }
+
+    func find(_ query: Query, in call: CallContext) throws -> KeychainItem {
         var q = query
         q.matchLimit = .one
-        return try copyMatching(q, caller: caller)[0]
+        return try copyMatching(q, in: call)[0]
     }
 
     /// Reads one item by persistent reference, checking visibility and access like a query
@@ -54,12 +61,13 @@ extension Keychain {
     /// sees non-synchronizable items only). One row fetch by id; no matcher.
     public func item(id: Int64, itemClass: ItemClass, withData: Bool, caller callerArgument: Caller? = nil, ui: AuthenticationUI? = nil) throws -> KeychainItem {
         try item(id: id, itemClass: itemClass, synchronizable: false, withData: withData,
-                 caller: callerArgument ?? defaultCaller, ui: ui)
+                 in: callContext(callerArgument), ui: ui)
     }
 
     func item(id: Int64, itemClass: ItemClass, synchronizable: Bool, withData: Bool,
-              caller: Caller, ui: AuthenticationUI? = nil) throws -> KeychainItem {
-        let keys = try currentKeys()
+              in call: CallContext, ui: AuthenticationUI? = nil) throws -> KeychainItem {
+        let caller = call.caller
+        let keys = try call.unlockedKeys()
         let (row, attributes) = try visibleRow(id: id, itemClass: itemClass, synchronizable: synchronizable,
                                                withData: withData, caller: caller, keys: keys)
         var data: [UInt8]?
@@ -99,8 +107,9 @@ extension Keychain {
     /// needs it, is given. Returns the item's attributes. The filesystem decides at open with
     /// this and decrypts on each read.
     public func authorizeRead(id: Int64, itemClass: ItemClass, caller callerArgument: Caller? = nil, ui: AuthenticationUI? = nil) throws -> KeychainItem {
-        let caller = callerArgument ?? defaultCaller
-        let keys = try currentKeys()
+        let call = callContext(callerArgument)
+        let caller = call.caller
+        let keys = try call.unlockedKeys()
         let (row, attributes) = try visibleRow(id: id, itemClass: itemClass, synchronizable: true, withData: false,
                                                caller: caller, keys: keys)
         let item = KeychainItem(id: row.id, itemClass: itemClass, attributes: attributes, data: nil,
@@ -113,8 +122,9 @@ extension Keychain {
     /// Whether the caller can see any item whose grouping attribute (service, server, label)
     /// has this value: one index probe per access group, no decryption. For directory lookups.
     public func hasItems(_ itemClass: ItemClass, grouping value: AttributeValue, caller callerArgument: Caller? = nil) throws -> Bool {
-        let caller = callerArgument ?? defaultCaller
-        let keys = try currentKeys()
+        let call = callContext(callerArgument)
+        let caller = call.caller
+        let keys = try call.unlockedKeys()
         return try storeCall {
             try caller.accessGroups.contains { try store.exists(secondaryIndex: secondaryIndex(itemClass, group: $0, value, keys: keys)) }
         }

@@ -57,8 +57,11 @@ extension Keychain {
         return .whenUnlocked
     }
 
+    /// The lock-state check: the class key of `protection` as the call's keys hold it
+    /// (dropped by `lock()` for WhenUnlocked classes, absent for ThisDeviceOnly classes on
+    /// another machine).
     func classKey(_ protection: Accessibility, keys: Keys, for name: String) throws -> SecureBytes {
-        if let key = stateLock.withLock({ keys.classKeys[protection] }) { return key }
+        if let key = keys.classKeys[protection] { return key }
         if protection.isThisDeviceOnly && keys.deviceMismatch {
             throw KeychainError(.interactionNotAllowed, "\(name) is \(protection.name), and this vault's device key is not on this machine")
         }

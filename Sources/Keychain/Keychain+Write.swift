@@ -11,7 +11,12 @@ extension Keychain {
     /// Returns how many items were updated.
     @discardableResult
     public func update(_ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, caller callerArgument: Caller? = nil) throws -> Int {
-        let caller = callerArgument ?? defaultCaller
+        try update(query, attributes: changes, data: data, in: callContext(callerArgument))
+    }
+
+    @discardableResult
+    func update(_ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, in call: CallContext) throws -> Int {
+        let caller = call.caller
         guard query.matchLimit == nil, query.returnData == nil, query.returnAttributes == nil, query.caseInsensitive == nil else {
             throw KeychainError(.param, "an update query may not hold kSecReturn… or kSecMatch… keys")
         }
@@ -33,7 +38,7 @@ extension Keychain {
             default: break
             }
         }
-        let keys = try currentKeys()
+        let keys = try call.unlockedKeys()
         var all = query
         all.matchLimit = .all
         // User presence is asked before the write transaction: a prompt can take a minute,
@@ -112,8 +117,9 @@ extension Keychain {
     /// the same transaction.
     public func rename(_ source: Query, to changes: Attributes, replacing: Bool, victim: Int64? = nil,
                        caller callerArgument: Caller? = nil) throws {
-        let caller = callerArgument ?? defaultCaller
-        let keys = try currentKeys()
+        let call = callContext(callerArgument)
+        let caller = call.caller
+        let keys = try call.unlockedKeys()
         try storeCall {
             try store.write {
                 var one = source
@@ -145,7 +151,7 @@ extension Keychain {
                         try updateManifest(keys: keys, removing: victim, adding: nil)
                     }
                 }
-                try update(Query(source.itemClass, synchronizableAny: true, persistentReference: row.id), attributes: changes, caller: caller)
+                try update(Query(source.itemClass, synchronizableAny: true, persistentReference: row.id), attributes: changes, in: call)
             }
         }
     }
@@ -153,8 +159,9 @@ extension Keychain {
     /// Gives `target` the data of `source` and deletes `source`, in one transaction: what a
     /// temp file renamed over an item means (the item keeps its attributes).
     public func replaceData(of target: Query, withDataOf source: Query, caller callerArgument: Caller? = nil) throws {
-        let caller = callerArgument ?? defaultCaller
-        let keys = try currentKeys()
+        let call = callContext(callerArgument)
+        let caller = call.caller
+        let keys = try call.unlockedKeys()
         // Both halves' user presence is asked before the transaction (see update).
         var one = source
         one.matchLimit = .all
@@ -175,7 +182,7 @@ extension Keychain {
                 }
                 let item = KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil)
                 let data = try openData(row, item: item, keys: keys, caller: granted, ui: caller.authenticationUI)
-                try update(target, attributes: [:], data: data, caller: granted)
+                try update(target, attributes: [:], data: data, in: call.with(caller: granted))
                 try store.delete(id: row.id)
                 try updateManifest(keys: keys, removing: row, adding: nil)
             }
@@ -187,11 +194,12 @@ extension Keychain {
     /// SecItemDelete: deletes every match. Returns how many were deleted.
     @discardableResult
     public func delete(_ query: Query, caller callerArgument: Caller? = nil) throws -> Int {
-        let caller = callerArgument ?? defaultCaller
+        let call = callContext(callerArgument)
+        let caller = call.caller
         guard query.matchLimit == nil else {
             throw KeychainError(.param, "a delete query may not hold kSecMatchLimit")
         }
-        let keys = try currentKeys()
+        let keys = try call.unlockedKeys()
         var all = query
         all.matchLimit = .all
         return try storeCall {

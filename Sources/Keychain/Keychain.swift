@@ -1,6 +1,7 @@
 import Foundation
 import KeychainCrypto
 import KeychainStore
+import Synchronization
 
 /// Where the keychain is in its lock cycle.
 public enum LockState: Equatable, Sendable {
@@ -14,11 +15,9 @@ public enum LockState: Equatable, Sendable {
 
 /// The keychain core: Apple's SecItem semantics (add, copyMatching, update, delete) over an
 /// encrypted vault file. The only place keychain rules live; front ends translate to it.
-/// Thread-safe: the daemon calls it from many FUSE threads at once.
-public final class Keychain: @unchecked Sendable {
-    // @unchecked: mutable state (`keys`, `state`) is only touched with `stateLock` held;
-    // the store serialises its own connection.
-
+/// Thread-safe: the daemon calls it from many FUSE threads at once. Its mutable state is one
+/// `Mutex<State>`; the store serialises its own connection.
+public final class Keychain: Sendable {
     /// Largest secret accepted (errSecDataTooLarge above it).
     public static let maxDataSize = 1 << 20
     /// Largest single attribute value (the xattr value limit).
@@ -26,13 +25,14 @@ public final class Keychain: @unchecked Sendable {
 
     public let path: String
     let store: VaultStore
-    /// The header as last read or written; re-read at unlock so another process's
-    /// passphrase change is seen. Guarded by `stateLock`.
-    var header: VaultHeader
     let deviceKeyPath: String
+    /// Never changes for the life of a vault; bound into every associated data.
+    let vaultID: [UInt8]
 
-    /// Keys held while the vault is (or was) unlocked.
-    final class Keys: @unchecked Sendable {
+    /// Keys held while the vault is (or was) unlocked. A value: a call works with the keys as
+    /// they were when it began (see `CallContext`); `lock()` installs a copy without the
+    /// WhenUnlocked class keys.
+    struct Keys: Sendable {
         let metadata: SecureBytes
         let index: SecureBytes
         let manifest: SecureBytes
@@ -41,43 +41,66 @@ public final class Keychain: @unchecked Sendable {
         let deviceMismatch: Bool
         /// Verifies the access policy's signature (the signing half needs the passphrase).
         let policyPublicKey: [UInt8]
-        init(metadata: SecureBytes, index: SecureBytes, manifest: SecureBytes,
-             classKeys: [Accessibility: SecureBytes], deviceMismatch: Bool, policyPublicKey: [UInt8]) {
-            self.metadata = metadata; self.index = index; self.manifest = manifest
-            self.classKeys = classKeys; self.deviceMismatch = deviceMismatch; self.policyPublicKey = policyPublicKey
-        }
     }
 
-    let stateLock = NSLock()
-    var keys: Keys?
-    private var defaultCallerValue = Caller.default
+    /// Everything that changes after open, guarded together.
+    struct State {
+        /// The header as last read or written; re-read at unlock so another process's
+        /// passphrase change is seen.
+        var header: VaultHeader
+        var keys: Keys?
+        var lockState: LockState = .neverUnlocked
+        var defaultCaller = Caller.default
+    }
+
+    let state: Mutex<State>
 
     /// The caller assumed when a call names none: `default` unless the front end says
     /// otherwise (the CLI, holding the passphrase, acts in every group of the policy).
     public var defaultCaller: Caller {
-        get { stateLock.withLock { defaultCallerValue } }
-        set { stateLock.withLock { defaultCallerValue = newValue } }
+        get { state.withLock { $0.defaultCaller } }
+        set { state.withLock { $0.defaultCaller = newValue } }
     }
-    var state: LockState = .neverUnlocked
-
-    /// Never changes for the life of a vault; bound into every associated data.
-    let vaultID: [UInt8]
 
     init(path: String, store: VaultStore, header: VaultHeader, deviceKeyPath: String) {
         self.vaultID = header.vaultID
         self.path = path
         self.store = store
-        self.header = header
         self.deviceKeyPath = deviceKeyPath
+        self.state = Mutex(State(header: header))
     }
 
-    func currentKeys() throws -> Keys {
-        try stateLock.withLock {
+    /// What one call works with, read in one lock grab: who is asking (the given caller or
+    /// the default one) and the keys as they were at that moment. Calls that nest others
+    /// (rename → update, identityBundle → identity → reads) pass theirs down, so no decision
+    /// mixes state read at two different times.
+    struct CallContext: Sendable {
+        let caller: Caller
+        private let keys: Keys?
+
+        init(caller: Caller, keys: Keys?) {
+            self.caller = caller
+            self.keys = keys
+        }
+
+        /// The keys, or errSecInteractionNotAllowed before the first unlock.
+        func unlockedKeys() throws -> Keys {
             guard let keys else {
                 throw KeychainError(.interactionNotAllowed, "the keychain has not been unlocked since it was opened")
             }
             return keys
         }
+
+        /// The same moment's keys, for another caller (one carrying presence grants).
+        func with(caller: Caller) -> CallContext { CallContext(caller: caller, keys: keys) }
+    }
+
+    func callContext(_ callerArgument: Caller?) -> CallContext {
+        state.withLock { CallContext(caller: callerArgument ?? $0.defaultCaller, keys: $0.keys) }
+    }
+
+    func currentKeys() throws -> Keys {
+        try callContext(nil).unlockedKeys()
     }
 
     func storeCall<R>(_ body: () throws -> R) throws -> R {
