@@ -17,7 +17,7 @@ extension Keychain {
     /// encryption does not verify is errSecDecode: it is never silently ignored.
     public func accessPolicy() throws -> AccessPolicy {
         let keys = try currentKeys()
-        guard let stored = try storeCall({ try store.meta("access_policy") }) else { return AccessPolicy() }
+        guard let stored = try storeCall({ try store.lookup { try $0.meta("access_policy") } }) else { return AccessPolicy() }
         let bad = KeychainError(.decode, "the access policy in the vault does not verify: it was altered")
         guard stored.count > Signing.signatureBytes else { throw bad }
         let signature = Array(stored[0..<Signing.signatureBytes]), box = Array(stored[Signing.signatureBytes...])
@@ -36,16 +36,16 @@ extension Keychain {
         let box = try AEAD.seal(policy.encoded, associatedData: policyAD, key: keys.metadata)
         let blob = Signing.sign(box, secretKey: secretKey) + box
         try storeCall {
-            try store.write {
+            try store.write { vault in
                 // The manifest covers the policy too, so an older signed policy replayed into
                 // the file is detected at unlock like a replayed row.
-                guard let stored = try store.meta("manifest"), var manifest = Manifest(encoded: stored) else {
+                guard let stored = try vault.meta("manifest"), var manifest = Manifest(encoded: stored) else {
                     throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
                 }
-                if let old = try store.meta("access_policy") { manifest.toggle(Manifest.policyEntry(old, key: keys.manifest)) }
+                if let old = try vault.meta("access_policy") { manifest.toggle(Manifest.policyEntry(old, key: keys.manifest)) }
                 manifest.toggle(Manifest.policyEntry(blob, key: keys.manifest))
-                try store.setMeta("access_policy", blob)
-                try store.setMeta("manifest", manifest.encoded)
+                try vault.setMeta("access_policy", blob)
+                try vault.setMeta("manifest", manifest.encoded)
             }
         }
     }

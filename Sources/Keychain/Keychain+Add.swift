@@ -23,14 +23,14 @@ extension Keychain {
         let classKey = try self.classKey(protection, keys: keys, for: Self.describe(itemClass, attributes))
 
         return try storeCall {
-            try store.write {
-                let id = try store.nextItemID()
+            try store.write { vault in
+                let id = try vault.nextItemID()
                 let row = try seal(id: id, itemClass: itemClass, attributes: attributes, data: data, version: 1,
                                    keys: keys, classKey: classKey)
-                do { try store.insert(row, id: id) } catch StoreError.duplicate {
+                do { try vault.insert(row, id: id) } catch StoreError.duplicate {
                     throw KeychainError(.duplicateItem, "\(Self.describe(itemClass, attributes)) already exists")
                 }
-                try updateManifest(keys: keys, removing: nil, adding: row)
+                try updateManifest(keys: keys, removing: nil, adding: row, in: vault)
                 return KeychainItem(id: id, itemClass: itemClass, attributes: attributes, data: nil, dataLength: data.count)
             }
         }

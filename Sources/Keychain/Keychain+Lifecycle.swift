@@ -26,17 +26,17 @@ extension Keychain {
                                      parameters: parameters, salt: [], wrappedMaster: [],
                                      deviceKeyID: DeviceKey.identifier(of: device))
             try VaultHeader.wrapMaster(master, header: &header, passphrase: passphrase)
-            try store.write {
-                try header.write(to: store)
+            try store.write { vault in
+                try header.write(to: vault)
                 for protection in Accessibility.allCases {
                     let classKey = try SecureBytes.random()
                     let wrapKey = try classWrapKey(master: master, device: device, protection)!
                     let wrapped = try classKey.withUnsafeBytes {
                         try AEAD.seal($0, associatedData: classKeyAssociatedData(vaultID: header.vaultID, protection), key: wrapKey)
                     }
-                    try store.setClassKey(protection.rawValue, wrapped: wrapped)
+                    try vault.setClassKey(protection.rawValue, wrapped: wrapped)
                 }
-                try store.setMeta("manifest", Manifest.empty.encoded)
+                try vault.setMeta("manifest", Manifest.empty.encoded)
             }
             let keychain = Keychain(path: path, store: store, header: header, deviceKeyPath: deviceKeyPath)
             try keychain.unlock(master: master, header: header)
@@ -52,7 +52,7 @@ extension Keychain {
         let store: VaultStore
         do { store = try VaultStore.open(at: path) } catch { throw mapStoreError(error, path: path) }
         let header: VaultHeader
-        do { header = try VaultHeader.read(from: store) } catch let e as KeychainError { throw e } catch {
+        do { header = try store.read { try VaultHeader.read(from: $0) } } catch let e as KeychainError { throw e } catch {
             throw mapStoreError(error, path: path)
         }
         return Keychain(path: path, store: store, header: header, deviceKeyPath: deviceKeyPath)
@@ -67,7 +67,7 @@ extension Keychain {
     /// Reads the header from the file again (a passphrase change by another process
     /// rewrites it) and keeps it.
     func refreshedHeader() throws -> VaultHeader {
-        let fresh = try storeCall { try VaultHeader.read(from: store) }
+        let fresh = try storeCall { try store.read { try VaultHeader.read(from: $0) } }
         state.withLock { $0.header = fresh }
         return fresh
     }
@@ -76,7 +76,7 @@ extension Keychain {
     func unlock(master: SecureBytes, header: VaultHeader) throws {
         let device = try DeviceKey.load(at: deviceKeyPath)
         let deviceMatches = device.map { DeviceKey.identifier(of: $0) == header.deviceKeyID } ?? false
-        let wrapped = try storeCall { try store.classKeys() }
+        let wrapped = try storeCall { try store.lookup { try $0.classKeys() } }
         var classKeys: [Accessibility: SecureBytes] = [:]
         for protection in Accessibility.allCases {
             if protection.isThisDeviceOnly && !deviceMatches { continue }
@@ -131,7 +131,7 @@ extension Keychain {
         }
         guard new.count > 0 else { throw KeychainError(.param, "the new passphrase is empty") }
         try VaultHeader.wrapMaster(master, header: &newHeader, passphrase: new)
-        try storeCall { try newHeader.write(to: store) }
+        try storeCall { try store.write { try newHeader.write(to: $0) } }
         state.withLock { $0.header = newHeader }
     }
 

@@ -12,7 +12,10 @@ extension Keychain {
     /// Candidate rows for a query, decrypted attributes, filtered. Uses the primary index
     /// when the query names the whole primary key, the secondary index when it names the
     /// grouping attribute, and a class scan otherwise (or when matching ignores case).
-    func matches(_ query: Query, caller: Caller, keys: Keys, withData: Bool) throws -> [(StoredItem, Attributes)] {
+    /// Rows are read through `vault` inside a transaction, else in one `lookup`; attributes are
+    /// decrypted after the rows are read, outside the store's lock.
+    func matches(_ query: Query, caller: Caller, keys: Keys, withData: Bool,
+                 in vault: (any ItemStoreReader)? = nil) throws -> [(StoredItem, Attributes)] {
         let itemClass = query.itemClass
         guard itemClass != .identity else {
             throw KeychainError(.unimplemented, "identity queries are not supported yet")
@@ -40,28 +43,32 @@ extension Keychain {
         else { syncValues = [false] }
         let caseInsensitive = query.caseInsensitive == true
 
-        var rows: [StoredItem] = []
-        if let id = query.persistentReference {
-            if let row = try store.item(id: id, withData: withData) { rows = [row] }
-        } else if !caseInsensitive, Schema.primaryKey(of: itemClass).allSatisfy({ $0 == Schema.accessGroup || $0 == Schema.synchronizable || query.attributes[$0] != nil }) {
-            for g in groups {
-                for s in syncValues {
-                    var key = query.attributes
-                    key[Schema.accessGroup] = .string(g)
-                    key[Schema.synchronizable] = .bool(s)
-                    if let row = try store.item(primaryIndex: primaryIndex(itemClass, key, keys: keys), withData: withData) {
-                        rows.append(row)
+        func candidates(_ vault: any ItemStoreReader) throws -> [StoredItem] {
+            var rows: [StoredItem] = []
+            if let id = query.persistentReference {
+                if let row = try vault.item(id: id, withData: withData) { rows = [row] }
+            } else if !caseInsensitive, Schema.primaryKey(of: itemClass).allSatisfy({ $0 == Schema.accessGroup || $0 == Schema.synchronizable || query.attributes[$0] != nil }) {
+                for g in groups {
+                    for s in syncValues {
+                        var key = query.attributes
+                        key[Schema.accessGroup] = .string(g)
+                        key[Schema.synchronizable] = .bool(s)
+                        if let row = try vault.item(primaryIndex: primaryIndex(itemClass, key, keys: keys), withData: withData) {
+                            rows.append(row)
+                        }
                     }
                 }
+            } else if !caseInsensitive, let grouping = query.attributes[Schema.groupingAttribute(of: itemClass)] {
+                for g in groups {
+                    rows += try vault.items(secondaryIndex: secondaryIndex(itemClass, group: g, grouping, keys: keys), withData: withData)
+                }
+                rows.sort { $0.id < $1.id }
+            } else {
+                rows = try vault.items(itemClass: itemClass.rawValue, withData: withData)
             }
-        } else if !caseInsensitive, let grouping = query.attributes[Schema.groupingAttribute(of: itemClass)] {
-            for g in groups {
-                rows += try store.items(secondaryIndex: secondaryIndex(itemClass, group: g, grouping, keys: keys), withData: withData)
-            }
-            rows.sort { $0.id < $1.id }
-        } else {
-            rows = try store.items(itemClass: itemClass.rawValue, withData: withData)
+            return rows
         }
+        let rows = try vault.map(candidates) ?? storeCall { try store.lookup(candidates) }
 
         var out: [(StoredItem, Attributes)] = []
         for row in rows where row.itemClass == itemClass.rawValue {

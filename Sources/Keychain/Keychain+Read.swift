@@ -93,7 +93,7 @@ extension Keychain {
             throw KeychainError(.unimplemented, "identity queries are not supported yet")
         }
         let notFound = KeychainError(.itemNotFound, "item \(id) not found")
-        guard let row = try storeCall({ try store.item(id: id, withData: withData) }),
+        guard let row = try storeCall({ try store.lookup { try $0.item(id: id, withData: withData) } }),
               row.itemClass == itemClass.rawValue else { throw notFound }
         let attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
         guard case .string(let group)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: group),
@@ -126,7 +126,9 @@ extension Keychain {
         let caller = call.caller
         let keys = try call.unlockedKeys()
         return try storeCall {
-            try caller.accessGroups.contains { try store.exists(secondaryIndex: secondaryIndex(itemClass, group: $0, value, keys: keys)) }
+            try store.lookup { vault in
+                try caller.accessGroups.contains { try vault.exists(secondaryIndex: secondaryIndex(itemClass, group: $0, value, keys: keys)) }
+            }
         }
     }
 
@@ -134,5 +136,5 @@ extension Keychain {
     /// process): front ends key caches of derived views (directory listings) on it.
     public func changeStamp() throws -> [Int64] { try storeCall { try store.changeStamp() } }
 
-    public func itemCount() throws -> Int { try storeCall { try store.itemCount() } }
+    public func itemCount() throws -> Int { try storeCall { try store.lookup { try $0.itemCount() } } }
 }

@@ -14,8 +14,10 @@ extension Keychain {
         try update(query, attributes: changes, data: data, in: callContext(callerArgument))
     }
 
+    /// `outer`: the write transaction this update is part of (rename, replaceData), if any.
     @discardableResult
-    func update(_ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, in call: CallContext) throws -> Int {
+    func update(_ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, in call: CallContext,
+                within outer: (any ItemStoreWriter)? = nil) throws -> Int {
         let caller = call.caller
         guard query.matchLimit == nil, query.returnData == nil, query.returnAttributes == nil, query.caseInsensitive == nil else {
             throw KeychainError(.param, "an update query may not hold kSecReturn… or kSecMatch… keys")
@@ -52,58 +54,58 @@ extension Keychain {
             return [Schema.accessible, Schema.accessControl, Schema.accessGroup].contains { changes[$0] != nil && changes[$0] != attributes[$0] }
         }
         var granted = caller
-        for (row, attributes) in try matches(all, caller: caller, keys: keys, withData: false) where needsPresence(attributes) {
+        for (row, attributes) in try matches(all, caller: caller, keys: keys, withData: false, in: outer) where needsPresence(attributes) {
             try checkPresence(KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil),
                               caller: caller, ui: caller.authenticationUI)
             granted = granted.granting(presenceFor: row.id)
         }
-        return try storeCall {
-            try store.write {
-                let found = try matches(all, caller: caller, keys: keys, withData: true)
-                guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
-                for (old, oldAttributes) in found {
-                    let oldItem = KeychainItem(id: old.id, itemClass: query.itemClass, attributes: oldAttributes, data: nil)
-                    if needsPresence(oldAttributes) && !granted.presenceGrants.contains(old.id) {
-                        throw KeychainError(.interactionRequired, "\(oldItem.summary) changed while its update waited for user presence; try again")
-                    }
-                    var attributes = oldAttributes
-                    for (k, v) in changes { attributes[k] = v }
-                    for (k, v) in derived { attributes[k] = v }
-                    if let ac = accessControl(of: changes) {
-                        guard changes[Schema.accessible] == nil else {
-                            throw KeychainError(.param, "accessControl and accessible cannot both be given")
-                        }
-                        attributes[Schema.accessible] = .accessibility(ac.protection)
-                    } else if case .accessibility(let p)? = changes[Schema.accessible],
-                              var ac = accessControl(of: oldAttributes) {
-                        ac.protection = p
-                        attributes[Schema.accessControl] = .accessControl(ac)
-                    }
-                    attributes[Schema.modificationDate] = .date(Date())
-                    try checkSynchronizable(attributes, query.itemClass)
-                    let name = Self.describe(query.itemClass, attributes, id: old.id)
-                    let protectionChanged = Self.accessibility(of: attributes) != Self.accessibility(of: oldAttributes)
-                        || attributes[Schema.accessGroup] != oldAttributes[Schema.accessGroup]
-                    let row: StoredItem
-                    if data != nil || protectionChanged {
-                        // New data, or a new protection class / access group: the data is sealed
-                        // again (the old data is needed only when it is kept).
-                        let plaintext = try data ?? openData(old, item: oldItem, keys: keys, caller: granted,
-                                                             ui: caller.authenticationUI)
-                        let classKey = try self.classKey(Self.accessibility(of: attributes), keys: keys, for: name)
-                        row = try seal(id: old.id, itemClass: query.itemClass, attributes: attributes, data: plaintext,
-                                       version: old.version + 1, keys: keys, classKey: classKey)
-                    } else {
-                        row = try resealAttributes(old, itemClass: query.itemClass, attributes: attributes, keys: keys)
-                    }
-                    do { try store.replace(row) } catch StoreError.duplicate {
-                        throw KeychainError(.duplicateItem, "cannot update \(Self.describe(query.itemClass, oldAttributes)): \(Self.describe(query.itemClass, attributes)) already exists")
-                    }
-                    try updateManifest(keys: keys, removing: old, adding: row)
+        func apply(_ vault: any ItemStoreWriter) throws -> Int {
+            let found = try matches(all, caller: caller, keys: keys, withData: true, in: vault)
+            guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
+            for (old, oldAttributes) in found {
+                let oldItem = KeychainItem(id: old.id, itemClass: query.itemClass, attributes: oldAttributes, data: nil)
+                if needsPresence(oldAttributes) && !granted.presenceGrants.contains(old.id) {
+                    throw KeychainError(.interactionRequired, "\(oldItem.summary) changed while its update waited for user presence; try again")
                 }
-                return found.count
+                var attributes = oldAttributes
+                for (k, v) in changes { attributes[k] = v }
+                for (k, v) in derived { attributes[k] = v }
+                if let ac = accessControl(of: changes) {
+                    guard changes[Schema.accessible] == nil else {
+                        throw KeychainError(.param, "accessControl and accessible cannot both be given")
+                    }
+                    attributes[Schema.accessible] = .accessibility(ac.protection)
+                } else if case .accessibility(let p)? = changes[Schema.accessible],
+                          var ac = accessControl(of: oldAttributes) {
+                    ac.protection = p
+                    attributes[Schema.accessControl] = .accessControl(ac)
+                }
+                attributes[Schema.modificationDate] = .date(Date())
+                try checkSynchronizable(attributes, query.itemClass)
+                let name = Self.describe(query.itemClass, attributes, id: old.id)
+                let protectionChanged = Self.accessibility(of: attributes) != Self.accessibility(of: oldAttributes)
+                    || attributes[Schema.accessGroup] != oldAttributes[Schema.accessGroup]
+                let row: StoredItem
+                if data != nil || protectionChanged {
+                    // New data, or a new protection class / access group: the data is sealed
+                    // again (the old data is needed only when it is kept).
+                    let plaintext = try data ?? openData(old, item: oldItem, keys: keys, caller: granted,
+                                                         ui: caller.authenticationUI)
+                    let classKey = try self.classKey(Self.accessibility(of: attributes), keys: keys, for: name)
+                    row = try seal(id: old.id, itemClass: query.itemClass, attributes: attributes, data: plaintext,
+                                   version: old.version + 1, keys: keys, classKey: classKey)
+                } else {
+                    row = try resealAttributes(old, itemClass: query.itemClass, attributes: attributes, keys: keys)
+                }
+                do { try vault.replace(row) } catch StoreError.duplicate {
+                    throw KeychainError(.duplicateItem, "cannot update \(Self.describe(query.itemClass, oldAttributes)): \(Self.describe(query.itemClass, attributes)) already exists")
+                }
+                try updateManifest(keys: keys, removing: old, adding: row, in: vault)
             }
+            return found.count
         }
+        if let outer { return try apply(outer) }
+        return try storeCall { try store.write(apply) }
     }
 
     // MARK: Rename (an update of key attributes that may replace an existing item)
@@ -121,19 +123,19 @@ extension Keychain {
         let caller = call.caller
         let keys = try call.unlockedKeys()
         try storeCall {
-            try store.write {
+            try store.write { vault in
                 var one = source
                 one.matchLimit = .all
-                let found = try matches(one, caller: caller, keys: keys, withData: false)
+                let found = try matches(one, caller: caller, keys: keys, withData: false, in: vault)
                 guard let (row, attributes) = found.first else {
                     throw KeychainError(.itemNotFound, "\(Self.describe(source)) not found")
                 }
                 guard found.count == 1 else {
                     throw KeychainError(.param, "\(Self.describe(source)) names \(found.count) items; a rename moves one")
                 }
-                if let victim, victim != row.id, let doomed = try store.item(id: victim) {
-                    try store.delete(id: victim)
-                    try updateManifest(keys: keys, removing: doomed, adding: nil)
+                if let victim, victim != row.id, let doomed = try vault.item(id: victim, withData: true) {
+                    try vault.delete(id: victim)
+                    try updateManifest(keys: keys, removing: doomed, adding: nil, in: vault)
                 }
                 var target = attributes
                 for (k, v) in changes { target[k] = v }
@@ -141,17 +143,17 @@ extension Keychain {
                 var targetQuery = Query(source.itemClass, synchronizableAny: true)
                 for k in keyOnly { targetQuery.attributes[k] = target[k] ?? AttributeValue.defaultValue(for: k.type) }
                 targetQuery.matchLimit = .all
-                let existing = try matches(targetQuery, caller: caller, keys: keys, withData: true).filter { $0.0.id != row.id }
+                let existing = try matches(targetQuery, caller: caller, keys: keys, withData: true, in: vault).filter { $0.0.id != row.id }
                 if !existing.isEmpty {
                     guard replacing else {
                         throw KeychainError(.duplicateItem, "\(Self.describe(source.itemClass, target)) already exists")
                     }
                     for (victim, _) in existing {
-                        try store.delete(id: victim.id)
-                        try updateManifest(keys: keys, removing: victim, adding: nil)
+                        try vault.delete(id: victim.id)
+                        try updateManifest(keys: keys, removing: victim, adding: nil, in: vault)
                     }
                 }
-                try update(Query(source.itemClass, synchronizableAny: true, persistentReference: row.id), attributes: changes, in: call)
+                try update(Query(source.itemClass, synchronizableAny: true, persistentReference: row.id), attributes: changes, in: call, within: vault)
             }
         }
     }
@@ -175,16 +177,16 @@ extension Keychain {
             granted = granted.granting(presenceFor: row.id)
         }
         try storeCall {
-            try store.write {
-                let found = try matches(one, caller: caller, keys: keys, withData: true)
+            try store.write { vault in
+                let found = try matches(one, caller: caller, keys: keys, withData: true, in: vault)
                 guard found.count == 1, let (row, attributes) = found.first else {
                     throw KeychainError(found.isEmpty ? .itemNotFound : .param, "\(Self.describe(source)) must name exactly one item")
                 }
                 let item = KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil)
                 let data = try openData(row, item: item, keys: keys, caller: granted, ui: caller.authenticationUI)
-                try update(target, attributes: [:], data: data, in: call.with(caller: granted))
-                try store.delete(id: row.id)
-                try updateManifest(keys: keys, removing: row, adding: nil)
+                try update(target, attributes: [:], data: data, in: call.with(caller: granted), within: vault)
+                try vault.delete(id: row.id)
+                try updateManifest(keys: keys, removing: row, adding: nil, in: vault)
             }
         }
     }
@@ -203,12 +205,12 @@ extension Keychain {
         var all = query
         all.matchLimit = .all
         return try storeCall {
-            try store.write {
-                let found = try matches(all, caller: caller, keys: keys, withData: true)
+            try store.write { vault in
+                let found = try matches(all, caller: caller, keys: keys, withData: true, in: vault)
                 guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
                 for (row, _) in found {
-                    try store.delete(id: row.id)
-                    try updateManifest(keys: keys, removing: row, adding: nil)
+                    try vault.delete(id: row.id)
+                    try updateManifest(keys: keys, removing: row, adding: nil, in: vault)
                 }
                 return found.count
             }

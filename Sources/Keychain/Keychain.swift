@@ -24,7 +24,8 @@ public final class Keychain: Sendable {
     public static let maxAttributeSize = 64 << 10
 
     public let path: String
-    let store: VaultStore
+    /// The rows, behind the narrow protocol a sync backend could also implement.
+    let store: any ItemStore
     let deviceKeyPath: String
     /// Never changes for the life of a vault; bound into every associated data.
     let vaultID: [UInt8]
@@ -62,7 +63,7 @@ public final class Keychain: Sendable {
         set { state.withLock { $0.defaultCaller = newValue } }
     }
 
-    init(path: String, store: VaultStore, header: VaultHeader, deviceKeyPath: String) {
+    init(path: String, store: any ItemStore, header: VaultHeader, deviceKeyPath: String) {
         self.vaultID = header.vaultID
         self.path = path
         self.store = store

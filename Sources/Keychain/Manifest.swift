@@ -53,13 +53,13 @@ extension Keychain {
 
     func verifyManifest(keys: Keys) throws {
         try storeCall {
-            try store.read {
-                guard let stored = try store.meta("manifest"), let expected = Manifest(encoded: stored) else {
+            try store.read { vault in
+                guard let stored = try vault.meta("manifest"), let expected = Manifest(encoded: stored) else {
                     throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
                 }
                 var actual = Manifest.empty
-                try store.forEachItem { actual.insert(Manifest.entry($0, key: keys.manifest)) }
-                if let policy = try store.meta("access_policy") { actual.toggle(Manifest.policyEntry(policy, key: keys.manifest)) }
+                try vault.forEachItem { actual.insert(Manifest.entry($0, key: keys.manifest)) }
+                if let policy = try vault.meta("access_policy") { actual.toggle(Manifest.policyEntry(policy, key: keys.manifest)) }
                 guard actual.count == expected.count, Sodium.constantTimeEqual(actual.accumulator, expected.accumulator) else {
                     throw KeychainError(.decode, "vault integrity check failed: the item table does not match its authenticated manifest (\(actual.count) rows found, \(expected.count) expected): rows were deleted, altered, swapped or replayed")
                 }
@@ -67,12 +67,14 @@ extension Keychain {
         }
     }
 
-    func updateManifest(keys: Keys, removing old: StoredItem?, adding new: StoredItem?) throws {
-        guard let stored = try store.meta("manifest"), var manifest = Manifest(encoded: stored) else {
+    /// Adjusts the stored manifest for one row removed and/or added, inside the write
+    /// transaction that removes or adds it.
+    func updateManifest(keys: Keys, removing old: StoredItem?, adding new: StoredItem?, in vault: any ItemStoreWriter) throws {
+        guard let stored = try vault.meta("manifest"), var manifest = Manifest(encoded: stored) else {
             throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
         }
         if let old { manifest.remove(Manifest.entry(old, key: keys.manifest)) }
         if let new { manifest.insert(Manifest.entry(new, key: keys.manifest)) }
-        try store.setMeta("manifest", manifest.encoded)
+        try vault.setMeta("manifest", manifest.encoded)
     }
 }
