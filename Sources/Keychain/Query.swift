@@ -115,9 +115,10 @@ public struct Caller: Sendable {
     public var processDescription: String
     /// Identifies the process across requests (pid and start time), for the presence reuse window.
     public var processKey: String
-    /// Items whose user presence was already given for this request or handle (asked before a
-    /// write transaction, or at open for a file handle): the core does not ask again for them,
-    /// whatever `authenticationUI` says. Granted by whoever asked, never by the item's owner.
+    /// Items whose user presence was already given for this request or handle: the core does
+    /// not ask again for them, whatever `authenticationUI` says. Only code that has just asked
+    /// adds to it (the core before a write transaction; a face at open, for the handle it
+    /// returns), with `granting(presenceFor:)`.
     public var presenceGrants: Set<Int64>
 
     public init(accessGroups: [String] = [Caller.defaultAccessGroup], presence: (any PresenceVerifier)? = nil,
