@@ -32,7 +32,7 @@ struct VaultHeader {
                        Framing.int(Int64(bitPattern: parameters.memLimit)), salt])
     }
 
-    static func read(from store: VaultStore) throws -> VaultHeader {
+    static func read(from store: any ItemStoreReader) throws -> VaultHeader {
         func field(_ name: String) throws -> [UInt8] {
             guard let v = try store.meta(name) else {
                 throw KeychainError(.decode, "vault header is incomplete: '\(name)' is missing")
@@ -55,16 +55,15 @@ struct VaultHeader {
                            deviceKeyID: try field("device_key_id"))
     }
 
-    func write(to store: VaultStore) throws {
-        try store.write {
-            try store.setMeta("format", Framing.int(format))
-            try store.setMeta("vault_id", vaultID)
-            try store.setMeta("kdf_ops", Framing.int(Int64(bitPattern: parameters.opsLimit)))
-            try store.setMeta("kdf_mem", Framing.int(Int64(bitPattern: parameters.memLimit)))
-            try store.setMeta("kdf_salt", salt)
-            try store.setMeta("master_key", wrappedMaster)
-            try store.setMeta("device_key_id", deviceKeyID)
-        }
+    /// Writes every header field, inside the caller's write transaction.
+    func write(to store: any ItemStoreWriter) throws {
+        try store.setMeta("format", Framing.int(format))
+        try store.setMeta("vault_id", vaultID)
+        try store.setMeta("kdf_ops", Framing.int(Int64(bitPattern: parameters.opsLimit)))
+        try store.setMeta("kdf_mem", Framing.int(Int64(bitPattern: parameters.memLimit)))
+        try store.setMeta("kdf_salt", salt)
+        try store.setMeta("master_key", wrappedMaster)
+        try store.setMeta("device_key_id", deviceKeyID)
     }
 
     /// Derives the key-encryption key and unwraps the master key. Parameters outside the

@@ -115,14 +115,34 @@ public struct Caller: Sendable {
     public var processDescription: String
     /// Identifies the process across requests (pid and start time), for the presence reuse window.
     public var processKey: String
+    /// Items whose user presence was already given for this request or handle: the core does
+    /// not ask again for them, whatever `authenticationUI` says. Only code that has just asked
+    /// adds to it (the core before a write transaction; a face at open, for the handle it
+    /// returns), with `granting(presenceFor:)`.
+    public var presenceGrants: Set<Int64>
 
     public init(accessGroups: [String] = [Caller.defaultAccessGroup], presence: (any PresenceVerifier)? = nil,
-                authenticationUI: AuthenticationUI = .allow, processDescription: String = "", processKey: String = "") {
+                authenticationUI: AuthenticationUI = .allow, processDescription: String = "", processKey: String = "",
+                presenceGrants: Set<Int64> = []) {
         self.accessGroups = accessGroups
         self.presence = presence
         self.authenticationUI = authenticationUI
         self.processDescription = processDescription
         self.processKey = processKey
+        self.presenceGrants = presenceGrants
+    }
+
+    /// This caller, with user presence for `itemID` taken as given (it was just asked).
+    public func granting(presenceFor itemID: Int64) -> Caller {
+        var copy = self
+        copy.presenceGrants.insert(itemID)
+        return copy
+    }
+
+    /// The one visibility rule: a caller sees, reads and writes the items of its own access
+    /// groups only; items of other groups are not found (never "permission denied").
+    public func canSee(accessGroup: String) -> Bool {
+        accessGroups.contains(accessGroup)
     }
 
     /// With no access policy, every process of the user is in this group.

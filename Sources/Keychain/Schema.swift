@@ -275,6 +275,7 @@ public enum Schema {
     public static let server = named("server")
     public static let account = named("account")
     public static let label = named("label")
+    public static let applicationTag = named("applicationTag")
     public static let accessible = named("accessible")
     public static let accessControl = named("accessControl")
     public static let creationDate = named("creationDate")

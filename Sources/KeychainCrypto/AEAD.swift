@@ -2,6 +2,7 @@ import CSodium
 #if canImport(Glibc)
 import Glibc
 #endif
+import Synchronization
 
 /// XChaCha20-Poly1305-IETF with a fresh random 24-byte nonce per box.
 /// A box is `nonce || ciphertext || tag`. The 192-bit nonce makes random nonces safe for
@@ -102,11 +103,11 @@ public enum AEAD {
 /// sealed or opened). A fresh `SecureBytes` costs ~30 µs (mmap, mlock, guard pages, mprotect,
 /// then the reverse): 40 % of a lookup. These 32-byte slots are allocated once with
 /// `sodium_malloc` (locked, guard-paged), reused, and wiped with `sodium_memzero` after every use.
-public final class KeyScratch: @unchecked Sendable {
-    // @unchecked: `free` is guarded by `lock`; a slot belongs to one caller at a time.
+public final class KeyScratch: Sendable {
     public static let shared = KeyScratch()
-    private let lock = NSLockShim()
-    private var free: [UnsafeMutablePointer<UInt8>] = []
+    /// Free slots, as addresses (a slot belongs to one caller at a time between popping and
+    /// pushing it back; an address is a plain value, so the list needs no unchecked Sendable).
+    private let free = Mutex<[UInt]>([])
 
     /// A borrowed slot, valid only inside `withKey`.
     public struct Key {
@@ -119,28 +120,18 @@ public final class KeyScratch: @unchecked Sendable {
 
     public func withKey<R>(_ body: (Key) throws -> R) throws -> R {
         try Sodium.ensureInitialised()
-        var slot = lock.withLock { free.popLast() }
-        if slot == nil {
+        let pointer: UnsafeMutablePointer<UInt8>
+        if let address = free.withLock({ $0.popLast() }), let reused = UnsafeMutablePointer<UInt8>(bitPattern: address) {
+            pointer = reused
+        } else {
             guard let raw = sodium_malloc(AEAD.keyBytes) else { throw CryptoError.unavailable("sodium_malloc failed") }
-            slot = raw.assumingMemoryBound(to: UInt8.self)
+            pointer = raw.assumingMemoryBound(to: UInt8.self)
         }
-        let pointer = slot!
         defer {
             sodium_memzero(pointer, AEAD.keyBytes)
-            lock.withLock { free.append(pointer) }
+            let address = UInt(bitPattern: pointer)
+            free.withLock { $0.append(address) }
         }
         return try body(Key(pointer: pointer))
-    }
-}
-
-/// A pthread mutex, so KeychainCrypto needs no Foundation.
-final class NSLockShim: @unchecked Sendable {
-    private var mutex = pthread_mutex_t()
-    init() { pthread_mutex_init(&mutex, nil) }
-    deinit { pthread_mutex_destroy(&mutex) }
-    func withLock<R>(_ body: () throws -> R) rethrows -> R {
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        return try body()
     }
 }

@@ -19,7 +19,8 @@ public enum StoreError: Error, Equatable, Sendable {
 
 /// One SQLite connection, used by one thread at a time (the owner serialises access).
 /// Statements are prepared once and cached by their SQL text.
-final class Connection {
+final class Connection: @unchecked Sendable {
+    // @unchecked: a C handle and a statement cache, used only with VaultStore's mutex held.
     let handle: OpaquePointer
     private var cache: [String: OpaquePointer] = [:]
 

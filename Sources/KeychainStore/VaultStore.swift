@@ -1,5 +1,6 @@
 import Foundation
 import CSQLite
+import Synchronization
 
 /// One item row as stored: opaque ciphertext plus keyed-hash indexes. The store never sees
 /// attribute values or secrets; `itemClass` (genp, inet, …) is the only plaintext field.
@@ -38,17 +39,22 @@ public struct StoredItem: Sendable, Equatable {
 
 /// The vault file: one SQLite database in WAL mode with `synchronous=FULL` (every commit is
 /// durable when it returns) and `secure_delete=ON` (freed pages are zeroed, so deleted
-/// ciphertext does not linger). All access goes through one connection under a lock; writes
-/// run in `BEGIN IMMEDIATE` transactions so concurrent processes serialise instead of
+/// ciphertext does not linger). All access goes through one connection held in a mutex;
+/// writes run in `BEGIN IMMEDIATE` transactions so concurrent processes serialise instead of
 /// deadlocking on a lock upgrade.
-public final class VaultStore: @unchecked Sendable {
-    // @unchecked: every use of `connection` happens with `lock` held.
+public final class VaultStore: ItemStore {
+    /// Used only inside `state.withLock` (it is opened SQLITE_OPEN_NOMUTEX): the mutex is what
+    /// serialises it. Held outside the mutex's value because the bodies of `lookup`, `read`
+    /// and `write` are the caller's closures, and they must be handed the connection.
     private let connection: Connection
-    private let lock = NSRecursiveLock()
-    private var transactionDepth = 0
-    /// Write transactions this connection committed (PRAGMA data_version counts only the
-    /// commits of *other* connections).
-    private var localCommits: Int64 = 0
+    private struct State {
+        /// Write transactions this connection committed (PRAGMA data_version counts only the
+        /// commits of *other* connections).
+        var localCommits: Int64 = 0
+    }
+
+    /// Also serialises every use of `connection`: each statement runs inside `withLock`.
+    private let state = Mutex(State())
     public let path: String
 
     /// `PRAGMA application_id` of a keychainfs vault: 'KCFS'. Identifies the file as ours.
@@ -144,82 +150,84 @@ public final class VaultStore: @unchecked Sendable {
 
     // MARK: Transactions
 
-    /// Runs `body` in one write transaction (nested calls join the outer one). On any
-    /// thrown error the whole transaction rolls back: nothing half-written is ever committed.
-    public func write<R>(_ body: () throws -> R) throws -> R {
-        lock.lock(); defer { lock.unlock() }
-        if transactionDepth > 0 { return try body() }
-        try connection.execute("BEGIN IMMEDIATE")
-        transactionDepth += 1
-        do {
-            let result = try body()
-            transactionDepth -= 1
-            do { try connection.execute("COMMIT") } catch {
+    public func lookup<R>(_ body: (any ItemStoreReader) throws -> R) throws -> R {
+        try state.withLock { _ in try body(Statements(connection: connection)) }
+    }
+
+    public func read<R>(_ body: (any ItemStoreReader) throws -> R) throws -> R {
+        try state.withLock { _ in
+            try connection.execute("BEGIN")
+            defer { try? connection.execute("COMMIT") }
+            return try body(Statements(connection: connection))
+        }
+    }
+
+    /// On any thrown error the whole transaction rolls back: nothing half-written is ever
+    /// committed.
+    public func write<R>(_ body: (any ItemStoreWriter) throws -> R) throws -> R {
+        try state.withLock { state in
+            try connection.execute("BEGIN IMMEDIATE")
+            let result: R
+            do {
+                result = try body(Statements(connection: connection))
+                try connection.execute("COMMIT")
+            } catch {
                 try? connection.execute("ROLLBACK")
                 throw error
             }
-            localCommits += 1
+            state.localCommits += 1
             return result
-        } catch {
-            if transactionDepth > 0 {
-                transactionDepth -= 1
-                try? connection.execute("ROLLBACK")
-            }
-            throw error
         }
     }
 
-    /// Runs `body` against one consistent snapshot (a deferred read transaction).
-    public func read<R>(_ body: () throws -> R) throws -> R {
-        lock.lock(); defer { lock.unlock() }
-        if transactionDepth > 0 { return try body() }
-        try connection.execute("BEGIN")
-        transactionDepth += 1
-        defer {
-            transactionDepth -= 1
-            try? connection.execute("COMMIT")
+    /// Changes whenever the vault changes, through this connection or any other process's:
+    /// (PRAGMA data_version, this connection's commits). For caches of derived views.
+    public func changeStamp() throws -> [Int64] {
+        try state.withLock { state in
+            var version: Int64 = 0
+            try connection.run("PRAGMA data_version") { version = $0.int(0) }
+            return [version, state.localCommits]
         }
-        return try body()
     }
 
-    /// One statement under the connection lock. A single statement is its own snapshot in
-    /// autocommit mode (or joins the caller's transaction): no BEGIN/COMMIT round trip, which
-    /// was a third of a point lookup.
-    private func query<R>(_ body: () throws -> R) throws -> R {
-        lock.lock(); defer { lock.unlock() }
-        return try body()
+    /// One row by id, outside any transaction (tools and benchmarks).
+    public func item(id: Int64, withData: Bool = true) throws -> StoredItem? {
+        try lookup { try $0.item(id: id, withData: withData) }
     }
+
+    /// Moves WAL contents into the main file (used before copying a vault, and by tests).
+    public func checkpoint() throws {
+        try state.withLock { _ in try connection.run("PRAGMA wal_checkpoint(TRUNCATE)") }
+    }
+}
+
+/// The statements of one connection, handed to the body of a `lookup`, `read` or `write` while
+/// the store's mutex is held; valid only there.
+private struct Statements: ItemStoreWriter {
+    let connection: Connection
 
     // MARK: Meta and class keys
 
-    public func meta(_ name: String) throws -> [UInt8]? {
-        try query {
-            var value: [UInt8]?
-            try connection.run("SELECT value FROM meta WHERE name = ?", [.text(name)]) { value = $0.blob(0) }
-            return value
-        }
+    func meta(_ name: String) throws -> [UInt8]? {
+        var value: [UInt8]?
+        try connection.run("SELECT value FROM meta WHERE name = ?", [.text(name)]) { value = $0.blob(0) }
+        return value
     }
 
-    public func setMeta(_ name: String, _ value: [UInt8]) throws {
-        try write {
-            try connection.run("INSERT INTO meta(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                               [.text(name), .blob(value)])
-        }
+    func setMeta(_ name: String, _ value: [UInt8]) throws {
+        try connection.run("INSERT INTO meta(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                           [.text(name), .blob(value)])
     }
 
-    public func classKeys() throws -> [String: [UInt8]] {
-        try query {
-            var keys: [String: [UInt8]] = [:]
-            try connection.run("SELECT protection, wrapped FROM class_keys") { keys[$0.text(0)] = $0.blob(1) }
-            return keys
-        }
+    func classKeys() throws -> [String: [UInt8]] {
+        var keys: [String: [UInt8]] = [:]
+        try connection.run("SELECT protection, wrapped FROM class_keys") { keys[$0.text(0)] = $0.blob(1) }
+        return keys
     }
 
-    public func setClassKey(_ protection: String, wrapped: [UInt8]) throws {
-        try write {
-            try connection.run("INSERT OR REPLACE INTO class_keys(protection, wrapped) VALUES(?, ?)",
-                               [.text(protection), .blob(wrapped)])
-        }
+    func setClassKey(_ protection: String, wrapped: [UInt8]) throws {
+        try connection.run("INSERT OR REPLACE INTO class_keys(protection, wrapped) VALUES(?, ?)",
+                           [.text(protection), .blob(wrapped)])
     }
 
     // MARK: Items
@@ -236,121 +244,82 @@ public final class VaultStore: @unchecked Sendable {
         return item
     }
 
-    /// Reserves the id the next insert will get, so a row can be sealed with its own id in
-    /// its associated data before it is written. Must run inside `write`.
-    public func nextItemID() throws -> Int64 {
+    private static func columns(withData: Bool) -> String { withData ? columns : metadataColumns }
+
+    func nextItemID() throws -> Int64 {
         var next: Int64 = 1
         try connection.run("SELECT seq FROM sqlite_sequence WHERE name = 'items'") { next = $0.int(0) + 1 }
         return next
     }
 
-    /// Inserts a row under an id obtained from `nextItemID()` in the same transaction (ids are
-    /// never reused: AUTOINCREMENT). Throws `.duplicate` when an item with the same primary
-    /// index exists.
-    public func insert(_ item: StoredItem, id: Int64) throws {
-        try write {
-            try connection.run("""
-                INSERT INTO items(id, class, pidx, sidx, version, data_gen, attrs, item_key, data)
-                VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, [.integer(id), .text(item.itemClass), .blob(item.primaryIndex), .blob(item.secondaryIndex),
-                      .integer(item.version), .integer(item.dataGeneration), .blob(item.sealedAttributes),
-                      .blob(item.wrappedItemKey), .blob(item.sealedData)])
+    /// Ids are never reused: AUTOINCREMENT.
+    func insert(_ item: StoredItem, id: Int64) throws {
+        try connection.run("""
+            INSERT INTO items(id, class, pidx, sidx, version, data_gen, attrs, item_key, data)
+            VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, [.integer(id), .text(item.itemClass), .blob(item.primaryIndex), .blob(item.secondaryIndex),
+                  .integer(item.version), .integer(item.dataGeneration), .blob(item.sealedAttributes),
+                  .blob(item.wrappedItemKey), .blob(item.sealedData)])
+    }
+
+    func replace(_ item: StoredItem) throws {
+        try connection.run("""
+            UPDATE items SET class = ?, pidx = ?, sidx = ?, version = ?, data_gen = ?, attrs = ?, item_key = ?, data = ?
+            WHERE id = ?
+            """, [.text(item.itemClass), .blob(item.primaryIndex), .blob(item.secondaryIndex),
+                  .integer(item.version), .integer(item.dataGeneration), .blob(item.sealedAttributes),
+                  .blob(item.wrappedItemKey), .blob(item.sealedData), .integer(item.id)])
+    }
+
+    func delete(id: Int64) throws {
+        try connection.run("DELETE FROM items WHERE id = ?", [.integer(id)])
+    }
+
+    func item(id: Int64, withData: Bool) throws -> StoredItem? {
+        var found: StoredItem?
+        try connection.run("SELECT \(Self.columns(withData: withData)) FROM items WHERE id = ?", [.integer(id)]) {
+            found = Self.item($0)
         }
+        return found
     }
 
-    /// Replaces every column of the row with `item.id`. Throws `.duplicate` on an index clash.
-    public func replace(_ item: StoredItem) throws {
-        try write {
-            try connection.run("""
-                UPDATE items SET class = ?, pidx = ?, sidx = ?, version = ?, data_gen = ?, attrs = ?, item_key = ?, data = ?
-                WHERE id = ?
-                """, [.text(item.itemClass), .blob(item.primaryIndex), .blob(item.secondaryIndex),
-                      .integer(item.version), .integer(item.dataGeneration), .blob(item.sealedAttributes),
-                      .blob(item.wrappedItemKey), .blob(item.sealedData), .integer(item.id)])
+    func item(primaryIndex: [UInt8], withData: Bool) throws -> StoredItem? {
+        var found: StoredItem?
+        try connection.run("SELECT \(Self.columns(withData: withData)) FROM items WHERE pidx = ?", [.blob(primaryIndex)]) {
+            found = Self.item($0)
         }
+        return found
     }
 
-    public func delete(id: Int64) throws {
-        try write { try connection.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
-    }
-
-    public func item(id: Int64, withData: Bool = true) throws -> StoredItem? {
-        try query {
-            var found: StoredItem?
-            try connection.run("SELECT \(withData ? Self.columns : Self.metadataColumns) FROM items WHERE id = ?", [.integer(id)]) {
-                found = Self.item($0)
-            }
-            return found
+    func items(secondaryIndex: [UInt8], withData: Bool) throws -> [StoredItem] {
+        var found: [StoredItem] = []
+        try connection.run("SELECT \(Self.columns(withData: withData)) FROM items WHERE sidx = ? ORDER BY id", [.blob(secondaryIndex)]) {
+            found.append(Self.item($0))
         }
+        return found
     }
 
-    public func item(primaryIndex: [UInt8], withData: Bool = true) throws -> StoredItem? {
-        try query {
-            var found: StoredItem?
-            try connection.run("SELECT \(withData ? Self.columns : Self.metadataColumns) FROM items WHERE pidx = ?", [.blob(primaryIndex)]) {
-                found = Self.item($0)
-            }
-            return found
+    func exists(secondaryIndex: [UInt8]) throws -> Bool {
+        var found = false
+        try connection.run("SELECT 1 FROM items WHERE sidx = ? LIMIT 1", [.blob(secondaryIndex)]) { _ in found = true }
+        return found
+    }
+
+    func items(itemClass: String, withData: Bool) throws -> [StoredItem] {
+        var found: [StoredItem] = []
+        try connection.run("SELECT \(Self.columns(withData: withData)) FROM items WHERE class = ? ORDER BY id", [.text(itemClass)]) {
+            found.append(Self.item($0))
         }
+        return found
     }
 
-    public func items(secondaryIndex: [UInt8], withData: Bool = false) throws -> [StoredItem] {
-        try query {
-            var found: [StoredItem] = []
-            try connection.run("SELECT \(withData ? Self.columns : Self.metadataColumns) FROM items WHERE sidx = ? ORDER BY id", [.blob(secondaryIndex)]) {
-                found.append(Self.item($0))
-            }
-            return found
-        }
+    func forEachItem(_ body: (StoredItem) throws -> Void) throws {
+        try connection.run("SELECT \(Self.columns) FROM items ORDER BY id") { try body(Self.item($0)) }
     }
 
-    /// Whether any row has this secondary index (a directory exists), without reading rows.
-    public func exists(secondaryIndex: [UInt8]) throws -> Bool {
-        try query {
-            var found = false
-            try connection.run("SELECT 1 FROM items WHERE sidx = ? LIMIT 1", [.blob(secondaryIndex)]) { _ in found = true }
-            return found
-        }
-    }
-
-    public func items(itemClass: String, withData: Bool = false) throws -> [StoredItem] {
-        try query {
-            var found: [StoredItem] = []
-            try connection.run("SELECT \(withData ? Self.columns : Self.metadataColumns) FROM items WHERE class = ? ORDER BY id", [.text(itemClass)]) {
-                found.append(Self.item($0))
-            }
-            return found
-        }
-    }
-
-    /// Visits every row with its full contents (used by the unlock-time manifest check).
-    public func forEachItem(_ body: (StoredItem) throws -> Void) throws {
-        try query {
-            try connection.run("SELECT \(Self.columns) FROM items ORDER BY id") { try body(Self.item($0)) }
-        }
-    }
-
-    public func itemCount() throws -> Int {
-        try query {
-            var n = 0
-            try connection.run("SELECT count(*) FROM items") { n = Int($0.int(0)) }
-            return n
-        }
-    }
-
-    /// Changes whenever the vault changes, through this connection or any other process's:
-    /// (PRAGMA data_version, this connection's commits). For caches of derived views.
-    public func changeStamp() throws -> [Int64] {
-        try query {
-            var version: Int64 = 0
-            try connection.run("PRAGMA data_version") { version = $0.int(0) }
-            return [version, localCommits]
-        }
-    }
-
-    /// Moves WAL contents into the main file (used before copying a vault, and by tests).
-    public func checkpoint() throws {
-        lock.lock(); defer { lock.unlock() }
-        try connection.run("PRAGMA wal_checkpoint(TRUNCATE)")
+    func itemCount() throws -> Int {
+        var n = 0
+        try connection.run("SELECT count(*) FROM items") { n = Int($0.int(0)) }
+        return n
     }
 }

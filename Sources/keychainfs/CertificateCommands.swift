@@ -135,8 +135,8 @@ struct Import: ParsableCommand {
         for cert in certs { try keychain.add(.certificate, [:], data: cert.der) }
         for (i, key) in keys.enumerated() {
             let name = keys.count == 1 ? base : "\(base)-\(i + 1)"
-            try keychain.add(.key, [Schema.label: .string(name), Schema.named("applicationTag"): .data(Array(name.utf8))],
-                             data: PEMBlocks.encode(label: key.label, der: key.der))
+            // The core tags a key with its label, so keys imported under different names stay apart.
+            try keychain.add(.key, [Schema.label: .string(name)], data: PEMBlocks.encode(label: key.label, der: key.der))
         }
         Output.line("\(certs.count) certificate(s) and \(keys.count) key(s) imported")
     }
@@ -198,8 +198,7 @@ struct Export: ParsableCommand {
         }
         if type == .identities {
             for identity in try keychain.identities() where matches(identity.certificate) {
-                let full = try keychain.identity(certificateID: identity.id, withData: true)
-                out += CertificateData.pem(full.certificate.data ?? []) + (full.key.data ?? [])
+                out += try keychain.identityBundle(certificateID: identity.id)
             }
         }
         guard !out.isEmpty else { throw KeychainError(.itemNotFound, "nothing to export") }

@@ -62,20 +62,11 @@ func addPassword(_ vault: VaultOptions, _ itemClass: ItemClass, attributes given
     let keychain = try vault.openUnlocked()
     var secret = try add.secret()
     defer { Sodium.wipe(&secret) }
-    do {
+    if add.updateIfPresent {
+        // -U: the core updates the one item whose whole primary key equals the new item's.
+        try keychain.addOrUpdate(itemClass, attributes, data: secret)
+    } else {
         try keychain.add(itemClass, attributes, data: secret)
-    } catch KeychainStatus.duplicateItem where add.updateIfPresent {
-        // -U: the item that collided is the one whose whole primary key equals the new
-        // item's, with the defaults add applies (empty account, first access group, not
-        // synchronizable). Only that item is updated, by its persistent reference.
-        var key = Attributes()
-        for attribute in Schema.primaryKey(of: itemClass) {
-            key[attribute] = attributes[attribute] ?? Keychain.defaultValue(of: attribute, caller: .default)
-        }
-        let existing = try keychain.find(Query(itemClass, key))
-        let keyNames = Set(key.keys)
-        try keychain.update(Query(itemClass, persistentReference: existing.id),
-                            attributes: attributes.filter { !keyNames.contains($0.key) }, data: secret)
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import Synchronization
 import Testing
 
 private let A = Schema.self
@@ -141,16 +142,14 @@ struct IntegrityUnderLoadTests {
     }
 }
 
-final class DoneFlag: @unchecked Sendable {
-    private let lock = NSLock()
-    private var done = false
-    func set() { lock.withLock { done = true } }
-    var isSet: Bool { lock.withLock { done } }
+final class DoneFlag: Sendable {
+    private let done = Mutex(false)
+    func set() { done.withLock { $0 = true } }
+    var isSet: Bool { done.withLock { $0 } }
 }
 
-final class Counter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var n = 0
-    func increment() { lock.withLock { n += 1 } }
-    var value: Int { lock.withLock { n } }
+final class Counter: Sendable {
+    private let n = Mutex(0)
+    func increment() { n.withLock { $0 += 1 } }
+    var value: Int { n.withLock { $0 } }
 }

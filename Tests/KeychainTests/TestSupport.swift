@@ -2,6 +2,7 @@ import CSQLite
 import Foundation
 import Keychain
 import KeychainCrypto
+import Synchronization
 import Testing
 
 // Shared fixtures for the core tests: a real vault file in a private temp directory per
@@ -15,7 +16,7 @@ func secure(_ text: String) throws -> SecureBytes {
 
 /// One vault in its own temp directory, with its own device key. Use through `withVault`,
 /// which removes the directory when the test body returns (or throws).
-final class TestVault: @unchecked Sendable {
+final class TestVault: Sendable {
     let dir: String
     let path: String
     let deviceKeyPath: String
@@ -280,9 +281,8 @@ func runOnThreads(_ bodies: [@Sendable () -> Void]) {
 }
 
 /// Errors collected from several threads.
-final class ErrorBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var errors: [String] = []
-    func add(_ e: any Error, _ context: String) { lock.withLock { errors.append("\(context): \(e)") } }
-    var all: [String] { lock.withLock { errors } }
+final class ErrorBox: Sendable {
+    private let errors = Mutex<[String]>([])
+    func add(_ e: any Error, _ context: String) { errors.withLock { $0.append("\(context): \(e)") } }
+    var all: [String] { errors.withLock { $0 } }
 }

@@ -1,0 +1,52 @@
+import Foundation
+import KeychainCrypto
+import KeychainStore
+
+// The signed access policy stored in the vault (which executables are in which groups).
+
+extension Keychain {
+    // MARK: Access policy
+
+    static func policyKeyPair(master: SecureBytes) throws -> ([UInt8], SecureBytes) {
+        try Signing.keyPair(seed: try KeyDerivation.subkey(of: master, id: Subkey.policySigning.rawValue, context: Subkey.context))
+    }
+
+    private var policyAD: [UInt8] { Framing.frame([Framing.text("kcfs/access-policy/v1"), vaultID]) }
+
+    /// The stored access policy (empty when none was ever set). A policy whose signature or
+    /// encryption does not verify is errSecDecode: it is never silently ignored.
+    public func accessPolicy() throws -> AccessPolicy {
+        let keys = try currentKeys()
+        guard let stored = try storeCall({ try store.lookup { try $0.meta("access_policy") } }) else { return AccessPolicy() }
+        let bad = KeychainError(.decode, "the access policy in the vault does not verify: it was altered")
+        guard stored.count > Signing.signatureBytes else { throw bad }
+        let signature = Array(stored[0..<Signing.signatureBytes]), box = Array(stored[Signing.signatureBytes...])
+        guard Signing.verify(signature, box, publicKey: keys.policyPublicKey),
+              let plain = try? AEAD.open(box, associatedData: policyAD, key: keys.metadata),
+              let policy = AccessPolicy(encoded: plain) else { throw bad }
+        return policy
+    }
+
+    /// Replaces the access policy. Needs the passphrase: the policy is signed with a key
+    /// only the master key yields.
+    public func setAccessPolicy(_ policy: AccessPolicy, passphrase: SecureBytes) throws {
+        let keys = try currentKeys()
+        let master = try refreshedHeader().unwrapMaster(passphrase: passphrase)
+        let (_, secretKey) = try Self.policyKeyPair(master: master)
+        let box = try AEAD.seal(policy.encoded, associatedData: policyAD, key: keys.metadata)
+        let blob = Signing.sign(box, secretKey: secretKey) + box
+        try storeCall {
+            try store.write { vault in
+                // The manifest covers the policy too, so an older signed policy replayed into
+                // the file is detected at unlock like a replayed row.
+                guard let stored = try vault.meta("manifest"), var manifest = Manifest(encoded: stored) else {
+                    throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
+                }
+                if let old = try vault.meta("access_policy") { manifest.toggle(Manifest.policyEntry(old, key: keys.manifest)) }
+                manifest.toggle(Manifest.policyEntry(blob, key: keys.manifest))
+                try vault.setMeta("access_policy", blob)
+                try vault.setMeta("manifest", manifest.encoded)
+            }
+        }
+    }
+}

@@ -1,0 +1,151 @@
+import Foundation
+import KeychainCrypto
+import KeychainStore
+
+// Item sealing: how a row is encrypted, authenticated and indexed, and opened again.
+//
+// Every box is XChaCha20-Poly1305-IETF with a fresh random 192-bit nonce (AEAD.seal draws it):
+// random nonces of that size never collide in practice under one key, so no key ever needs a
+// counter or a nonce kept in state. What keeps a box from being *moved* is its associated
+// data: each helper below states which key it uses and what its AD binds. Everything an AD
+// binds is either fixed for the row (vault, id, class) or covered by the manifest (version,
+// data generation), so a swapped, moved or replayed box fails to open (errSecDecode) or
+// fails the manifest at unlock. Framing.frame length-prefixes every part, so no two
+// different lists of parts give the same bytes.
+
+extension Keychain {
+    // MARK: Sealing
+
+    /// The blind index of an item's whole primary key (the `pidx` column, UNIQUE).
+    /// Key: the index key (a subkey of the master key, so this vault's only). Message: the
+    /// domain `kcfs/pidx/v1`, the class, and every primary-key attribute in schema order with
+    /// add's defaults, each type-tagged and length-framed by AttributeCodec, so two different
+    /// keys never give the same message. Keyed, so someone holding only the file cannot test
+    /// guessed names against it; equal keys do give equal hashes, which is what lets SQLite
+    /// refuse a duplicate without seeing plaintext (a leak docs/security.md states).
+    func primaryIndex(_ itemClass: ItemClass, _ attributes: Attributes, keys: Keys) -> [UInt8] {
+        var parts: [[UInt8]] = [Framing.text("kcfs/pidx/v1"), Framing.text(itemClass.rawValue)]
+        for key in Schema.primaryKey(of: itemClass) {
+            let value = attributes[key] ?? AttributeValue.defaultValue(for: key.type)
+            parts.append(AttributeCodec.encode([key: value]))
+        }
+        return KeyedHash.hash(Framing.frame(parts), key: keys.index)
+    }
+
+    /// The blind index of an item's grouping attribute within its access group (the `sidx`
+    /// column: service, server or label), for directory listings and lookups.
+    /// Key: the index key. Message: the domain `kcfs/sidx/v1` (distinct from the primary
+    /// index's, so the two can never be confused), the class, the access group and the framed
+    /// value. The group is in the message so a probe made for one group never finds another
+    /// group's rows; equality of the value within a group is visible in the file (documented).
+    func secondaryIndex(_ itemClass: ItemClass, group: String, _ value: AttributeValue, keys: Keys) -> [UInt8] {
+        let attribute = Schema.groupingAttribute(of: itemClass)
+        return KeyedHash.hash(Framing.frame([Framing.text("kcfs/sidx/v1"), Framing.text(itemClass.rawValue),
+                                             Framing.text(group), AttributeCodec.encode([attribute: value])]), key: keys.index)
+    }
+
+    /// AD of an item's attribute box, sealed under the metadata key.
+    /// Binds `kcfs/item-attrs/v1`, the vault id, the item id, the class and the row version:
+    /// - vault id: a box copied from another vault (same passphrase or not) does not open;
+    /// - item id: two rows' attribute boxes cannot be swapped (names moved between secrets);
+    /// - class: a box is never decoded against another class's schema;
+    /// - version: an older box of the same row does not open in a newer row, and replaying
+    ///   the old version number with it changes the row's manifest entry, caught at unlock.
+    private func attributesAD(id: Int64, itemClass: ItemClass, version: Int64) -> [UInt8] {
+        Framing.frame([Framing.text("kcfs/item-attrs/v1"), vaultID, Framing.int(id),
+                       Framing.text(itemClass.rawValue), Framing.int(version)])
+    }
+
+    /// AD of the wrapped item key (sealed under the class key) and of the data (sealed under
+    /// the item key). Binds `kcfs/item-key/v1` or `kcfs/item-data/v1`, vault id, item id, class,
+    /// protection class, access group and the data generation:
+    /// - the field name: a wrapped key can never be served as data, nor data unwrapped as a key;
+    /// - vault id, item id, class: a secret cannot be moved to another row, class or vault;
+    /// - protection class: relabelling a WhenUnlocked item as AfterFirstUnlock in its
+    ///   attributes does not make its data readable while locked (the AD no longer matches);
+    /// - access group: a secret moved under another group's item does not open there;
+    /// - data generation (the version at which the data was last sealed, not the row version,
+    ///   so an attribute-only update needs no class key): an older secret replayed into a row
+    ///   does not open, and replaying the old generation with it fails the manifest.
+    /// Because protection class and group are bound here, any change to either must re-seal
+    /// the data (update does), never only the attributes.
+    private func dataAD(_ field: String, id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64) -> [UInt8] {
+        var group = ""
+        if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
+        return Framing.frame([Framing.text("kcfs/item-\(field)/v1"), vaultID, Framing.int(id),
+                              Framing.text(itemClass.rawValue), Framing.text(Self.accessibility(of: attributes).rawValue),
+                              Framing.text(group), Framing.int(generation)])
+    }
+
+    /// A complete row for `data` at `version`: a fresh random item key seals the data, the class
+    /// key of the item's protection class wraps the item key, and the attributes and indexes
+    /// are made by `resealAttributes`. The item key is new at every seal, so no item key ever
+    /// covers two versions of a secret, and it exists only in guarded scratch memory, wiped
+    /// when this returns. The data generation is set to `version` (see `dataAD`).
+    func seal(id: Int64, itemClass: ItemClass, attributes: Attributes, data: [UInt8], version: Int64,
+              keys: Keys, classKey: SecureBytes) throws -> StoredItem {
+        // A fresh random item key, in guarded scratch memory for the length of this call.
+        let (wrappedKey, sealedData) = try KeyScratch.shared.withKey { itemKey in
+            itemKey.fillRandom()
+            let wrapped = try itemKey.withBytes {
+                try AEAD.seal($0, associatedData: dataAD("key", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: classKey)
+            }
+            return (wrapped, try AEAD.seal(data, associatedData: dataAD("data", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: itemKey))
+        }
+        return try resealAttributes(StoredItem(id: id, itemClass: itemClass.rawValue, primaryIndex: [], secondaryIndex: [], version: version - 1,
+                                               dataGeneration: version, sealedAttributes: [], wrappedItemKey: wrappedKey, sealedData: sealedData),
+                                    itemClass: itemClass, attributes: attributes, keys: keys)
+    }
+
+    /// A new row version with new attributes and indexes; data and item key unchanged.
+    /// Key: the metadata key (kept while locked, so names can change while the data is
+    /// unreadable); fresh nonce; AD from `attributesAD` with the new version, so the previous
+    /// box of this row no longer opens in it. Only for changes that leave the protection class
+    /// and access group alone: those are bound into the data's AD (see `dataAD`).
+    func resealAttributes(_ old: StoredItem, itemClass: ItemClass, attributes: Attributes, keys: Keys) throws -> StoredItem {
+        var row = old
+        row.version = old.version + 1
+        var group = ""
+        if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
+        row.primaryIndex = primaryIndex(itemClass, attributes, keys: keys)
+        row.secondaryIndex = secondaryIndex(itemClass, group: group,
+                                            attributes[Schema.groupingAttribute(of: itemClass)] ?? .string(""), keys: keys)
+        row.sealedAttributes = try AEAD.seal(AttributeCodec.encode(attributes),
+                                             associatedData: attributesAD(id: old.id, itemClass: itemClass, version: row.version),
+                                             key: keys.metadata)
+        return row
+    }
+
+    /// The attributes of a row: opened under the metadata key with the AD the row's own id,
+    /// class and version give, then decoded. Any failure (authentication or decoding) is
+    /// errSecDecode naming only the item id: a damaged or moved box never yields attributes.
+    func openAttributes(_ row: StoredItem, itemClass: ItemClass, keys: Keys) throws -> Attributes {
+        do {
+            let plain = try AEAD.open(row.sealedAttributes, associatedData: attributesAD(id: row.id, itemClass: itemClass, version: row.version), key: keys.metadata)
+            return try AttributeCodec.decode(plain, itemClass: itemClass)
+        } catch {
+            throw KeychainError(.decode, "item \(row.id) is damaged or was tampered with: its attributes do not authenticate")
+        }
+    }
+
+    /// The secret of a row, after the two access checks in this order: the class key is held
+    /// (lock state, device binding: errSecInteractionNotAllowed) and user presence is given
+    /// or granted. The item key is unwrapped into guarded scratch memory under the class key
+    /// and the data opened with it, both with the AD `item.attributes` (already authenticated
+    /// by `openAttributes`) and the row's data generation give. Any failure is errSecDecode
+    /// naming the item id, never wrong data.
+    func openData(_ row: StoredItem, item: KeychainItem, keys: Keys, caller: Caller, ui: AuthenticationUI) throws -> [UInt8] {
+        let classKey = try self.classKey(item.accessibility, keys: keys, for: item.summary)
+        try checkPresence(item, caller: caller, ui: ui)
+        let gen = row.dataGeneration
+        do {
+            return try KeyScratch.shared.withKey { itemKey in
+                try AEAD.openKey(row.wrappedItemKey, associatedData: dataAD("key", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen),
+                                 key: classKey, into: itemKey)
+                return try AEAD.open(row.sealedData, associatedData: dataAD("data", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen), key: itemKey)
+            }
+        } catch {
+            throw KeychainError(.decode, "item \(row.id) is damaged or was tampered with: its data does not authenticate")
+        }
+    }
+}

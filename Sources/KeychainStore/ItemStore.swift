@@ -1,0 +1,64 @@
+/// The store as the keychain core sees it: opaque rows (`StoredItem`), a few named blobs
+/// (`meta`), the wrapped class keys, and transactions. Nothing here is plaintext: rows carry
+/// ciphertext and keyed-hash indexes, so a store never needs a key.
+///
+/// `VaultStore` (one SQLite file) is the only implementation today. A sync backend would
+/// implement the same three protocols over its own storage, and feed rows it receives from
+/// elsewhere through `write`:
+/// - reads by id, by primary index (unique), by secondary index, by class, and a walk over
+///   every row for the unlock-time manifest check;
+/// - `insert` under an id from `nextItemID` (ids are never reused; a row's id is bound into its
+///   ciphertext, so a synced row keeps the id it was sealed with), `replace`, `delete`, and
+///   `StoreError.duplicate` when a primary index is taken;
+/// - `meta` blobs (header fields, `manifest`, `access_policy`) and class keys, written in the
+///   same transaction as the rows they describe: the manifest must change atomically with
+///   the rows it covers, or the next unlock refuses the vault;
+/// - `changeStamp`, which must change whenever any row or meta blob changes (including
+///   changes that arrived from elsewhere), because faces cache listings on it.
+/// Rows received from another device are only acceptable if they were sealed under this
+/// vault's keys (same vault id and master key); the store cannot check that — the core does,
+/// when it opens them.
+public protocol ItemStore: Sendable {
+    /// Runs `body` with statements against the current state; each statement sees its own
+    /// snapshot (no transaction round trip: the cheapest way to do one point lookup).
+    func lookup<R>(_ body: (any ItemStoreReader) throws -> R) throws -> R
+    /// Runs `body` against one consistent snapshot of the whole store.
+    func read<R>(_ body: (any ItemStoreReader) throws -> R) throws -> R
+    /// Runs `body` in one write transaction: everything it does is committed together, or,
+    /// if it throws, nothing is. Transactions do not nest: work that is part of a larger write
+    /// takes the outer transaction's writer as a parameter.
+    func write<R>(_ body: (any ItemStoreWriter) throws -> R) throws -> R
+    /// Changes whenever anything in the store changes, here or through any other writer.
+    func changeStamp() throws -> [Int64]
+}
+
+/// Reads, valid only inside the `lookup`, `read` or `write` that handed them out.
+public protocol ItemStoreReader {
+    func item(id: Int64, withData: Bool) throws -> StoredItem?
+    func item(primaryIndex: [UInt8], withData: Bool) throws -> StoredItem?
+    func items(secondaryIndex: [UInt8], withData: Bool) throws -> [StoredItem]
+    /// Whether any row has this secondary index, without reading rows.
+    func exists(secondaryIndex: [UInt8]) throws -> Bool
+    func items(itemClass: String, withData: Bool) throws -> [StoredItem]
+    /// Visits every row with its full contents, in id order.
+    func forEachItem(_ body: (StoredItem) throws -> Void) throws
+    func itemCount() throws -> Int
+    func meta(_ name: String) throws -> [UInt8]?
+    /// Wrapped class keys by protection class code.
+    func classKeys() throws -> [String: [UInt8]]
+}
+
+/// Writes, valid only inside the `write` that handed them out.
+public protocol ItemStoreWriter: ItemStoreReader {
+    /// The id the next insert will get, so a row can be sealed with its own id in its
+    /// associated data before it is written.
+    func nextItemID() throws -> Int64
+    /// Inserts a row under an id obtained from `nextItemID()` in the same transaction.
+    /// Throws `StoreError.duplicate` when a row with the same primary index exists.
+    func insert(_ item: StoredItem, id: Int64) throws
+    /// Replaces every column of the row with `item.id`. Throws `.duplicate` on an index clash.
+    func replace(_ item: StoredItem) throws
+    func delete(id: Int64) throws
+    func setMeta(_ name: String, _ value: [UInt8]) throws
+    func setClassKey(_ protection: String, wrapped: [UInt8]) throws
+}

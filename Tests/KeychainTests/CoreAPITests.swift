@@ -1,0 +1,377 @@
+import Foundation
+import Keychain
+import KeychainCrypto
+import Synchronization
+import Testing
+
+// The rules every face used to rebuild by hand, now in the core (issue 8): presence grants,
+// one visibility rule, a key's default tag, the identity bundle, add-or-update, and reads by
+// item id without the generic matcher.
+
+/// A presence verifier that counts how often it is asked, and allows or refuses.
+final class CountingPresence: PresenceVerifier {
+    private let asked = Mutex<[Int64]>([])
+    let refusal: KeychainStatus?
+
+    init(refusing refusal: KeychainStatus? = nil) { self.refusal = refusal }
+
+    func verify(item: KeychainItem, flags: AccessControlFlags, caller: Caller) throws {
+        asked.withLock { $0.append(item.id) }
+        if let refusal { throw KeychainError(refusal, "refused by the test") }
+    }
+
+    /// The ids asked about, in order.
+    var askedIDs: [Int64] { asked.withLock { $0 } }
+    var count: Int { askedIDs.count }
+}
+
+private let presenceRequired: Attributes = [
+    Schema.accessControl: .accessControl(AccessControl(protection: .whenUnlocked, flags: .userPresence)),
+]
+
+@Suite("Core API: rules the faces share")
+struct CoreAPITests {
+    // MARK: a. presence grants
+
+    @Test("a granted item is read without asking, whatever the authentication UI says; other items still ask")
+    func presenceGrant() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let presence = CountingPresence()
+            let caller = Caller(presence: presence)
+            let guarded = try kc.add(.genericPassword, genp("svc", "guarded", presenceRequired), data: bytes("s1"), caller: caller)
+            let other = try kc.add(.genericPassword, genp("svc", "other", presenceRequired), data: bytes("s2"), caller: caller)
+
+            #expect(try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: caller).data == bytes("s1"))
+            #expect(presence.askedIDs == [guarded.id], "an ungranted read asks")
+
+            let granted = caller.granting(presenceFor: guarded.id)
+            #expect(granted.presenceGrants == [guarded.id])
+            #expect(caller.presenceGrants.isEmpty, "granting returns a copy")
+            #expect(try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: granted).data == bytes("s1"))
+            #expect(try kc.find(Query(.genericPassword, genp("svc", "guarded"), returnData: true, authenticationUI: .fail),
+                                caller: granted).data == bytes("s1"))
+            #expect(presence.count == 1, "a granted read does not ask")
+
+            expectError(.interactionRequired) {
+                try kc.item(id: other.id, itemClass: .genericPassword, withData: true, caller: granted, ui: .fail)
+            }
+            var noPrompt = granted
+            noPrompt.presence = nil
+            expectError(.interactionNotAllowed) {
+                try kc.item(id: other.id, itemClass: .genericPassword, withData: true, caller: noPrompt)
+            }
+            #expect(try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: noPrompt).data == bytes("s1"))
+            #expect(presence.count == 1)
+        }
+    }
+
+    @Test("a grant does not open a refused item to anyone else, and does not outlive its copy of the caller")
+    func grantIsPerCaller() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let refusing = CountingPresence(refusing: .userCanceled)
+            let caller = Caller(presence: refusing)
+            let item = try kc.add(.genericPassword, genp("svc", "a", presenceRequired), data: bytes("s"), caller: caller)
+            expectError(.userCanceled) { try kc.item(id: item.id, itemClass: .genericPassword, withData: true, caller: caller) }
+            #expect(try kc.item(id: item.id, itemClass: .genericPassword, withData: true,
+                                caller: caller.granting(presenceFor: item.id)).data == bytes("s"))
+            expectError(.userCanceled) { try kc.item(id: item.id, itemClass: .genericPassword, withData: true, caller: caller) }
+            #expect(refusing.count == 2)
+        }
+    }
+
+    @Test("update asks once per protected item, before its transaction, and re-sealing the kept data does not ask again")
+    func updateAsksOnce() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let presence = CountingPresence()
+            let caller = Caller(presence: presence)
+            let item = try kc.add(.genericPassword, genp("svc", "a", presenceRequired), data: bytes("kept"), caller: caller)
+            // A new protection class re-seals the data, which needs the old data opened.
+            let newControl = AccessControl(protection: .afterFirstUnlock, flags: .userPresence)
+            try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [Schema.accessControl: .accessControl(newControl)],
+                          caller: caller)
+            #expect(presence.askedIDs == [item.id])
+            let back = try kc.item(id: item.id, itemClass: .genericPassword, withData: true,
+                                   caller: caller.granting(presenceFor: item.id))
+            #expect(back.data == bytes("kept"))
+            #expect(back.accessibility == .afterFirstUnlock)
+            // A relabel does not touch the data: it never asks.
+            try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [Schema.label: .string("new label")], caller: caller)
+            #expect(presence.count == 1)
+        }
+    }
+
+    @Test("replaceData asks for both halves once each, then moves the data")
+    func replaceDataAsksOnceEach() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let presence = CountingPresence()
+            let caller = Caller(presence: presence)
+            let target = try kc.add(.genericPassword, genp("svc", "target", presenceRequired), data: bytes("old"), caller: caller)
+            let source = try kc.add(.genericPassword, genp("svc", "source", presenceRequired), data: bytes("new"), caller: caller)
+            try kc.replaceData(of: Query(.genericPassword, persistentReference: target.id),
+                               withDataOf: Query(.genericPassword, persistentReference: source.id), caller: caller)
+            #expect(presence.askedIDs.sorted() == [target.id, source.id].sorted())
+            #expect(try kc.item(id: target.id, itemClass: .genericPassword, withData: true,
+                                caller: caller.granting(presenceFor: target.id)).data == bytes("new"))
+            expectError(.itemNotFound) { try kc.item(id: source.id, itemClass: .genericPassword, withData: false, caller: caller) }
+        }
+    }
+
+    @Test("a refused presence in replaceData changes nothing")
+    func replaceDataRefused() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let target = try kc.add(.genericPassword, genp("svc", "target", presenceRequired), data: bytes("old"))
+            let source = try kc.add(.genericPassword, genp("svc", "source"), data: bytes("new"))
+            let before = try snapshot(kc, caller: Caller(presence: CountingPresence()))
+            expectError(.authFailed) {
+                try kc.replaceData(of: Query(.genericPassword, persistentReference: target.id),
+                                   withDataOf: Query(.genericPassword, persistentReference: source.id),
+                                   caller: Caller(presence: CountingPresence(refusing: .authFailed)))
+            }
+            #expect(try snapshot(kc, caller: Caller(presence: CountingPresence())) == before)
+        }
+    }
+
+    // MARK: b. one visibility rule
+
+    @Test("canSee is membership of the caller's access groups, and the core's checks follow it")
+    func visibilityRule() throws {
+        let caller = Caller(accessGroups: ["a", "b"])
+        #expect(caller.canSee(accessGroup: "a"))
+        #expect(caller.canSee(accessGroup: "b"))
+        #expect(!caller.canSee(accessGroup: "c"))
+        #expect(!caller.canSee(accessGroup: ""))
+        #expect(Caller.default.canSee(accessGroup: Caller.defaultAccessGroup))
+        try withVault { v in
+            let kc = v.keychain
+            let owner = Caller(accessGroups: ["c"])
+            let hidden = try kc.add(.genericPassword, genp("svc", "x"), data: bytes("s"), caller: owner)
+            #expect(hidden.accessGroup == "c")
+            expectError(.itemNotFound) { try kc.find(Query(.genericPassword, genp("svc", "x")), caller: caller) }
+            expectError(.itemNotFound) { try kc.item(id: hidden.id, itemClass: .genericPassword, withData: false, caller: caller) }
+            expectError(.itemNotFound) { try kc.authorizeRead(id: hidden.id, itemClass: .genericPassword, caller: caller) }
+            expectError(.missingEntitlement) {
+                try kc.find(Query(.genericPassword, genp("svc", "x", [Schema.accessGroup: .string("c")])), caller: caller)
+            }
+            expectError(.missingEntitlement) {
+                try kc.add(.genericPassword, genp("svc", "y", [Schema.accessGroup: .string("c")]), data: [], caller: caller)
+            }
+            #expect(try !kc.hasItems(.genericPassword, grouping: .string("svc"), caller: caller))
+            #expect(try kc.hasItems(.genericPassword, grouping: .string("svc"), caller: owner))
+        }
+    }
+
+    // MARK: c. key default attributes
+
+    @Test("a key added with a label and no tag is tagged with the label: the same key under two names is two items")
+    func keyTaggedWithLabel() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let (_, key) = try makeCertificate(v.dir, name: "k", keyType: "ed25519")
+            let one = try kc.add(.key, [Schema.label: .string("one")], data: key)
+            #expect(one[Schema.applicationTag] == .data(bytes("one")))
+            let two = try kc.add(.key, [Schema.label: .string("two")], data: key)
+            #expect(two[Schema.applicationTag] == .data(bytes("two")))
+            #expect(one.id != two.id)
+            expectError(.duplicateItem) { try kc.add(.key, [Schema.label: .string("one")], data: key) }
+            // A tag given explicitly is kept.
+            let three = try kc.add(.key, [Schema.label: .string("three"), Schema.applicationTag: .data([1, 2])], data: key)
+            #expect(three[Schema.applicationTag] == .data([1, 2]))
+            // No label: no tag beyond the empty default.
+            let unnamed = try kc.add(.key, [:], data: key)
+            #expect((unnamed[Schema.applicationTag] ?? .data([])) == .data([]))
+            let stored = try kc.find(Query(.key, [Schema.label: .string("two")], returnData: true))
+            #expect(stored[Schema.applicationTag] == .data(bytes("two")))
+            #expect(stored.data == key)
+            #expect(try kc.itemCount() == 4)
+        }
+    }
+
+    @Test("the label tag applies to keys only")
+    func tagOnlyForKeys() throws {
+        try withVault { v in
+            let item = try v.keychain.add(.genericPassword, genp("svc", "a", [Schema.label: .string("l")]), data: [])
+            #expect(item[Schema.applicationTag] == nil)
+        }
+    }
+
+    // MARK: d. identity bundle
+
+    @Test("the identity bundle is the certificate as PEM followed by the key as stored, read through the access checks")
+    func identityBundle() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let (cert, key) = try makeCertificate(v.dir, name: "id", keyType: "ed25519")
+            let certificate = try kc.add(.certificate, [:], data: cert)
+            try kc.add(.key, [Schema.label: .string("id")], data: key)
+            let bundle = try kc.identityBundle(certificateID: certificate.id)
+            #expect(bundle == CertificateData.pem(try CertificateData.der(from: cert)) + key)
+            #expect(bundle == cert + key, "openssl's PEM and ours agree")
+            expectError(.itemNotFound) { try kc.identityBundle(certificateID: certificate.id, caller: Caller(accessGroups: ["other"])) }
+            expectError(.itemNotFound) { try kc.identityBundle(certificateID: certificate.id + 1000) }
+            kc.lock()
+            expectError(.interactionNotAllowed) { try kc.identityBundle(certificateID: certificate.id) }
+        }
+    }
+
+    @Test("the identity bundle asks for a protected key's presence")
+    func identityBundlePresence() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let (cert, key) = try makeCertificate(v.dir, name: "p", keyType: "ed25519")
+            let certificate = try kc.add(.certificate, [:], data: cert)
+            var keyAttributes = presenceRequired
+            keyAttributes[Schema.label] = .string("p")
+            let keyItem = try kc.add(.key, keyAttributes, data: key)
+            let presence = CountingPresence()
+            #expect(try kc.identityBundle(certificateID: certificate.id, caller: Caller(presence: presence)) == cert + key)
+            #expect(presence.askedIDs == [keyItem.id])
+            expectError(.userCanceled) {
+                try kc.identityBundle(certificateID: certificate.id, caller: Caller(presence: CountingPresence(refusing: .userCanceled)))
+            }
+        }
+    }
+
+    // MARK: e. add-or-update
+
+    @Test("addOrUpdate adds, then updates exactly the item with the same primary key")
+    func addOrUpdate() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let neighbour = try kc.add(.genericPassword, genp("svc", "other"), data: bytes("untouched"))
+            let first = try kc.addOrUpdate(.genericPassword, genp("svc", "acct", [Schema.named("comment"): .string("c1")]),
+                                           data: bytes("one"))
+            #expect(first.added)
+            let second = try kc.addOrUpdate(.genericPassword, genp("svc", "acct", [Schema.named("comment"): .string("c2")]),
+                                            data: bytes("two"))
+            #expect(!second.added)
+            #expect(second.item.id == first.item.id)
+            #expect(second.item.string(Schema.named("comment")) == "c2")
+            #expect(try secret(kc, "svc", "acct") == bytes("two"))
+            #expect(try secret(kc, "svc", "other") == bytes("untouched"))
+            #expect(try kc.item(id: neighbour.id, itemClass: .genericPassword, withData: false).string(Schema.named("comment")) == nil)
+            #expect(try kc.itemCount() == 2)
+            // Attributes not given keep their values.
+            let third = try kc.addOrUpdate(.genericPassword, genp("svc", "acct"), data: bytes("three"))
+            #expect(!third.added)
+            #expect(third.item.string(Schema.named("comment")) == "c2")
+        }
+    }
+
+    @Test("addOrUpdate: no account is the empty account; the access group and synchronizable are part of the key")
+    func addOrUpdateKeyDefaults() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let caller = Caller(accessGroups: ["g1", "g2"])
+            let inG1 = try kc.add(.genericPassword, genp("svc"), data: bytes("g1"), caller: caller)
+            let inG2 = try kc.add(.genericPassword, genp("svc", nil, [Schema.accessGroup: .string("g2")]), data: bytes("g2"), caller: caller)
+            let synced = try kc.add(.genericPassword, genp("svc", nil, [Schema.synchronizable: .bool(true)]), data: bytes("sync"),
+                                    caller: caller)
+            let updated = try kc.addOrUpdate(.genericPassword, genp("svc", ""), data: bytes("g1 new"), caller: caller)
+            #expect(!updated.added && updated.item.id == inG1.id)
+            let updated2 = try kc.addOrUpdate(.genericPassword, genp("svc", nil, [Schema.accessGroup: .string("g2")]),
+                                              data: bytes("g2 new"), caller: caller)
+            #expect(!updated2.added && updated2.item.id == inG2.id)
+            let updated3 = try kc.addOrUpdate(.genericPassword, genp("svc", nil, [Schema.synchronizable: .bool(true)]),
+                                              data: bytes("sync new"), caller: caller)
+            #expect(!updated3.added && updated3.item.id == synced.id)
+            let all = try kc.copyMatching(Query(.genericPassword, matchLimit: .all, returnData: true, synchronizableAny: true), caller: caller)
+            #expect(Dictionary(uniqueKeysWithValues: all.map { ($0.id, $0.data ?? []) })
+                    == [inG1.id: bytes("g1 new"), inG2.id: bytes("g2 new"), synced.id: bytes("sync new")])
+        }
+    }
+
+    @Test("addOrUpdate of a key finds it by the label tag; refusals keep their status")
+    func addOrUpdateKeyAndErrors() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let (_, key) = try makeCertificate(v.dir, name: "k", keyType: "ed25519")
+            let first = try kc.addOrUpdate(.key, [Schema.label: .string("k")], data: key)
+            let again = try kc.addOrUpdate(.key, [Schema.label: .string("k")], data: key)
+            #expect(first.added && !again.added && again.item.id == first.item.id)
+            #expect(try kc.itemCount() == 1)
+            expectError(.missingEntitlement) {
+                try kc.addOrUpdate(.genericPassword, genp("s", "a", [Schema.accessGroup: .string("nope")]), data: [])
+            }
+            expectError(.noSuchAttr) { try kc.addOrUpdate(.genericPassword, [Schema.server: .string("h")], data: []) }
+            #expect(try kc.itemCount() == 1)
+        }
+    }
+
+    // MARK: f. reads by item id
+
+    @Test("item(id:) and authorizeRead: other class, other group, unknown id are errSecItemNotFound")
+    func itemByIDNotFound() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let item = try kc.add(.genericPassword, genp("svc", "a"), data: bytes("s"))
+            for (id, itemClass, caller) in [(item.id, ItemClass.internetPassword, Caller.default),
+                                            (item.id, .genericPassword, Caller(accessGroups: ["other"])),
+                                            (item.id + 1, .genericPassword, Caller.default)] {
+                expectError(.itemNotFound, containing: ["item \(id)"]) {
+                    try kc.item(id: id, itemClass: itemClass, withData: false, caller: caller)
+                }
+                expectError(.itemNotFound) { try kc.item(id: id, itemClass: itemClass, withData: true, caller: caller) }
+                expectError(.itemNotFound) { try kc.authorizeRead(id: id, itemClass: itemClass, caller: caller) }
+            }
+            expectError(.unimplemented) { try kc.item(id: item.id, itemClass: .identity, withData: false) }
+            let read = try kc.item(id: item.id, itemClass: .genericPassword, withData: true)
+            #expect(read.data == bytes("s"))
+            #expect(read.dataLength == 1)
+            #expect(read.string(Schema.service) == "svc")
+            let meta = try kc.item(id: item.id, itemClass: .genericPassword, withData: false)
+            #expect(meta.data == nil)
+            #expect(meta.dataLength == 1)
+        }
+    }
+
+    @Test("item(id:) sees non-synchronizable items only, as a query by persistent reference; authorizeRead sees both")
+    func itemByIDSynchronizable() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let synced = try kc.add(.genericPassword, genp("svc", "a", [Schema.synchronizable: .bool(true)]), data: bytes("s"))
+            expectError(.itemNotFound) { try kc.item(id: synced.id, itemClass: .genericPassword, withData: false) }
+            expectError(.itemNotFound) { try kc.find(Query(.genericPassword, persistentReference: synced.id)) }
+            #expect(try kc.authorizeRead(id: synced.id, itemClass: .genericPassword).dataLength == 1)
+        }
+    }
+
+    @Test("item(id:) follows the lock state and the authentication UI like a query")
+    func itemByIDLockAndUI() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let plain = try kc.add(.genericPassword, genp("svc", "plain"), data: bytes("p"))
+            let guarded = try kc.add(.genericPassword, genp("svc", "guarded", presenceRequired), data: bytes("g"))
+            let caller = Caller(presence: CountingPresence())
+            expectError(.itemNotFound) { try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: caller, ui: .skip) }
+            expectError(.interactionRequired) {
+                try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: caller, ui: .fail)
+            }
+            expectError(.interactionRequired) { try kc.authorizeRead(id: guarded.id, itemClass: .genericPassword, caller: caller, ui: .fail) }
+            #expect(try kc.item(id: guarded.id, itemClass: .genericPassword, withData: false, caller: caller, ui: .fail).dataLength == 1)
+            kc.lock()
+            #expect(try kc.item(id: plain.id, itemClass: .genericPassword, withData: false).string(Schema.account) == "plain")
+            expectError(.interactionNotAllowed) { try kc.item(id: plain.id, itemClass: .genericPassword, withData: true) }
+            expectError(.interactionNotAllowed) { try kc.authorizeRead(id: plain.id, itemClass: .genericPassword) }
+            let fresh = try v.open()
+            expectError(.interactionNotAllowed) { try fresh.item(id: plain.id, itemClass: .genericPassword, withData: false) }
+        }
+    }
+
+    @Test("item(id:) refuses a row whose attributes were altered (errSecDecode), never wrong data")
+    func itemByIDTampered() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let item = try kc.add(.genericPassword, genp("svc", "a"), data: bytes("s"))
+            try v.raw().flipByte("attrs", id: item.id) { $0 / 2 }
+            expectError(.decode, containing: ["item \(item.id)"]) {
+                try kc.item(id: item.id, itemClass: .genericPassword, withData: false)
+            }
+            expectError(.decode) { try kc.authorizeRead(id: item.id, itemClass: .genericPassword) }
+        }
+    }
+}
