@@ -57,6 +57,11 @@ let package = Package(
         // runner, the mount table, a sandbox per test with `withMount`, the python prelude.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "KeychainTests", dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite", "TestSupport"]),
+        // The FUSE face without a mount: path codec, inode numbers, errno and xattr text.
+        .testTarget(name: "KeychainFSTests", dependencies: [
+            "KeychainFS", "Keychain", "TestSupport",
+            .product(name: "PropertyBased", package: "swift-property-based"),
+        ]),
         .testTarget(name: "CLITests", dependencies: ["keychainfs", "TestSupport"]),
         .testTarget(name: "FSTests", dependencies: ["keychainfs", "TestSupport"]),
         .testTarget(name: "AccessTests", dependencies: ["keychainfs", "TestSupport"]),
