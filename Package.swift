@@ -60,10 +60,18 @@ let package = Package(
         ]),
         // Benchmarks (docs/benchmarks.md): figures and ratios, never timed assertions.
         .executableTarget(name: "keychainfs-bench", dependencies: ["Keychain", "KeychainAccess", "KeychainFS", "KeychainCrypto", "KeychainStore", "CSQLite", "CFuse", "CPlatform"]),
-        .testTarget(name: "KeychainTests", dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite"]),
-        .testTarget(name: "CLITests", dependencies: ["keychainfs"]),
-        .testTarget(name: "FSTests", dependencies: ["keychainfs"]),
-        .testTarget(name: "AccessTests", dependencies: ["keychainfs"]),
+        // Test plumbing shared by every test target: the binary under test, one posix_spawn
+        // runner, the mount table, a sandbox per test with `withMount`, the python prelude.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .testTarget(name: "KeychainTests", dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite", "TestSupport"]),
+        // The FUSE face without a mount: path codec, inode numbers, errno and xattr text.
+        .testTarget(name: "KeychainFSTests", dependencies: [
+            "KeychainFS", "KeychainAccess", "Keychain", "TestSupport",
+            .product(name: "PropertyBased", package: "swift-property-based"),
+        ]),
+        .testTarget(name: "CLITests", dependencies: ["keychainfs", "TestSupport"]),
+        .testTarget(name: "FSTests", dependencies: ["keychainfs", "TestSupport"]),
+        .testTarget(name: "AccessTests", dependencies: ["keychainfs", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

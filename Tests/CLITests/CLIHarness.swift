@@ -1,48 +1,13 @@
 import Foundation
 import Testing
+@_exported import TestSupport
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-// MARK: - Locating the binary
-
-/// The `keychainfs` executable under test: `$KEYCHAINFS_BIN`, else the file `keychainfs`
-/// next to the running test bundle (SwiftPM puts both in the same products directory).
-let keychainfsBinary: String? = {
-    let fm = FileManager.default
-    func isBinary(_ path: String) -> Bool {
-        var isDir: ObjCBool = false
-        return fm.fileExists(atPath: path, isDirectory: &isDir) && !isDir.boolValue && fm.isExecutableFile(atPath: path)
-    }
-    if let override = ProcessInfo.processInfo.environment["KEYCHAINFS_BIN"], !override.isEmpty {
-        return isBinary(override) ? override : nil
-    }
-    var starts: [URL] = []
-    if let arg0 = CommandLine.arguments.first, !arg0.isEmpty {
-        starts.append(URL(fileURLWithPath: arg0).resolvingSymlinksInPath())
-    }
-    if let exe = Bundle.main.executableURL { starts.append(exe.resolvingSymlinksInPath()) }
-    starts.append(Bundle.main.bundleURL.resolvingSymlinksInPath())
-    if let me = try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-        starts.append(URL(fileURLWithPath: me))
-    }
-    for start in starts {
-        // Walk up from the test binary / bundle to the build products directory.
-        var dir = start.deletingLastPathComponent()
-        for _ in 0..<5 {
-            let candidate = dir.appendingPathComponent("keychainfs").path
-            if isBinary(candidate) { return candidate }
-            dir = dir.deletingLastPathComponent()
-        }
-    }
-    return nil
-}()
-
-func requireBinary(sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
-    try #require(keychainfsBinary, "keychainfs binary not found next to the test bundle; set KEYCHAINFS_BIN",
-                 sourceLocation: sourceLocation)
-}
+// What the CLI tests add to TestSupport: results with stdout as bytes, and a sandbox that
+// checks every command's output for leaked secrets.
 
 // MARK: - Running it
 
@@ -55,225 +20,19 @@ struct CLIResult: Sendable {
     var stderrLines: [Substring] { stderr.split(separator: "\n", omittingEmptySubsequences: false).dropLast(stderr.hasSuffix("\n") ? 1 : 0).map { $0 } }
 }
 
-struct HarnessError: Error, CustomStringConvertible {
-    let description: String
-    init(_ d: String) { description = d }
+extension CLIResult {
+    init(_ r: RunResult) { self.init(status: r.status, stdout: r.stdoutBytes, stderrBytes: r.stderrBytes) }
 }
 
-/// Serialises descriptor creation and spawning within this test process, so that no child
-/// inherits another test's pipe (an inherited stdin write end would keep a sibling waiting
-/// for EOF forever). Every descriptor we make is close-on-exec as well.
-let spawnLock = NSLock()
-
-/// A writer to a pipe whose reader has exited must get EPIPE, not kill the test runner.
-let ignoreSIGPIPE: Void = { _ = signal(SIGPIPE, SIG_IGN) }()
-
-private func cloexecPipe() throws -> (read: Int32, write: Int32) {
-    var fds: [Int32] = [-1, -1]
-    guard pipe(&fds) == 0 else { throw HarnessError("pipe: \(String(cString: strerror(errno)))") }
-    _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
-    _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
-    return (fds[0], fds[1])
-}
-
-/// The environment for a child: the parent's, minus anything that could point it at a real
-/// vault or real XDG directories, plus `overrides` (a nil value removes the variable).
-func childEnvironment(_ overrides: [String: String?]) -> [String: String] {
-    var env = ProcessInfo.processInfo.environment.filter { key, _ in
-        key != "KEYCHAINFS_VAULT" && !key.hasPrefix("XDG_")
-    }
-    for (k, v) in overrides {
-        if let v { env[k] = v } else { env.removeValue(forKey: k) }
-    }
-    return env
-}
-
-/// Runs `keychainfs args` with `stdin` on a pipe (nil: /dev/null) and `env` as its whole
-/// environment; returns exit status (128+signal if killed), stdout bytes and stderr.
+/// Runs `keychainfs args` with `stdin` (nil: /dev/null) and `env` as its whole environment, in
+/// a new session (no terminal to prompt on); exit status (128+signal if killed, 124 after two
+/// minutes), stdout bytes and stderr.
 func runCLI(_ args: [String], stdin: [UInt8]? = nil, env: [String: String]) throws -> CLIResult {
-    _ = ignoreSIGPIPE
     guard let binary = keychainfsBinary else { throw HarnessError("keychainfs binary not found") }
-
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: binary)
-    process.arguments = args
-    process.environment = env
-    let exited = DispatchSemaphore(value: 0)
-    process.terminationHandler = { _ in exited.signal() }
-
-    var inWrite: Int32 = -1
-    let outRead: Int32, errRead: Int32
-    do {
-        spawnLock.lock()
-        defer { spawnLock.unlock() }
-        let outPipe = try cloexecPipe()
-        let errPipe = try cloexecPipe()
-        var childEnds = [outPipe.write, errPipe.write]
-        if let _ = stdin {
-            let inPipe = try cloexecPipe()
-            inWrite = inPipe.write
-            childEnds.append(inPipe.read)
-            process.standardInput = FileHandle(fileDescriptor: inPipe.read, closeOnDealloc: false)
-        } else {
-            process.standardInput = FileHandle.nullDevice
-        }
-        process.standardOutput = FileHandle(fileDescriptor: outPipe.write, closeOnDealloc: false)
-        process.standardError = FileHandle(fileDescriptor: errPipe.write, closeOnDealloc: false)
-        outRead = outPipe.read
-        errRead = errPipe.read
-        do {
-            try process.run()
-        } catch {
-            for fd in childEnds + [outRead, errRead, inWrite] where fd >= 0 { close(fd) }
-            throw error
-        }
-        for fd in childEnds { close(fd) }
-    }
-
-    // Pump stdin, stdout and stderr together so that neither side can fill a pipe and stall.
-    var out = [UInt8](), err = [UInt8]()
-    let input = stdin ?? []
-    var offset = 0
-    if inWrite >= 0 {
-        if input.isEmpty { close(inWrite); inWrite = -1 }
-        else { _ = fcntl(inWrite, F_SETFL, fcntl(inWrite, F_GETFL) | O_NONBLOCK) }
-    }
-    var outOpen = true, errOpen = true
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while outOpen || errOpen || inWrite >= 0 {
-        var fds: [pollfd] = []
-        if inWrite >= 0 { fds.append(pollfd(fd: inWrite, events: Int16(POLLOUT), revents: 0)) }
-        if outOpen { fds.append(pollfd(fd: outRead, events: Int16(POLLIN), revents: 0)) }
-        if errOpen { fds.append(pollfd(fd: errRead, events: Int16(POLLIN), revents: 0)) }
-        let n = poll(&fds, nfds_t(fds.count), -1)
-        if n < 0 {
-            if errno == EINTR { continue }
-            throw HarnessError("poll: \(String(cString: strerror(errno)))")
-        }
-        for p in fds where p.revents != 0 {
-            if p.fd == inWrite {
-                let w = input.withUnsafeBytes { write(inWrite, $0.baseAddress! + offset, min($0.count - offset, 65536)) }
-                if w > 0 {
-                    offset += w
-                    if offset == input.count { close(inWrite); inWrite = -1 }
-                } else if w < 0 && (errno == EAGAIN || errno == EINTR) {
-                    continue
-                } else {
-                    // EPIPE: the child exited or closed stdin without reading it all.
-                    close(inWrite); inWrite = -1
-                }
-            } else {
-                let r = buffer.withUnsafeMutableBytes { read(p.fd, $0.baseAddress, $0.count) }
-                if r > 0 {
-                    if p.fd == outRead { out.append(contentsOf: buffer[0..<r]) } else { err.append(contentsOf: buffer[0..<r]) }
-                } else if r < 0 && (errno == EAGAIN || errno == EINTR) {
-                    continue
-                } else {
-                    close(p.fd)
-                    if p.fd == outRead { outOpen = false } else { errOpen = false }
-                }
-            }
-        }
-    }
-    exited.wait()
-    let status = process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
-    return CLIResult(status: status, stdout: out, stderrBytes: err)
+    return CLIResult(try runProcess(binary, args, stdin: stdin, env: env, timeout: 120))
 }
 
-/// Runs `keychainfs args` via posix_spawn in a new session (so without a controlling
-/// terminal: it can never prompt), with `stdin` from a file and, if given, `extraFD`
-/// contents readable on descriptor `targetFD` (e.g. 3, for `--passphrase-fd 3`).
-/// Foundation.Process closes every descriptor above 2 in the child and cannot setsid,
-/// so this needs posix_spawn file actions and flags.
-func runCLISpawned(_ args: [String], stdin: [UInt8], extraFD contents: [UInt8]?, as targetFD: Int32 = 3,
-                   env: [String: String], scratchDir: String) throws -> CLIResult {
-    guard let binary = keychainfsBinary else { throw HarnessError("keychainfs binary not found") }
-    let tag = UUID().uuidString
-    func makeFile(_ name: String, _ bytes: [UInt8]?) throws -> Int32 {
-        let path = scratchDir + "/\(name)-\(tag)"
-        let fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw HarnessError("open \(path): \(String(cString: strerror(errno)))") }
-        unlink(path)
-        if let bytes, !bytes.isEmpty {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            guard n == bytes.count else { close(fd); throw HarnessError("short write to \(path)") }
-        }
-        _ = lseek(fd, 0, SEEK_SET)
-        // Keep the source descriptors away from 0...targetFD so dup2 always really dups
-        // (dup2(fd, fd) would leave close-on-exec set).
-        let high = fcntl(fd, F_DUPFD_CLOEXEC, 20)
-        close(fd)
-        guard high >= 0 else { throw HarnessError("F_DUPFD_CLOEXEC failed") }
-        return high
-    }
-
-    spawnLock.lock()
-    let inFD: Int32, outFD: Int32, errFD: Int32, extra: Int32
-    var pid = pid_t()
-    do {
-        defer { spawnLock.unlock() }
-        inFD = try makeFile("stdin", stdin)
-        outFD = try makeFile("stdout", nil)
-        errFD = try makeFile("stderr", nil)
-        extra = contents == nil ? -1 : try makeFile("fd\(targetFD)", contents)
-
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, inFD, 0)
-        posix_spawn_file_actions_adddup2(&actions, outFD, 1)
-        posix_spawn_file_actions_adddup2(&actions, errFD, 2)
-        if extra >= 0 { posix_spawn_file_actions_adddup2(&actions, extra, targetFD) }
-        // Nothing else of the test process leaks in (glibc ignores closing a descriptor
-        // that is not open).
-        for fd in Int32(3)..<256 where !(extra >= 0 && fd == targetFD) {
-            posix_spawn_file_actions_addclose(&actions, fd)
-        }
-
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        sigaddset(&defaults, SIGPIPE)
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        // POSIX_SPAWN_SETSID (0x80, glibc ≥ 2.26): a new session has no controlling terminal.
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF) | 0x80)
-
-        let argv: [UnsafeMutablePointer<CChar>?] = ([binary] + args).map { strdup($0) } + [nil]
-        let envp: [UnsafeMutablePointer<CChar>?] = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer { for p in argv + envp { free(p) } }
-        let rc = posix_spawn(&pid, binary, &actions, &attributes, argv, envp)
-        if rc != 0 {
-            for fd in [inFD, outFD, errFD, extra] where fd >= 0 { close(fd) }
-            throw HarnessError("posix_spawn: \(String(cString: strerror(rc)))")
-        }
-    }
-    var raw: Int32 = 0
-    while waitpid(pid, &raw, 0) < 0 {
-        guard errno == EINTR else { throw HarnessError("waitpid: \(String(cString: strerror(errno)))") }
-    }
-    func readBack(_ fd: Int32) -> [UInt8] {
-        _ = lseek(fd, 0, SEEK_SET)
-        var all = [UInt8](), chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
-            all.append(contentsOf: chunk[0..<n])
-        }
-        close(fd)
-        return all
-    }
-    close(inFD)
-    if extra >= 0 { close(extra) }
-    let out = readBack(outFD), err = readBack(errFD)
-    let signalled = (raw & 0x7f) != 0
-    let status = signalled ? 128 + (raw & 0x7f) : (raw >> 8) & 0xff
-    return CLIResult(status: status, stdout: out, stderrBytes: err)
-}
-
-// MARK: - A sandbox per test
+// MARK: - Output checks
 
 /// Byte-sequence search (memchr + memcmp): binary-safe and fast enough for megabyte outputs.
 func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
@@ -300,55 +59,23 @@ func randomToken(_ prefix: String) -> String {
     return prefix + String((0..<20).map { _ in chars.randomElement()! })
 }
 
-/// A private HOME / XDG_DATA_HOME / XDG_STATE_HOME, a vault path and a passphrase for one
-/// test. Every command run through it is checked for secret leaks: no registered secret
-/// may appear on stdout or stderr, except an item secret on the stream where the command
-/// is meant to print it (`find-… -w` stdout, `find-… -g` stderr, `dump-keychain -d` stdout).
-/// Passphrases may appear nowhere.
-final class Sandbox: @unchecked Sendable {
-    let root: String
-    let home: String
-    let dataHome: String
-    let stateHome: String
-    let vault: String
-    let passphrase: String
-    let passphraseFile: String
-
-    private let lock = NSLock()
+/// A TestSandbox whose every command is checked for leaks: no registered secret may appear
+/// on stdout or stderr, except an item secret on the stream where the command is meant to
+/// print it (`find-… -w` stdout, `find-… -g` stderr, `dump-keychain -d` stdout). Passphrases
+/// may appear nowhere.
+final class Sandbox: TestSandbox, @unchecked Sendable {
+    // @unchecked: the needles are guarded by `needleLock`.
+    private let needleLock = NSLock()
     private var itemNeedles: [[UInt8]] = []
     private var passphraseNeedles: [[UInt8]] = []
-    private(set) var commandsRun = 0
 
     init() throws {
-        var template = Array((NSTemporaryDirectory() + "/keychainfs-cli-XXXXXX").utf8CString)
-        guard let made = mkdtemp(&template) else { throw HarnessError("mkdtemp failed") }
-        root = String(cString: made)
-        home = root + "/home"
-        dataHome = root + "/data"
-        stateHome = root + "/state"
-        for dir in [home, dataHome, stateHome] {
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        }
-        vault = root + "/test.vault"
-        passphrase = randomToken("pass-")
-        passphraseFile = root + "/passphrase"
-        try writeFile(passphraseFile, Array((passphrase + "\n").utf8))
+        try super.init("cli")
         registerPassphrase(passphrase)
     }
 
-    deinit { try? FileManager.default.removeItem(atPath: root) }
-
-    /// The environment every command gets (plus per-call overrides).
-    var baseOverrides: [String: String?] {
-        ["HOME": home, "XDG_DATA_HOME": dataHome, "XDG_STATE_HOME": stateHome]
-    }
-
-    func environment(_ overrides: [String: String?] = [:]) -> [String: String] {
-        childEnvironment(baseOverrides.merging(overrides) { _, new in new })
-    }
-
     /// `--vault <vault> --passphrase-file <file>`
-    var unlock: [String] { ["--vault", vault, "--passphrase-file", passphraseFile] }
+    var unlock: [String] { unlockArgs }
 
     func writeFile(_ path: String, _ bytes: [UInt8]) throws {
         try Data(bytes).write(to: URL(fileURLWithPath: path))
@@ -363,11 +90,11 @@ final class Sandbox: @unchecked Sendable {
     }
 
     func registerSecret(_ secret: [UInt8]) {
-        lock.withLock { itemNeedles += Self.needles(for: secret) }
+        needleLock.withLock { itemNeedles += Self.needles(for: secret) }
     }
 
     func registerPassphrase(_ value: String) {
-        lock.withLock { passphraseNeedles += Self.needles(for: Array(value.utf8)) }
+        needleLock.withLock { passphraseNeedles += Self.needles(for: Array(value.utf8)) }
     }
 
     /// What a leak of `secret` could look like: the bytes themselves, their base64 (the
@@ -394,12 +121,13 @@ final class Sandbox: @unchecked Sendable {
         return result
     }
 
-    /// Runs via posix_spawn in a new session (no controlling terminal), with `contents` on
-    /// descriptor `fd` if given, checking for leaks.
+    /// Runs with `contents` readable on descriptor `fd` if given, checking for leaks.
     @discardableResult
     func runSpawned(_ args: [String], stdin: [UInt8] = [], extraFD contents: [UInt8]? = nil, as fd: Int32 = 3,
                     sourceLocation: SourceLocation = #_sourceLocation) throws -> CLIResult {
-        let result = try runCLISpawned(args, stdin: stdin, extraFD: contents, as: fd, env: environment(), scratchDir: root)
+        let bin = try requireBinary(sourceLocation: sourceLocation)
+        let result = CLIResult(try run(bin, args, stdin: stdin, extraDescriptors: contents.map { [fd: $0] } ?? [:],
+                                       timeout: 120))
         checkLeaks(args, result, sourceLocation: sourceLocation)
         return result
     }
@@ -416,10 +144,7 @@ final class Sandbox: @unchecked Sendable {
         let stdoutMayShowSecret = (command.hasPrefix("find-") && args.contains("-w"))
             || (command == "dump-keychain" && args.contains("-d"))
         let stderrMayShowSecret = command.hasPrefix("find-") && args.contains("-g")
-        let (items, passphrases) = lock.withLock { () -> ([[UInt8]], [[UInt8]]) in
-            commandsRun += 1
-            return (itemNeedles, passphraseNeedles)
-        }
+        let (items, passphrases) = needleLock.withLock { (itemNeedles, passphraseNeedles) }
         var found: [String] = []
         for (stream, bytes, allowed) in [("stdout", result.stdout, stdoutMayShowSecret),
                                          ("stderr", result.stderrBytes, stderrMayShowSecret)] {
@@ -433,8 +158,8 @@ final class Sandbox: @unchecked Sendable {
         return found
     }
 
-    /// `init --kdf interactive` on the sandbox vault; expects success.
-    func initVault(sourceLocation: SourceLocation = #_sourceLocation) throws {
+    /// `init --kdf interactive` on the sandbox vault, leak-checked; expects success.
+    override func initVault(sourceLocation: SourceLocation = #_sourceLocation) throws {
         let r = try run(["init", "--kdf", "interactive"] + unlock, sourceLocation: sourceLocation)
         #expect(r.status == 0, "init failed: \(r.stderr)", sourceLocation: sourceLocation)
     }

@@ -6,15 +6,8 @@ import Testing
 /// and ssh-keygen in each test.
 /// Runs a tool and fails the test on a non-zero exit.
 func runTool(_ tool: String, _ args: [String], in dir: String) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: tool)
-        p.arguments = args
-        p.currentDirectoryURL = URL(fileURLWithPath: dir)
-        p.standardOutput = FileHandle.nullDevice
-        p.standardError = FileHandle.nullDevice
-        try p.run()
-        p.waitUntilExit()
-        try #require(p.terminationStatus == 0, "\(tool) \(args.joined(separator: " ")) failed")
+        let p = try runProcess(tool, args, env: childEnvironment(), cwd: dir)
+        try #require(p.status == 0, "\(tool) \(args.joined(separator: " ")) failed")
 }
 
 func readFile(_ path: String) throws -> [UInt8] { Array(try Data(contentsOf: URL(fileURLWithPath: path))) }

@@ -4,9 +4,11 @@ import Keychain
 import KeychainCrypto
 import Synchronization
 import Testing
+@_exported import TestSupport
 
-// Shared fixtures for the core tests: a real vault file in a private temp directory per
-// test, real libsodium (Argon2id at INTERACTIVE), raw SQLite access for tampering.
+// Fixtures of the core tests: a real vault file in a private temp directory per test, real
+// libsodium (Argon2id at INTERACTIVE), raw SQLite access for tampering. Temp directories and
+// processes come from TestSupport, as in every test target.
 
 let testPassphrase = "correct horse battery staple"
 
@@ -23,10 +25,7 @@ final class TestVault: Sendable {
     let keychain: Keychain
 
     fileprivate init(passphrase: String) throws {
-        let base = FileManager.default.temporaryDirectory.path
-        dir = base + "/kcfs-core-tests-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+        dir = try makeTempDirectory("kcfs-core-tests")
         path = dir + "/test.vault"
         deviceKeyPath = dir + "/state/device.key"
         do {
@@ -63,10 +62,7 @@ func withVault(passphrase: String = testPassphrase, _ body: (TestVault) throws -
 
 /// A private temp directory (for tests that do not want a vault made for them).
 func withTempDir(_ body: (String) throws -> Void) throws {
-    let dir = FileManager.default.temporaryDirectory.path + "/kcfs-core-tests-" + UUID().uuidString
-    try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: dir) }
-    try body(dir)
+    try withTempDirectory("kcfs-core-tests", body)
 }
 
 // MARK: Expecting errors

@@ -1,0 +1,360 @@
+import Foundation
+import Keychain
+@testable import KeychainFS
+import PropertyBased
+import Testing
+
+// Property tests of the path layout (docs/paths.md) without a mount: every item's spelling
+// parses back to its own attributes, byte for byte; no two items share a spelling; no spelling
+// holds `/` or NUL or exceeds 255 bytes; over-long spellings take the documented long form.
+// Strings are compared as UTF-8 bytes, never with Swift's `==` (canonical equivalence).
+
+/// One random item's path-relevant attributes.
+struct PathItem: CustomStringConvertible, Sendable {
+    var itemClass: ItemClass
+    var service = ""                  // genp
+    var server = "", protocolCode = "", port: Int64 = 0, path = "", securityDomain = "", authenticationType = ""  // inet
+    var account = ""                  // genp, inet
+    var label = ""                    // cert, keys, idnt
+    var accessGroup = Caller.defaultAccessGroup
+    var synchronizable = false
+
+    var attributes: Attributes {
+        var a: Attributes = [Schema.accessGroup: .string(accessGroup), Schema.synchronizable: .bool(synchronizable)]
+        switch itemClass {
+        case .genericPassword:
+            a[Schema.service] = .string(service)
+            a[Schema.account] = .string(account)
+        case .internetPassword:
+            a[Schema.server] = .string(server)
+            a[Schema.protocolAttribute] = .string(protocolCode)
+            a[Schema.port] = .number(port)
+            a[Schema.account] = .string(account)
+            a[Schema.path] = .string(path)
+            a[Schema.securityDomain] = .string(securityDomain)
+            a[Schema.authenticationType] = .string(authenticationType)
+        default:
+            a[Schema.label] = .string(label)
+        }
+        return a
+    }
+
+    /// The strings the spelling is made of.
+    var strings: [String] {
+        switch itemClass {
+        case .genericPassword: [service, account, accessGroup]
+        case .internetPassword: [server, protocolCode, account, path, securityDomain, authenticationType, accessGroup]
+        default: [label, accessGroup]
+        }
+    }
+
+    /// Identity of the item as bytes: two items are the same iff their keys are equal.
+    var key: [[UInt8]] {
+        [Array(itemClass.rawValue.utf8), Array(String(itemClass == .internetPassword ? port : 0).utf8), [synchronizable ? 1 : 0]]
+            + strings.map { Array($0.utf8) }
+    }
+
+    var description: String {
+        "\(itemClass) " + zip(["s0", "s1", "s2", "s3", "s4", "s5", "s6"], strings).map { "\($0)=\"\(scalars($1))\"" }
+            .joined(separator: " ") + " port=\(port) sync=\(synchronizable)"
+    }
+
+    var graphemeSafe: Bool { strings.allSatisfy(Names.isGraphemeSafe) }
+
+    static func random(_ itemClass: ItemClass, _ rng: inout any SeededRandomNumberGenerator) -> PathItem {
+        var item = PathItem(itemClass: itemClass)
+        item.account = Names.name(&rng)
+        item.label = Names.name(&rng)
+        item.service = Names.name(&rng)
+        item.server = Int.random(in: 0..<10, using: &rng) == 0
+            ? InternetProtocol.table.randomElement(using: &rng)!.name      // the `%66tp:21` case
+            : Names.name(&rng)
+        switch Int.random(in: 0..<4, using: &rng) {
+        case 0: item.protocolCode = ""
+        case 1: item.protocolCode = Names.string(Int.random(in: 1...4, using: &rng), &rng)   // a code with no name
+        default: item.protocolCode = InternetProtocol.table.randomElement(using: &rng)!.code
+        }
+        item.port = Bool.random(using: &rng) ? 0 : Int64.random(in: 1...65535, using: &rng)
+        for keyPath in [\PathItem.path, \.securityDomain, \.authenticationType] where Bool.random(using: &rng) {
+            item[keyPath: keyPath] = Names.name(&rng)
+        }
+        if Int.random(in: 0..<3, using: &rng) == 0 {
+            let group = Names.name(&rng)
+            item.accessGroup = group.isEmpty ? "team" : group
+        }
+        item.synchronizable = Int.random(in: 0..<4, using: &rng) == 0
+        return item
+    }
+
+    static func generator(_ classes: [ItemClass], where keep: @escaping @Sendable (PathItem) -> Bool = { _ in true })
+        -> Generator<PathItem, Shrink.None<PathItem>> {
+        Generator { rng in
+            while true {
+                let item = random(classes.randomElement(using: &rng)!, &rng)
+                if keep(item) { return item }
+            }
+        }
+    }
+}
+
+/// The spelling docs/paths.md gives an item before the 255-byte rule: the oracle the codec's
+/// own spelling is checked against.
+enum Spec {
+    static func escape(_ s: String, _ extra: Set<UInt8>) -> [UInt8] {
+        let b = Array(s.utf8)
+        if b.isEmpty { return Array("%".utf8) }
+        var out: [UInt8] = []
+        for (i, c) in b.enumerated() {
+            if c == 0x25 || c == 0x2F || c == 0 || extra.contains(c) || (i == 0 && c == 0x2E) || (i == b.count - 1 && c == 0x7E) {
+                out += Array(String(format: "%%%02X", c).utf8)
+            } else {
+                out.append(c)
+            }
+        }
+        return out
+    }
+
+    static let semicolon: Set<UInt8> = [0x3B]
+
+    static func leaf(_ item: PathItem) -> [UInt8] {
+        var out: [UInt8]
+        var suffix: [(String, String)] = []
+        switch item.itemClass {
+        case .genericPassword: out = escape(item.account, semicolon)
+        case .internetPassword:
+            out = escape(item.account, semicolon)
+            suffix = [("path", item.path), ("securityDomain", item.securityDomain), ("authenticationType", item.authenticationType)]
+                .filter { !$0.1.isEmpty }
+            if !item.protocolCode.isEmpty && InternetProtocol.name(for: item.protocolCode) == nil {
+                suffix.append(("protocol", item.protocolCode))
+            }
+        default: out = escape(item.label, semicolon)
+        }
+        if item.accessGroup != Caller.defaultAccessGroup { suffix.append(("accessGroup", item.accessGroup)) }
+        if item.synchronizable { suffix.append(("synchronizable", "true")) }
+        for (name, value) in suffix { out += Array(";\(name)=".utf8) + escape(value, semicolon) }
+        return out
+    }
+
+    static func directory(_ item: PathItem) -> [UInt8]? {
+        switch item.itemClass {
+        case .genericPassword: return escape(item.service, [])
+        case .internetPassword:
+            var out: [UInt8] = []
+            let name = InternetProtocol.name(for: item.protocolCode)
+            if let name { out += Array((name + ":").utf8) }
+            if item.server.utf8.contains(0x3A) {
+                out += [0x5B] + escape(item.server, [0x5B, 0x5D]) + [0x5D]
+            } else {
+                var host = escape(item.server, [0x3A, 0x5B, 0x5D])
+                if name == nil, item.port != 0, InternetProtocol.table.contains(where: { Array($0.name.utf8) == host }) {
+                    host = Array(String(format: "%%%02X", host[0]).utf8) + host.dropFirst()
+                }
+                out += host
+            }
+            if item.port != 0 { out += Array(":\(item.port)".utf8) }
+            return out
+        default: return nil
+        }
+    }
+
+    /// The 255-byte rule: the spelling itself, or a prefix of it (not cut inside an escape or
+    /// a UTF-8 sequence), `%~` and 16 hex digits.
+    static func check(_ spelled: String, against full: [UInt8], _ item: PathItem, _ what: String,
+                      sourceLocation: SourceLocation = #_sourceLocation) {
+        let got = Array(spelled.utf8)
+        #expect(!got.contains(0x2F) && !got.contains(0), "\(what) holds / or NUL: \(item)", sourceLocation: sourceLocation)
+        #expect(got.count <= PathCodec.maxComponentBytes, "\(what) has \(got.count) bytes: \(item)", sourceLocation: sourceLocation)
+        if full.count <= PathCodec.maxComponentBytes {
+            #expect(got == full, "\(what) \"\(scalars(spelled))\" is not the documented \"\(scalars(full.utf8Text))\": \(item)",
+                    sourceLocation: sourceLocation)
+            #expect(!PathCodec.isLongSpelling(spelled), "short \(what) reads as a long spelling: \(item)", sourceLocation: sourceLocation)
+            return
+        }
+        #expect(PathCodec.isLongSpelling(spelled), "over-long \(what) is not in the long form: \(item)", sourceLocation: sourceLocation)
+        guard got.count >= 18 else { Issue.record("long \(what) too short: \(item)", sourceLocation: sourceLocation); return }
+        let cut = got.count - 18
+        let marker = Array(got[cut...])
+        #expect(Array(marker.prefix(2)) == Array("%~".utf8) && marker.dropFirst(2).allSatisfy { Array("0123456789abcdef".utf8).contains($0) },
+                "long \(what) does not end in %~ and 16 hex digits: \(scalars(spelled))", sourceLocation: sourceLocation)
+        #expect(Array(full.prefix(cut)) == Array(got.prefix(cut)), "long \(what) is not a prefix of the full spelling: \(item)",
+                sourceLocation: sourceLocation)
+        if cut < full.count {
+            #expect(full[cut] & 0xC0 != 0x80, "long \(what) cut inside a UTF-8 sequence: \(item)", sourceLocation: sourceLocation)
+        }
+        // Inside an escape: one of the two bytes before the cut is the `%` of a `%XX`.
+        let escapeStarts = Set(escapePositions(full))
+        #expect(!escapeStarts.contains(cut - 1) && !escapeStarts.contains(cut - 2),
+                "long \(what) cut inside a %XX escape: \(item)", sourceLocation: sourceLocation)
+    }
+
+    /// Where the `%XX` escapes of a spelling start (a lone `%`, the empty string, is none).
+    static func escapePositions(_ b: [UInt8]) -> [Int] {
+        var out: [Int] = []
+        var i = 0
+        let hex = Array("0123456789ABCDEF".utf8)
+        while i < b.count {
+            if b[i] == 0x25, i + 2 < b.count, hex.contains(b[i + 1]), hex.contains(b[i + 2]) { out.append(i); i += 3 } else { i += 1 }
+        }
+        return out
+    }
+}
+
+@Suite("PathCodec: properties of the path layout")
+struct PathCodecTests {
+    static let classes: [ItemClass] = [.genericPassword, .internetPassword, .certificate, .key, .identity]
+
+    /// The attributes `parseLeaf` must give back for an item (the codec fills the defaults).
+    func expectRoundTrip(_ item: PathItem, sourceLocation: SourceLocation = #_sourceLocation) {
+        let attributes = item.attributes
+        let leaf = PathCodec.leaf(of: item.itemClass, attributes)
+        Spec.check(leaf, against: Spec.leaf(item), item, "leaf", sourceLocation: sourceLocation)
+        var directoryAttributes: Attributes = [:]
+        if let full = Spec.directory(item) {
+            guard let directory = PathCodec.directory(of: item.itemClass, attributes) else {
+                Issue.record("no directory for \(item)", sourceLocation: sourceLocation)
+                return
+            }
+            Spec.check(directory, against: full, item, "directory", sourceLocation: sourceLocation)
+            guard !PathCodec.isLongSpelling(directory) else { return }   // resolved by listing, not parsing
+            guard let parsed = PathCodec.parseDirectory(item.itemClass, directory) else {
+                Issue.record("directory \"\(scalars(directory))\" does not parse: \(item)", sourceLocation: sourceLocation)
+                return
+            }
+            directoryAttributes = parsed
+        } else {
+            #expect(PathCodec.directory(of: item.itemClass, attributes) == nil, "\(item.itemClass) has a directory")
+        }
+        guard !PathCodec.isLongSpelling(leaf) else { return }
+        guard let parsed = PathCodec.parseLeaf(item.itemClass, leaf, in: directoryAttributes) else {
+            Issue.record("leaf \"\(scalars(leaf))\" does not parse: \(item)", sourceLocation: sourceLocation)
+            return
+        }
+        for (attribute, value) in attributes {
+            if case .string(let s) = value {
+                #expect(stringBytes(parsed, attribute) == Array(s.utf8),
+                        "\(attribute) came back as \"\(stringBytes(parsed, attribute).map { scalars($0.utf8Text) } ?? "nil")\": \(item)",
+                        sourceLocation: sourceLocation)
+            } else {
+                #expect(parsed[attribute] == value, "\(attribute) came back as \(String(describing: parsed[attribute])): \(item)",
+                        sourceLocation: sourceLocation)
+            }
+        }
+        #expect(Set(parsed.keys) == Set(attributes.keys), "parsed attributes \(parsed.keys.map(\.name).sorted()) for \(item)",
+                sourceLocation: sourceLocation)
+    }
+
+    @Test("round trip: spelling → parse → the item's own attributes, byte-exact (every class, 3,000 items)")
+    func roundTrip() async {
+        await propertyCheck(count: 3000, input: PathItem.generator(Self.classes, where: { $0.graphemeSafe })) { item in
+            expectRoundTrip(item)
+        }
+    }
+
+    @Test("round trip of NFC/NFD twins: é and e+U+0301 are two items with two spellings")
+    func canonicalTwins() async {
+        await propertyCheck(count: 1000, input: PathItem.generator(Self.classes, where: { $0.graphemeSafe })) { item in
+            var twin = item
+            twin.account = Names.twin(item.account)
+            twin.service = Names.twin(item.service)
+            twin.label = Names.twin(item.label)
+            twin.server = Names.twin(item.server)
+            guard twin.graphemeSafe else { return }
+            expectRoundTrip(twin)
+            let a = PathCodec.leaf(of: item.itemClass, item.attributes), b = PathCodec.leaf(of: twin.itemClass, twin.attributes)
+            let da = PathCodec.directory(of: item.itemClass, item.attributes), db = PathCodec.directory(of: twin.itemClass, twin.attributes)
+            if item.key != twin.key {
+                #expect(Array(a.utf8) != Array(b.utf8) || da.map { Array($0.utf8) } != db.map { Array($0.utf8) },
+                        "\(item) and its twin share a spelling")
+            }
+        }
+    }
+
+    @Test("known names: é / e+U+0301, Å / U+212B, Hangul, empty account, 300 bytes")
+    func knownNames() {
+        for name in ["caf\u{E9}", "cafe\u{301}", "\u{C5}", "\u{212B}", "A\u{30A}", "\u{AC00}", "\u{1100}\u{1161}", "",
+                     ".hidden", "x~", "50%", "a/b", "a;b", "[::1]", String(repeating: "\u{E9}", count: 150),
+                     String(repeating: "e\u{301}", count: 100), String(repeating: "%", count: 100)] {
+            for itemClass in Self.classes {
+                var item = PathItem(itemClass: itemClass)
+                item.account = name; item.service = name; item.label = name; item.server = name
+                expectRoundTrip(item)
+            }
+        }
+        #expect(PathCodec.leaf(of: .genericPassword, [Schema.account: .string("")]) == "%")
+        #expect(PathCodec.directory(of: .internetPassword, [Schema.server: .string("ftp"), Schema.port: .number(21)]) == "%66tp:21")
+    }
+
+    @Test("uniqueness: two different items of a class never share a spelling (20,000 items with near twins)")
+    func uniqueness() async {
+        let batch = Generator { rng -> [PathItem] in
+            var items: [PathItem] = []
+            for _ in 0..<200 {
+                let item = PathItem.random(Self.classes.randomElement(using: &rng)!, &rng)
+                items.append(item)
+                // Near twins: the canonical twin, one scalar more, and a long name sharing 250 bytes.
+                var twin = item
+                twin.account = Names.twin(item.account); twin.label = Names.twin(item.label)
+                twin.service = Names.twin(item.service); twin.server = Names.twin(item.server)
+                items.append(twin)
+                var longer = item
+                longer.account += "x"; longer.label += "x"
+                items.append(longer)
+                var long = item
+                let stem = String(repeating: "\u{E9}", count: 125)
+                long.account = stem + item.account; long.label = stem + item.label; long.service = stem + item.service
+                items.append(long)
+            }
+            return items
+        }
+        await propertyCheck(count: 100, input: batch) { items in
+            var seen: [[UInt8]: PathItem] = [:]
+            for item in items {
+                let attributes = item.attributes
+                var spelled = Array(item.itemClass.rawValue.utf8) + [0x2F]
+                if let d = PathCodec.directory(of: item.itemClass, attributes) { spelled += Array(d.utf8) + [0x2F] }
+                spelled += Array(PathCodec.leaf(of: item.itemClass, attributes).utf8)
+                if let other = seen[spelled], other.key != item.key {
+                    Issue.record("\(other) and \(item) share the spelling \"\(scalars(spelled.utf8Text))\"")
+                }
+                seen[spelled] = item
+            }
+        }
+    }
+
+    @Test("parsing accepts only canonical spellings, byte-exact (random names as the kernel would pass them)")
+    func onlyCanonicalSpellingsParse() async {
+        let input = Generator { rng -> (ItemClass, String) in
+            let itemClass = Self.classes.randomElement(using: &rng)!
+            var name = Names.string(Int.random(in: 0...20, using: &rng), &rng)
+            if Bool.random(using: &rng) { name += ";accessGroup=" + Names.string(Int.random(in: 0...6, using: &rng), &rng) }
+            if Int.random(in: 0..<4, using: &rng) == 0 { name += ";synchronizable=true" }
+            return (itemClass, name)
+        }
+        await propertyCheck(count: 5000, input: input) { pair in
+            let (itemClass, name) = pair
+            guard Names.isGraphemeSafe(name) else { return }
+            if let parsed = PathCodec.parseLeaf(itemClass, name, in: [:]) {
+                let again = PathCodec.leaf(of: itemClass, parsed)
+                #expect(Array(again.utf8) == Array(name.utf8),
+                        "\"\(scalars(name))\" parsed although the item's spelling is \"\(scalars(again))\"")
+            }
+            if let parsed = PathCodec.parseDirectory(itemClass, name),
+               let again = PathCodec.directory(of: itemClass, parsed) {
+                #expect(Array(again.utf8) == Array(name.utf8),
+                        "directory \"\(scalars(name))\" parsed although its spelling is \"\(scalars(again))\"")
+            }
+        }
+    }
+
+    @Test("scratch names (leading dot, trailing tilde) are never an item's spelling")
+    func scratchNamesAreNeverItems() async {
+        await propertyCheck(count: 2000, input: PathItem.generator(Self.classes)) { item in
+            let leaf = Array(PathCodec.leaf(of: item.itemClass, item.attributes).utf8)
+            #expect(leaf.first != 0x2E && leaf.last != 0x7E, "leaf of \(item) looks like a scratch file")
+            if let d = PathCodec.directory(of: item.itemClass, item.attributes) {
+                #expect(Array(d.utf8).first != 0x2E, "directory of \(item) is hidden")
+            }
+        }
+    }
+}
