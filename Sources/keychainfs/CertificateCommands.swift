@@ -2,12 +2,13 @@ import ArgumentParser
 import Foundation
 import Keychain
 import KeychainCrypto
+import SystemPackage
 
 /// Reads a file given on the command line (certificates, keys: not secrets on argv).
 func readInputFile(_ path: String) throws -> [UInt8] {
     if path == "-" { return try SecretInput.readAll(fd: 0, limit: Keychain.maxDataSize, what: "standard input") }
     let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { throw CLIError.failure("cannot open \(path): \(String(cString: strerror(errno)))") }
+    guard fd >= 0 else { throw CLIError.system("cannot open \(path)", Errno(rawValue: errno)) }
     defer { close(fd) }
     return try SecretInput.readAll(fd: fd, limit: Keychain.maxDataSize, what: path)
 }
@@ -217,13 +218,16 @@ struct Export: ParsableCommand {
 func writePrivateFile(_ path: String, _ bytes: [UInt8]) throws {
     let temp = KeychainPaths.parent(of: path) + "/.keychainfs-export-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
     let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-    guard fd >= 0 else { throw CLIError.failure("cannot create \(path): \(String(cString: strerror(errno)))") }
+    guard fd >= 0 else { throw CLIError.system("cannot create \(path)", Errno(rawValue: errno)) }
+    // Each step's errno is taken at once: a later call may overwrite it.
+    var failure: Errno?
     let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-    let synced = fsync(fd) == 0 && fchmod(fd, 0o600) == 0
+    if written < 0 { failure = Errno(rawValue: errno) } else if written != bytes.count { failure = .noSpace }
+    if failure == nil, fsync(fd) != 0 || fchmod(fd, 0o600) != 0 { failure = Errno(rawValue: errno) }
     close(fd)
-    guard written == bytes.count, synced, rename(temp, path) == 0 else {
-        let e = errno
+    if failure == nil, rename(temp, path) != 0 { failure = Errno(rawValue: errno) }
+    if let failure {
         unlink(temp)
-        throw CLIError.failure("cannot write \(path): \(String(cString: strerror(e)))")
+        throw CLIError.system("cannot write \(path)", failure)
     }
 }

@@ -4,6 +4,7 @@ import Keychain
 import KeychainCrypto
 import KeychainFS
 import CPlatform
+import SystemPackage
 
 /// Mount options from `-o`, as given on the command line, by mount(8) or by fstab.
 struct ParsedMountOptions {
@@ -121,6 +122,20 @@ enum MountTable {
     }
 }
 
+/// `mkdir -p`: creates `path` and any missing parents with `mode` (less the umask).
+func makeDirectories(_ path: String, mode: mode_t) throws {
+    var current = path.hasPrefix("/") ? "" : "."
+    for part in path.split(separator: "/") {
+        current += "/" + part
+        guard mkdir(current, mode) != 0 else { continue }
+        let cause = Errno(rawValue: errno)
+        var st = stat()
+        // EEXIST, or EROFS/EACCES for a directory that exists on a read-only or closed parent.
+        if stat(current, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR { continue }
+        throw CLIError.system("cannot create directory \(current)", cause)
+    }
+}
+
 /// Makes a path absolute and removes `.`, `..` and repeated slashes, lexically: it must
 /// never touch the filesystem, because the daemon calls it after its own mount is live and
 /// a stat of the mountpoint would then wait on itself.
@@ -197,7 +212,7 @@ struct Mount: ParsableCommand {
             // One daemon per vault: a second would serve stale views of the same items.
             let lockPath = vaultPath + ".lock"
             let lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-            guard lockFD >= 0 else { throw CLIError.failure("cannot open \(lockPath): \(String(cString: strerror(errno)))") }
+            guard lockFD >= 0 else { throw CLIError.system("cannot open \(lockPath)", Errno(rawValue: errno)) }
             if flock(lockFD, LOCK_EX | LOCK_NB) != 0 {
                 let other = (try? String(contentsOfFile: lockPath, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
                 throw CLIError.failure("vault \(vaultPath) is already mounted by another keychainfs daemon (pid \(other))")
@@ -270,12 +285,11 @@ struct Mount: ParsableCommand {
             try keychain.unlock(passphrase: passphrase)
         }
         let logPath = parsed.log ?? (KeychainPaths.stateDirectory() + "/daemon.log")
-        try FileManager.default.createDirectory(atPath: KeychainPaths.parent(of: logPath),
-                                                withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try makeDirectories(KeychainPaths.parent(of: logPath), mode: 0o700)
         var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
         // Close-on-exec: the daemon must hold only the ends dup2'ed to fds 3 and 4, or its own
         // copy of the write end would keep it waiting for the passphrase's EOF forever.
-        guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else { throw CLIError.failure("pipe: \(String(cString: strerror(errno)))") }
+        guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else { throw CLIError.system("pipe", Errno(rawValue: errno)) }
         for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
 
         var args = ["keychainfs", "mount", vaultPath, mountpoint, "-f", "--passphrase-fd", "3", "--ready-fd", "4"]
@@ -299,7 +313,7 @@ struct Mount: ParsableCommand {
         close(secretPipe[0]); close(readyPipe[1])
         guard rc == 0 else {
             close(secretPipe[1]); close(readyPipe[0])
-            throw CLIError.failure("cannot start the daemon: \(String(cString: strerror(rc)))")
+            throw CLIError.system("cannot start the daemon", Errno(rawValue: rc))
         }
         passphrase.withUnsafeBytes { _ = write(secretPipe[1], $0.baseAddress, $0.count) }
         close(secretPipe[1])
@@ -345,8 +359,9 @@ func controlSocket(of mountpoint: String) throws -> String {
     var buffer = [UInt8](repeating: 0, count: 4096)
     let n = buffer.withUnsafeMutableBytes { getxattr(path, KeychainFileSystem.controlXattr, $0.baseAddress, $0.count) }
     guard n > 0 else {
+        let cause = Errno(rawValue: errno)  // before isStale's statvfs overwrites errno
         if MountTable.isStale(path) { throw CLIError.failure("\(path) is a stale mount (its daemon died); run 'keychainfs unmount \(path)'") }
-        throw CLIError.failure("\(path): the daemon does not answer (\(String(cString: strerror(errno))))")
+        throw CLIError(message: "\(path): the daemon does not answer (\(cause))", exitCode: 1, cause: cause)
     }
     return String(decoding: buffer[0..<n], as: UTF8.self)
 }
@@ -356,7 +371,8 @@ func control(_ mountpoint: String, _ command: String, payload: SecureBytes? = ni
     let socket = try controlSocket(of: mountpoint)
     let reply: String
     do { reply = try ControlServer.request(socket: socket, command, payload: payload) } catch let e as FSError {
-        throw CLIError.failure("cannot reach the daemon of \(mountpoint) at \(socket): \(String(cString: strerror(e.errno)))")
+        // ControlServer (the FUSE face's module) reports a raw errno; it becomes an Errno here.
+        throw CLIError.system("cannot reach the daemon of \(mountpoint) at \(socket)", Errno(rawValue: e.errno))
     }
     if reply.hasPrefix("ok ") { return String(reply.dropFirst(3)) }
     let parts = reply.split(separator: " ", maxSplits: 2).map(String.init)

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Keychain
 import KeychainCrypto
+import SystemPackage
 
 struct KeychainfsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -50,6 +51,8 @@ do {
     fail(error.message, error.status.exitCode)
 } catch let error as CLIError {
     fail(error.message, error.exitCode)
+} catch let error as Errno {
+    fail(error.description, 1)
 } catch {
     let code = KeychainfsCommand.exitCode(for: error)
     if code == .success {
