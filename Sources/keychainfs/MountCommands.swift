@@ -6,72 +6,6 @@ import KeychainFS
 import CPlatform
 import SystemPackage
 
-/// Mount options from `-o`, as given on the command line, by mount(8) or by fstab.
-struct ParsedMountOptions {
-    var fuse = MountOptions()
-    var passphraseFile: String?
-    var log: String?
-    var audit: String?
-    var pinentry: String?
-    var presenceReuse: Double = 0
-    var presenceTimeout = 60
-
-    /// Options mount(8) and fstab pass that mean nothing to a FUSE filesystem of one user.
-    static let ignored: Set<String> = ["rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev",
-                                       "nofail", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "atime",
-                                       "noatime", "relatime", "async", "sync"]
-
-    init(_ groups: [String]) throws {
-        for group in groups {
-            for raw in group.split(separator: ",") {
-                let option = String(raw)
-                let (key, value): (String, String?) = {
-                    guard let eq = option.firstIndex(of: "=") else { return (option, nil) }
-                    return (String(option[..<eq]), String(option[option.index(after: eq)...]))
-                }()
-                switch key {
-                case "allow_other": fuse.allowOther = true
-                case "default_permissions": fuse.defaultPermissions = true
-                case "debug": fuse.debug = true
-                case "passphrase_file": passphraseFile = value
-                case "locked": fuse.startLocked = true
-                case "lock_after":
-                    guard let v = value.flatMap(Double.init), v >= 1 else {
-                        throw CLIError.usage("-o lock_after=SECONDS takes a number of seconds, at least 1")
-                    }
-                    fuse.lockAfter = v
-                case "log": log = value
-                case "audit": audit = value
-                case "pinentry": pinentry = value
-                case "presence_reuse":
-                    guard let v = value.flatMap(Double.init), v >= 0, v <= 300 else {
-                        throw CLIError.usage("-o presence_reuse=SECONDS takes 0 to 300 seconds")
-                    }
-                    presenceReuse = v
-                case "presence_timeout":
-                    guard let v = value.flatMap(Int.init), v >= 1, v <= 600 else {
-                        throw CLIError.usage("-o presence_timeout=SECONDS takes 1 to 600 seconds")
-                    }
-                    presenceTimeout = v
-                case "cache":
-                    guard let v = value.flatMap(Double.init), v >= 0, v <= 60 else {
-                        throw CLIError.usage("-o cache=SECONDS takes a number from 0 to 60")
-                    }
-                    fuse.cacheSeconds = v
-                case "ro":
-                    throw CLIError.usage("-o ro is not supported: a keychain mount is read-write")
-                case _ where Self.ignored.contains(key): continue
-                default:
-                    throw CLIError.usage("unknown mount option '\(option)'; known: allow_other, default_permissions, cache=SECONDS, lock_after=SECONDS, locked, pinentry=PATH, presence_reuse=SECONDS, presence_timeout=SECONDS, passphrase_file=PATH, log=PATH, audit=PATH, debug")
-                }
-            }
-        }
-        if fuse.allowOther && !fuse.defaultPermissions {
-            throw CLIError.usage("-o allow_other needs -o default_permissions too: without it, other users could read the secrets")
-        }
-    }
-}
-
 /// /proc/self/mountinfo, for telling live, stale and absent mounts apart.
 enum MountTable {
     struct Entry { let mountpoint: String; let fstype: String }
@@ -153,12 +87,19 @@ func absolutePath(_ path: String) -> String {
 struct Mount: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Mount a vault as a directory.",
-        discussion: "keychainfs mount [VAULT] MOUNTPOINT. Without -f the daemon goes to the background once the mount is live, logging to $XDG_STATE_HOME/keychainfs/daemon.log.")
+        usage: "keychainfs mount [options] [vault] mountpoint [-f] [-o option[,option...]]",
+        discussion: """
+            keychainfs mount [VAULT] MOUNTPOINT. Without -f the daemon goes to the background once the mount \
+            is live, logging to $XDG_STATE_HOME/keychainfs/daemon.log.
+
+            \(MountOption.helpText)
+            """)
     @OptionGroup var vault: VaultOptions
-    @Argument(help: "[VAULT] MOUNTPOINT") var paths: [String]
+    @Argument(help: ArgumentHelp("The vault (else --vault or the default) and the mountpoint.", valueName: "[vault] mountpoint"))
+    var paths: [String]
     @Flag(name: .customShort("f"), help: "Stay in the foreground.")
     var foreground = false
-    @Option(name: .customShort("o"), help: "Mount options, comma-separated.")
+    @Option(name: .customShort("o"), help: ArgumentHelp("Mount options, comma-separated (the table above); may be repeated.", valueName: "options"))
     var options: [String] = []
     @Option(name: .long, help: .hidden) var readyFd: Int32?
 
@@ -340,7 +281,7 @@ struct Mount: ParsableCommand {
 
 struct Unmount: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Unmount a keychainfs mount (a stale one too).")
-    @Argument(help: "The mountpoint.") var mountpoint: String
+    @Argument(help: ArgumentHelp("The mountpoint.", valueName: "mountpoint")) var mountpoint: String
 
     func run() throws {
         let path = absolutePath(mountpoint)
