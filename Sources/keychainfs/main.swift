@@ -40,8 +40,9 @@ let arguments = CommandLine.arguments.dropFirst().flatMap { arg -> [String] in
 /// such a line with the parent's help and exit 0 if it also holds `--help`.
 func namesUnknownCommand(_ arguments: [String]) -> Bool {
     var command: any ParsableCommand.Type = KeychainfsCommand.self
-    // `keychainfs help access-group nosuch` too.
-    for word in arguments.first == "help" ? Array(arguments.dropFirst()) : arguments {
+    for word in arguments {
+        // `keychainfs --help nosuch` and `keychainfs help access-group nosuch` too.
+        if word == "--help" || word == "-h" || (command == KeychainfsCommand.self && word == "help") { continue }
         if word.hasPrefix("-") { return false }
         let subcommands = command.configuration.subcommands
         if subcommands.isEmpty { return false }

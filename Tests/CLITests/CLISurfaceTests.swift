@@ -13,7 +13,7 @@ struct CLISurfaceTests {
     static func documentedMountOptions() throws -> [(syntax: String, help: String)] {
         let text = try String(contentsOf: repositoryRoot.appendingPathComponent("docs/cli.md"), encoding: .utf8)
         let section = try #require(text.range(of: "\n## mount\n"), "docs/cli.md has no '## mount' section")
-        let body = text[section.upperBound...].prefix { _ in true }
+        let body = text[section.upperBound...]
         let end = body.range(of: "\n## ")?.lowerBound ?? body.endIndex
         return body[..<end].split(separator: "\n").compactMap { line -> (String, String)? in
             guard line.hasPrefix("| `") else { return nil }
@@ -92,8 +92,8 @@ struct CLISurfaceTests {
     @Test("an unknown command is a usage error, with --help too")
     func unknownCommand() throws {
         let box = try Sandbox()
-        for args in [["nosuchcommand"], ["nosuchcommand", "--help"], ["nosuchcommand", "-h"],
-                     ["access-group", "nosuch", "--help"]] {
+        for args in [["nosuchcommand"], ["nosuchcommand", "--help"], ["nosuchcommand", "-h"], ["--help", "nosuchcommand"],
+                     ["help", "nosuchcommand"], ["access-group", "nosuch", "--help"]] {
             let r = try box.run(args)
             #expect(r.status == 2, "\(args): \(r.status) \(r.stderr)")
         }
