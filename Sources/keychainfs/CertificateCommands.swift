@@ -180,7 +180,7 @@ struct Export: ParsableCommand {
         abstract: "Export certificates, keys or identities as a PEM bundle on stdout or to a file (mode 0600).")
     enum ItemType: String, ExpressibleByArgument, CaseIterable { case certs, privKeys, identities, all }
     @OptionGroup var vault: VaultOptions
-    @Option(name: .customShort("t"), help: ArgumentHelp("What to export: certs, privKeys, identities or all.", valueName: "type")) var type: ItemType = .all
+    @Option(name: .customShort("t"), help: ArgumentHelp("What to export.", valueName: "type")) var type: ItemType = .all
     @Option(name: .customShort("o"), help: ArgumentHelp("Output file, created 0600 (default: stdout).", valueName: "outfile")) var output: String?
     @Option(name: .customShort("l"), help: ArgumentHelp("Only items whose label contains this string.", valueName: "name")) var name: String?
 

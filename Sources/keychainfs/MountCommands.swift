@@ -41,7 +41,7 @@ enum MountTable {
         // statvfs, not stat: the kernel answers stat from its attribute cache for up to a
         // second after the daemon died; statfs always asks the (dead) connection.
         var st = statvfs()
-        return statvfs(path, &st) != 0 && errno == ENOTCONN
+        return statvfs(path, &st) != 0 && Errno(rawValue: errno) == .socketNotConnected
     }
 
     static func fusermount(_ args: [String]) -> Int32 {
