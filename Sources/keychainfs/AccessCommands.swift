@@ -12,8 +12,8 @@ struct AccessGroup: ParsableCommand {
     struct Add: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Put executables in an access group.")
         @OptionGroup var vault: VaultOptions
-        @Argument(help: "The group.") var group: String
-        @Argument(help: "Executables (resolved to absolute paths).") var executables: [String]
+        @Argument(help: ArgumentHelp("The group.", valueName: "group")) var group: String
+        @Argument(help: ArgumentHelp("Executables (resolved to absolute paths).", valueName: "executable")) var executables: [String]
 
         func validate() throws {
             if executables.isEmpty { throw ValidationError("name at least one executable") }
@@ -35,8 +35,8 @@ struct AccessGroup: ParsableCommand {
     struct Remove: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Take executables (or, with none named, the whole group) out of the policy.")
         @OptionGroup var vault: VaultOptions
-        @Argument(help: "The group.") var group: String
-        @Argument(help: "Executables; none: the whole group.") var executables: [String] = []
+        @Argument(help: ArgumentHelp("The group.", valueName: "group")) var group: String
+        @Argument(help: ArgumentHelp("Executables; none: the whole group.", valueName: "executable")) var executables: [String] = []
 
         func run() throws {
             let keychain = try Keychain.open(at: vault.path)
@@ -85,8 +85,8 @@ func resolveExecutable(_ path: String) throws -> String {
 struct AuditLogCommand: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "log",
         abstract: "Show the audit log: one line per access decision of the mounted keychains.")
-    @Option(name: .customShort("n"), help: "Only the last N lines.") var lines: Int?
-    @Option(name: .long, help: "The log file (default: $XDG_STATE_HOME/keychainfs/audit.log).") var file: String?
+    @Option(name: .customShort("n"), help: ArgumentHelp("Only the last N lines.", valueName: "lines")) var lines: Int?
+    @Option(name: .long, help: ArgumentHelp("The log file (default: $XDG_STATE_HOME/keychainfs/audit.log).", valueName: "path")) var file: String?
 
     func run() throws {
         let path = file ?? (KeychainPaths.stateDirectory() + "/audit.log")

@@ -2,12 +2,13 @@ import ArgumentParser
 import Foundation
 import Keychain
 import KeychainCrypto
+import SystemPackage
 
 /// Reads a file given on the command line (certificates, keys: not secrets on argv).
 func readInputFile(_ path: String) throws -> [UInt8] {
     if path == "-" { return try SecretInput.readAll(fd: 0, limit: Keychain.maxDataSize, what: "standard input") }
     let fd = open(path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { throw CLIError.failure("cannot open \(path): \(String(cString: strerror(errno)))") }
+    guard fd >= 0 else { throw CLIError.system("cannot open \(path)", Errno(rawValue: errno)) }
     defer { close(fd) }
     return try SecretInput.readAll(fd: fd, limit: Keychain.maxDataSize, what: path)
 }
@@ -21,9 +22,9 @@ struct AddCertificates: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "add-certificates",
         abstract: "Add certificates from PEM or DER files (every CERTIFICATE block of a PEM bundle).")
     @OptionGroup var vault: VaultOptions
-    @Option(name: .customShort("l"), help: "Label (default: the subject's common name). Only with one certificate.")
+    @Option(name: .customShort("l"), help: ArgumentHelp("Label (default: the subject's common name). Only with one certificate.", valueName: "label"))
     var label: String?
-    @Argument(help: "Certificate files (PEM or DER); - for standard input.") var files: [String]
+    @Argument(help: ArgumentHelp("Certificate files (PEM or DER); - for standard input.", valueName: "file")) var files: [String]
 
     func validate() throws { if files.isEmpty { throw ValidationError("give at least one certificate file") } }
 
@@ -55,7 +56,7 @@ struct FindCertificate: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "find-certificate",
         abstract: "Find certificates (by label / common name substring) and print them.")
     @OptionGroup var vault: VaultOptions
-    @Option(name: .customShort("c"), help: "Match certificates whose label contains this string.") var name: String?
+    @Option(name: .customShort("c"), help: ArgumentHelp("Match certificates whose label contains this string.", valueName: "name")) var name: String?
     @Flag(name: .customShort("a"), help: "All matches, not only the first.") var all = false
     @Flag(name: .customShort("p"), help: "Print as PEM.") var pem = false
     @Flag(name: .customShort("Z"), help: "Print the SHA-1 hash of each certificate.") var sha1 = false
@@ -89,7 +90,7 @@ struct FindIdentity: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "find-identity",
         abstract: "List identities: certificates that have their private key in the vault.")
     @OptionGroup var vault: VaultOptions
-    @Option(name: .customShort("s"), help: "Match identities whose label contains this string.") var name: String?
+    @Option(name: .customShort("s"), help: ArgumentHelp("Match identities whose label contains this string.", valueName: "name")) var name: String?
 
     func run() throws {
         let keychain = try vault.openUnlocked()
@@ -109,8 +110,8 @@ struct Import: ParsableCommand {
         abstract: "Import certificates and private keys from a PEM bundle (or one DER certificate).",
         discussion: "Each CERTIFICATE block becomes a certificate item; each private key block (PRIVATE KEY, RSA/EC PRIVATE KEY, OPENSSH PRIVATE KEY) a key item labelled after the file (and its index when there are several). .p12/.pfx files are read through the system's openssl.")
     @OptionGroup var vault: VaultOptions
-    @Argument(help: "The file to import; - for standard input.") var file: String
-    @Option(name: .customShort("l"), help: "Label for the imported key(s) (default: the file name).") var label: String?
+    @Argument(help: ArgumentHelp("The file to import; - for standard input.", valueName: "inputfile")) var file: String
+    @Option(name: .customShort("l"), help: ArgumentHelp("Label for the imported key(s) (default: the file name).", valueName: "label")) var label: String?
     @Option(name: .long, help: ArgumentHelp("PKCS#12 (.p12/.pfx): read its password from this file (else a prompt; empty for none).", valueName: "path"))
     var p12PassphraseFile: String?
 
@@ -179,9 +180,9 @@ struct Export: ParsableCommand {
         abstract: "Export certificates, keys or identities as a PEM bundle on stdout or to a file (mode 0600).")
     enum ItemType: String, ExpressibleByArgument, CaseIterable { case certs, privKeys, identities, all }
     @OptionGroup var vault: VaultOptions
-    @Option(name: .customShort("t"), help: "certs, privKeys, identities or all (default: all).") var type: ItemType = .all
-    @Option(name: .customShort("o"), help: "Output file (default: stdout).") var output: String?
-    @Option(name: .customShort("l"), help: "Only items whose label contains this string.") var name: String?
+    @Option(name: .customShort("t"), help: ArgumentHelp("What to export.", valueName: "type")) var type: ItemType = .all
+    @Option(name: .customShort("o"), help: ArgumentHelp("Output file, created 0600 (default: stdout).", valueName: "outfile")) var output: String?
+    @Option(name: .customShort("l"), help: ArgumentHelp("Only items whose label contains this string.", valueName: "name")) var name: String?
 
     func run() throws {
         let keychain = try vault.openUnlocked()
@@ -216,13 +217,16 @@ struct Export: ParsableCommand {
 func writePrivateFile(_ path: String, _ bytes: [UInt8]) throws {
     let temp = KeychainPaths.parent(of: path) + "/.keychainfs-export-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
     let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-    guard fd >= 0 else { throw CLIError.failure("cannot create \(path): \(String(cString: strerror(errno)))") }
+    guard fd >= 0 else { throw CLIError.system("cannot create \(path)", Errno(rawValue: errno)) }
+    // Each step's errno is taken at once: a later call may overwrite it.
+    var failure: Errno?
     let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-    let synced = fsync(fd) == 0 && fchmod(fd, 0o600) == 0
+    if written < 0 { failure = Errno(rawValue: errno) } else if written != bytes.count { failure = .noSpace }
+    if failure == nil, fsync(fd) != 0 || fchmod(fd, 0o600) != 0 { failure = Errno(rawValue: errno) }
     close(fd)
-    guard written == bytes.count, synced, rename(temp, path) == 0 else {
-        let e = errno
+    if failure == nil, rename(temp, path) != 0 { failure = Errno(rawValue: errno) }
+    if let failure {
         unlink(temp)
-        throw CLIError.failure("cannot write \(path): \(String(cString: strerror(e)))")
+        throw CLIError.system("cannot write \(path)", failure)
     }
 }

@@ -2,14 +2,21 @@ import Foundation
 import Keychain
 import KeychainCrypto
 import CPlatform
+import SystemPackage
 
 /// A CLI failure that is not a keychain status: bad usage (exit 2) or an environment
 /// problem (exit 1). Messages never contain secrets.
 struct CLIError: Error {
     let message: String
     let exitCode: Int32
+    /// The POSIX failure behind it, if a system call failed.
+    var cause: Errno? = nil
     static func usage(_ m: String) -> CLIError { CLIError(message: m, exitCode: 2) }
     static func failure(_ m: String) -> CLIError { CLIError(message: m, exitCode: 1) }
+    /// A failed system call: "WHAT: <the errno's description>", exit 1.
+    static func system(_ what: String, _ cause: Errno) -> CLIError {
+        CLIError(message: "\(what): \(cause)", exitCode: 1, cause: cause)
+    }
 }
 
 /// Reading passphrases and secrets without ever putting them on argv or in the environment.
@@ -22,9 +29,10 @@ enum SecretInput {
         while true {
             let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n < 0 {
-                if errno == EINTR { continue }
+                let cause = Errno(rawValue: errno)
+                if cause == .interrupted { continue }
                 Sodium.wipe(&out)
-                throw CLIError.failure("cannot read \(what): \(String(cString: strerror(errno)))")
+                throw CLIError.system("cannot read \(what)", cause)
             }
             if n == 0 { return out }
             out.append(contentsOf: chunk[0..<n])
@@ -82,7 +90,7 @@ struct PassphraseSource {
         var bytes: [UInt8]
         if let file {
             let fd = open(file, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw CLIError.failure("cannot open passphrase file \(file): \(String(cString: strerror(errno)))") }
+            guard fd >= 0 else { throw CLIError.system("cannot open passphrase file \(file)", Errno(rawValue: errno)) }
             defer { close(fd) }
             bytes = try SecretInput.readAll(fd: fd, limit: 4096, what: "passphrase file \(file)")
             SecretInput.chomp(&bytes)

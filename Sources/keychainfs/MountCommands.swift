@@ -7,72 +7,6 @@ import KeychainAccess
 import KeychainFS
 import CPlatform
 
-/// Mount options from `-o`, as given on the command line, by mount(8) or by fstab.
-struct ParsedMountOptions {
-    var fuse = MountOptions()
-    var passphraseFile: String?
-    var log: String?
-    var audit: String?
-    var pinentry: String?
-    var presenceReuse: Double = 0
-    var presenceTimeout = 60
-
-    /// Options mount(8) and fstab pass that mean nothing to a FUSE filesystem of one user.
-    static let ignored: Set<String> = ["rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev",
-                                       "nofail", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "atime",
-                                       "noatime", "relatime", "async", "sync"]
-
-    init(_ groups: [String]) throws {
-        for group in groups {
-            for raw in group.split(separator: ",") {
-                let option = String(raw)
-                let (key, value): (String, String?) = {
-                    guard let eq = option.firstIndex(of: "=") else { return (option, nil) }
-                    return (String(option[..<eq]), String(option[option.index(after: eq)...]))
-                }()
-                switch key {
-                case "allow_other": fuse.allowOther = true
-                case "default_permissions": fuse.defaultPermissions = true
-                case "debug": fuse.debug = true
-                case "passphrase_file": passphraseFile = value
-                case "locked": fuse.startLocked = true
-                case "lock_after":
-                    guard let v = value.flatMap(Double.init), v >= 1 else {
-                        throw CLIError.usage("-o lock_after=SECONDS takes a number of seconds, at least 1")
-                    }
-                    fuse.lockAfter = v
-                case "log": log = value
-                case "audit": audit = value
-                case "pinentry": pinentry = value
-                case "presence_reuse":
-                    guard let v = value.flatMap(Double.init), v >= 0, v <= 300 else {
-                        throw CLIError.usage("-o presence_reuse=SECONDS takes 0 to 300 seconds")
-                    }
-                    presenceReuse = v
-                case "presence_timeout":
-                    guard let v = value.flatMap(Int.init), v >= 1, v <= 600 else {
-                        throw CLIError.usage("-o presence_timeout=SECONDS takes 1 to 600 seconds")
-                    }
-                    presenceTimeout = v
-                case "cache":
-                    guard let v = value.flatMap(Double.init), v >= 0, v <= 60 else {
-                        throw CLIError.usage("-o cache=SECONDS takes a number from 0 to 60")
-                    }
-                    fuse.cacheSeconds = v
-                case "ro":
-                    throw CLIError.usage("-o ro is not supported: a keychain mount is read-write")
-                case _ where Self.ignored.contains(key): continue
-                default:
-                    throw CLIError.usage("unknown mount option '\(option)'; known: allow_other, default_permissions, cache=SECONDS, lock_after=SECONDS, locked, pinentry=PATH, presence_reuse=SECONDS, presence_timeout=SECONDS, passphrase_file=PATH, log=PATH, audit=PATH, debug")
-                }
-            }
-        }
-        if fuse.allowOther && !fuse.defaultPermissions {
-            throw CLIError.usage("-o allow_other needs -o default_permissions too: without it, other users could read the secrets")
-        }
-    }
-}
-
 /// /proc/self/mountinfo, for telling live, stale and absent mounts apart.
 enum MountTable {
     struct Entry { let mountpoint: String; let fstype: String }
@@ -108,7 +42,7 @@ enum MountTable {
         // statvfs, not stat: the kernel answers stat from its attribute cache for up to a
         // second after the daemon died; statfs always asks the (dead) connection.
         var st = statvfs()
-        return statvfs(path, &st) != 0 && errno == ENOTCONN
+        return statvfs(path, &st) != 0 && Errno(rawValue: errno) == .socketNotConnected
     }
 
     static func fusermount(_ args: [String]) -> Int32 {
@@ -120,6 +54,20 @@ enum MountTable {
         do { try p.run() } catch { return 127 }
         p.waitUntilExit()
         return p.terminationStatus
+    }
+}
+
+/// `mkdir -p`: creates `path` and any missing parents with `mode` (less the umask).
+func makeDirectories(_ path: String, mode: mode_t) throws {
+    var current = path.hasPrefix("/") ? "" : "."
+    for part in path.split(separator: "/") {
+        current += "/" + part
+        guard mkdir(current, mode) != 0 else { continue }
+        let cause = Errno(rawValue: errno)
+        var st = stat()
+        // EEXIST, or EROFS/EACCES for a directory that exists on a read-only or closed parent.
+        if stat(current, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR { continue }
+        throw CLIError.system("cannot create directory \(current)", cause)
     }
 }
 
@@ -140,12 +88,19 @@ func absolutePath(_ path: String) -> String {
 struct Mount: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Mount a vault as a directory.",
-        discussion: "keychainfs mount [VAULT] MOUNTPOINT. Without -f the daemon goes to the background once the mount is live, logging to $XDG_STATE_HOME/keychainfs/daemon.log.")
+        usage: "keychainfs mount [options] [vault] mountpoint [-f] [-o option[,option...]]",
+        discussion: """
+            keychainfs mount [VAULT] MOUNTPOINT. Without -f the daemon goes to the background once the mount \
+            is live, logging to $XDG_STATE_HOME/keychainfs/daemon.log.
+
+            \(MountOption.helpText)
+            """)
     @OptionGroup var vault: VaultOptions
-    @Argument(help: "[VAULT] MOUNTPOINT") var paths: [String]
+    @Argument(help: ArgumentHelp("The vault (else --vault or the default) and the mountpoint.", valueName: "[vault] mountpoint"))
+    var paths: [String]
     @Flag(name: .customShort("f"), help: "Stay in the foreground.")
     var foreground = false
-    @Option(name: .customShort("o"), help: "Mount options, comma-separated.")
+    @Option(name: .customShort("o"), help: ArgumentHelp("Mount options, comma-separated (the table above); may be repeated.", valueName: "options"))
     var options: [String] = []
     @Option(name: .long, help: .hidden) var readyFd: Int32?
 
@@ -199,7 +154,7 @@ struct Mount: ParsableCommand {
             // One daemon per vault: a second would serve stale views of the same items.
             let lockPath = vaultPath + ".lock"
             let lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-            guard lockFD >= 0 else { throw CLIError.failure("cannot open \(lockPath): \(String(cString: strerror(errno)))") }
+            guard lockFD >= 0 else { throw CLIError.system("cannot open \(lockPath)", Errno(rawValue: errno)) }
             if flock(lockFD, LOCK_EX | LOCK_NB) != 0 {
                 let other = (try? String(contentsOfFile: lockPath, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
                 throw CLIError.failure("vault \(vaultPath) is already mounted by another keychainfs daemon (pid \(other))")
@@ -272,12 +227,11 @@ struct Mount: ParsableCommand {
             try keychain.unlock(passphrase: passphrase)
         }
         let logPath = parsed.log ?? (KeychainPaths.stateDirectory() + "/daemon.log")
-        try FileManager.default.createDirectory(atPath: KeychainPaths.parent(of: logPath),
-                                                withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try makeDirectories(KeychainPaths.parent(of: logPath), mode: 0o700)
         var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
         // Close-on-exec: the daemon must hold only the ends dup2'ed to fds 3 and 4, or its own
         // copy of the write end would keep it waiting for the passphrase's EOF forever.
-        guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else { throw CLIError.failure("pipe: \(String(cString: strerror(errno)))") }
+        guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else { throw CLIError.system("pipe", Errno(rawValue: errno)) }
         for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
 
         var args = ["keychainfs", "mount", vaultPath, mountpoint, "-f", "--passphrase-fd", "3", "--ready-fd", "4"]
@@ -301,7 +255,7 @@ struct Mount: ParsableCommand {
         close(secretPipe[0]); close(readyPipe[1])
         guard rc == 0 else {
             close(secretPipe[1]); close(readyPipe[0])
-            throw CLIError.failure("cannot start the daemon: \(String(cString: strerror(rc)))")
+            throw CLIError.system("cannot start the daemon", Errno(rawValue: rc))
         }
         passphrase.withUnsafeBytes { _ = write(secretPipe[1], $0.baseAddress, $0.count) }
         close(secretPipe[1])
@@ -328,7 +282,7 @@ struct Mount: ParsableCommand {
 
 struct Unmount: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Unmount a keychainfs mount (a stale one too).")
-    @Argument(help: "The mountpoint.") var mountpoint: String
+    @Argument(help: ArgumentHelp("The mountpoint.", valueName: "mountpoint")) var mountpoint: String
 
     func run() throws {
         let path = absolutePath(mountpoint)
@@ -347,8 +301,9 @@ func controlSocket(of mountpoint: String) throws -> String {
     var buffer = [UInt8](repeating: 0, count: 4096)
     let n = buffer.withUnsafeMutableBytes { getxattr(path, KeychainFileSystem.controlXattr, $0.baseAddress, $0.count) }
     guard n > 0 else {
+        let cause = Errno(rawValue: errno)  // before isStale's statvfs overwrites errno
         if MountTable.isStale(path) { throw CLIError.failure("\(path) is a stale mount (its daemon died); run 'keychainfs unmount \(path)'") }
-        throw CLIError.failure("\(path): the daemon does not answer (\(String(cString: strerror(errno))))")
+        throw CLIError(message: "\(path): the daemon does not answer (\(cause))", exitCode: 1, cause: cause)
     }
     return String(decoding: buffer[0..<n], as: UTF8.self)
 }
@@ -358,7 +313,7 @@ func control(_ mountpoint: String, _ command: String, payload: SecureBytes? = ni
     let socket = try controlSocket(of: mountpoint)
     let reply: String
     do { reply = try ControlServer.request(socket: socket, command, payload: payload) } catch let e as Errno {
-        throw CLIError.failure("cannot reach the daemon of \(mountpoint) at \(socket): \(e)")
+        throw CLIError.system("cannot reach the daemon of \(mountpoint) at \(socket)", e)
     }
     if reply.hasPrefix("ok ") { return String(reply.dropFirst(3)) }
     let parts = reply.split(separator: " ", maxSplits: 2).map(String.init)

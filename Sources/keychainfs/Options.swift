@@ -5,7 +5,7 @@ import KeychainCrypto
 
 /// Which vault and how to unlock it; shared by every command that opens a vault.
 struct VaultOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("The vault file.", discussion: "Default: $KEYCHAINFS_VAULT, else $XDG_DATA_HOME/keychainfs/default.vault.", valueName: "path"))
+    @Option(name: .long, help: ArgumentHelp("The vault file (default: $KEYCHAINFS_VAULT, else $XDG_DATA_HOME/keychainfs/default.vault).", valueName: "vault"))
     var vault: String?
 
     @Option(name: .long, help: ArgumentHelp("Read the passphrase from this file (one trailing newline is ignored).", valueName: "path"))
@@ -37,19 +37,19 @@ struct VaultOptions: ParsableArguments {
 
 /// Options common to adding, finding and deleting passwords.
 struct CommonItemOptions: ParsableArguments {
-    @Option(name: .customShort("a"), help: "Account name.")
+    @Option(name: .customShort("a"), help: ArgumentHelp("Account name.", valueName: "account"))
     var account: String?
-    @Option(name: .customShort("l"), help: "Label.")
+    @Option(name: .customShort("l"), help: ArgumentHelp("Label.", valueName: "label"))
     var label: String?
-    @Option(name: .customShort("j"), help: "Comment.")
+    @Option(name: .customShort("j"), help: ArgumentHelp("Comment string.", valueName: "comment"))
     var comment: String?
-    @Option(name: .customShort("D"), help: "Kind (kSecAttrDescription).")
+    @Option(name: .customShort("D"), help: ArgumentHelp("Kind (kSecAttrDescription).", valueName: "kind"))
     var kind: String?
-    @Option(name: .customShort("c"), help: "Creator (a four-character code or a number).")
+    @Option(name: .customShort("c"), help: ArgumentHelp("Creator (a four-character code or a number).", valueName: "creator"))
     var creator: String?
-    @Option(name: .customShort("C"), help: "Type (a four-character code or a number).")
+    @Option(name: .customShort("C"), help: ArgumentHelp("Type (a four-character code or a number).", valueName: "type"))
     var type: String?
-    @Option(name: .long, help: "Access group (default: the caller's first group).")
+    @Option(name: .long, help: ArgumentHelp("Access group (default: the caller's first group).", valueName: "group"))
     var accessGroup: String?
 
     func attributes(_ itemClass: ItemClass) throws -> Attributes {

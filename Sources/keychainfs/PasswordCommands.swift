@@ -10,10 +10,10 @@ protocol PasswordClass {
 }
 
 struct GenericPasswordOptions: ParsableArguments {
-    @Option(name: .customShort("s"), help: "Service name.")
+    @Option(name: .customShort("s"), help: ArgumentHelp("Service name.", valueName: "service"))
     var service: String?
     @OptionGroup var common: CommonItemOptions
-    @Option(name: .customShort("G"), help: "Generic attribute value (raw bytes).")
+    @Option(name: .customShort("G"), help: ArgumentHelp("Generic attribute value (raw bytes).", valueName: "generic"))
     var generic: String?
 
     func attributes() throws -> Attributes {
@@ -25,18 +25,18 @@ struct GenericPasswordOptions: ParsableArguments {
 }
 
 struct InternetPasswordOptions: ParsableArguments {
-    @Option(name: .customShort("s"), help: "Server name.")
+    @Option(name: .customShort("s"), help: ArgumentHelp("Server name.", valueName: "server"))
     var server: String?
     @OptionGroup var common: CommonItemOptions
-    @Option(name: .customShort("r"), help: "Protocol: a name (https) or a four-character code (htps).")
+    @Option(name: .customShort("r"), help: ArgumentHelp("Protocol: a name (https) or a four-character code (htps).", valueName: "protocol"))
     var `protocol`: String?
-    @Option(name: .customShort("P"), help: "Port number.")
+    @Option(name: .customShort("P"), help: ArgumentHelp("Port number.", valueName: "port"))
     var port: String?
-    @Option(name: .customShort("p"), help: "Path.")
+    @Option(name: .customShort("p"), help: ArgumentHelp("Path string.", valueName: "path"))
     var path: String?
-    @Option(name: .customShort("d"), help: "Security domain.")
+    @Option(name: .customShort("d"), help: ArgumentHelp("Security domain string.", valueName: "domain"))
     var securityDomain: String?
-    @Option(name: .customShort("t"), help: "Authentication type (four-character code, e.g. dflt, form).")
+    @Option(name: .customShort("t"), help: ArgumentHelp("Authentication type (four-character code, e.g. dflt, form).", valueName: "authType"))
     var authenticationType: String?
 
     func attributes() throws -> Attributes {
@@ -72,7 +72,8 @@ func addPassword(_ vault: VaultOptions, _ itemClass: ItemClass, attributes given
 
 struct AddGenericPassword: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "add-generic-password",
-        abstract: "Add a generic password item (the secret from stdin unless -w is given).")
+        abstract: "Add a generic password item (the secret from stdin unless -w is given).",
+        usage: "keychainfs add-generic-password [-a account] [-s service] [-w password] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: GenericPasswordOptions
     @OptionGroup var add: AddOptions
@@ -84,7 +85,8 @@ struct AddGenericPassword: ParsableCommand {
 
 struct AddInternetPassword: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "add-internet-password",
-        abstract: "Add an internet password item (the secret from stdin unless -w is given).")
+        abstract: "Add an internet password item (the secret from stdin unless -w is given).",
+        usage: "keychainfs add-internet-password [-a account] [-s server] [-w password] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: InternetPasswordOptions
     @OptionGroup var add: AddOptions
@@ -117,7 +119,8 @@ func findPassword(_ keychain: Keychain, _ itemClass: ItemClass, attributes: Attr
 
 struct FindGenericPassword: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "find-generic-password",
-        abstract: "Find a generic password item and print its attributes (or, with -w, only its secret).")
+        abstract: "Find a generic password item and print its attributes (or, with -w, only its secret).",
+        usage: "keychainfs find-generic-password [-a account] [-s service] [options...] [-g | -w]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: GenericPasswordOptions
     @OptionGroup var find: FindOptions
@@ -130,7 +133,8 @@ struct FindGenericPassword: ParsableCommand {
 
 struct FindInternetPassword: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "find-internet-password",
-        abstract: "Find an internet password item and print its attributes (or, with -w, only its secret).")
+        abstract: "Find an internet password item and print its attributes (or, with -w, only its secret).",
+        usage: "keychainfs find-internet-password [-a account] [-s server] [options...] [-g | -w]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: InternetPasswordOptions
     @OptionGroup var find: FindOptions
@@ -152,7 +156,8 @@ func deletePassword(_ keychain: Keychain, _ itemClass: ItemClass, attributes: At
 
 struct DeleteGenericPassword: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "delete-generic-password",
-        abstract: "Delete a generic password item.")
+        abstract: "Delete a generic password item.",
+        usage: "keychainfs delete-generic-password [-a account] [-s service] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: GenericPasswordOptions
 
@@ -164,7 +169,8 @@ struct DeleteGenericPassword: ParsableCommand {
 
 struct DeleteInternetPassword: ParsableCommand {
     static let configuration = CommandConfiguration(commandName: "delete-internet-password",
-        abstract: "Delete an internet password item.")
+        abstract: "Delete an internet password item.",
+        usage: "keychainfs delete-internet-password [-a account] [-s server] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: InternetPasswordOptions
 

@@ -17,7 +17,7 @@ enum KDFProfile: String, ExpressibleByArgument, CaseIterable {
 struct Init: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Create a new, empty vault.")
     @OptionGroup var vault: VaultOptions
-    @Option(name: .long, help: "Argon2id cost: interactive, moderate (default) or sensitive.")
+    @Option(name: .long, help: ArgumentHelp("Argon2id cost.", valueName: "profile"))
     var kdf: KDFProfile = .moderate
 
     func run() throws {
@@ -34,7 +34,7 @@ struct Passwd: ParsableCommand {
     var newPassphraseFile: String?
     @Option(name: .long, help: ArgumentHelp("Read the new passphrase from this descriptor.", valueName: "fd"))
     var newPassphraseFd: Int32?
-    @Option(name: .long, help: "New Argon2id cost (default: keep the current one).")
+    @Option(name: .long, help: ArgumentHelp("New Argon2id cost (default: keep the current one).", valueName: "profile"))
     var kdf: KDFProfile?
 
     func run() throws {

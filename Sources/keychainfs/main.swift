@@ -2,12 +2,14 @@ import ArgumentParser
 import Foundation
 import Keychain
 import KeychainCrypto
+import SystemPackage
 
 struct KeychainfsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "keychainfs",
         abstract: "An encrypted keychain with Apple's Keychain Services semantics, mountable as a directory.",
         discussion: "Exit codes: 0 ok, 44 item not found, 45 duplicate item, 2 usage, 1 any other failure.",
+        version: "keychainfs \(keychainfsVersion)",
         subcommands: [Init.self, Passwd.self,
                       AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self,
                       AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
@@ -33,6 +35,25 @@ let arguments = CommandLine.arguments.dropFirst().flatMap { arg -> [String] in
     arg.hasPrefix("-w") && arg.count > 2 && !arg.hasPrefix("--") ? ["-w", String(arg.dropFirst(2))] : [arg]
 }
 
+/// Whether the leading words of `arguments` try to name a command that does not exist
+/// (`keychainfs nosuchcommand`, `keychainfs access-group nosuch`). ArgumentParser would answer
+/// such a line with the parent's help and exit 0 if it also holds `--help`.
+func namesUnknownCommand(_ arguments: [String]) -> Bool {
+    var command: any ParsableCommand.Type = KeychainfsCommand.self
+    for word in arguments {
+        // `keychainfs --help nosuch` and `keychainfs help access-group nosuch` too.
+        if word == "--help" || word == "-h" || (command == KeychainfsCommand.self && word == "help") { continue }
+        if word.hasPrefix("-") { return false }
+        let subcommands = command.configuration.subcommands
+        if subcommands.isEmpty { return false }
+        guard let next = subcommands.first(where: { $0._commandName == word || $0.configuration.aliases.contains(word) }) else {
+            return true
+        }
+        command = next
+    }
+    return false
+}
+
 /// Usage messages quote offending arguments; an argument that is not an option may be a
 /// secret typed in the wrong place, so it is never repeated back.
 func redacted(_ message: String, _ arguments: [String]) -> String {
@@ -44,12 +65,21 @@ func redacted(_ message: String, _ arguments: [String]) -> String {
 }
 
 do {
-    var command = try KeychainfsCommand.parseAsRoot(arguments)
+    // An unknown command is a usage error even with --help or `help`: drop those and let the
+    // parser report it (exit 2) as it does without them.
+    var parsed = arguments
+    if namesUnknownCommand(arguments) {
+        parsed.removeAll { $0 == "--help" || $0 == "-h" }
+        if parsed.first == "help" { parsed.removeFirst() }
+    }
+    var command = try KeychainfsCommand.parseAsRoot(parsed)
     try command.run()
 } catch let error as KeychainError {
     fail(error.message, error.status.exitCode)
 } catch let error as CLIError {
     fail(error.message, error.exitCode)
+} catch let error as Errno {
+    fail(error.description, 1)
 } catch {
     let code = KeychainfsCommand.exitCode(for: error)
     if code == .success {
