@@ -48,16 +48,20 @@ let package = Package(
             "Keychain", "CPlatform",
             .product(name: "SystemPackage", package: "swift-system"),
         ]),
-        // The FUSE face: nodes, paths, xattrs, handles, errno. Translates; decides nothing.
+        // Faces (Sources/Faces): each translates its users' language into core calls, beside the
+        // others; none decides a keychain rule. Next: credential helpers, an ssh agent, a Secret
+        // Service provider, each a target here.
+        // The FUSE face: nodes, paths, xattrs, handles, errno.
         .target(name: "KeychainFS", dependencies: [
             "Keychain", "KeychainAccess", "CFuse",
             .product(name: "SystemPackage", package: "swift-system"),
-        ]),
+        ], path: "Sources/Faces/FUSE"),
+        // The CLI face, and the daemon start-up of `mount`.
         .executableTarget(name: "keychainfs", dependencies: [
             "Keychain", "KeychainAccess", "KeychainFS", "CPlatform",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "SystemPackage", package: "swift-system"),
-        ]),
+        ], path: "Sources/Faces/CLI"),
         // Benchmarks (docs/benchmarks.md): figures and ratios, never timed assertions.
         .executableTarget(name: "keychainfs-bench", dependencies: ["Keychain", "KeychainAccess", "KeychainFS", "KeychainCrypto", "KeychainStore", "CSQLite", "CFuse", "CPlatform"]),
         // Test plumbing shared by every test target: the binary under test, one posix_spawn

@@ -3,7 +3,7 @@ import Keychain
 @testable import KeychainFS
 import Testing
 
-// Bugs the property tests found in PathCodec (Sources/KeychainFS/PathCodec.swift), pinned to
+// Bugs the property tests found in PathCodec (Sources/Faces/FUSE/Nodes/PathCodec.swift), pinned to
 // exact inputs. docs/paths.md defines spellings by bytes, but the codec splits, searches and
 // compares names as Swift `Character`s (grapheme clusters under canonical equivalence):
 // `name.split(separator: ";")`, `part.firstIndex(of: "=")`, `for ch in name` with `ch == ":"`,

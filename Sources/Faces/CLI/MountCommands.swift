@@ -236,27 +236,17 @@ struct Mount: ParsableCommand {
 
         var args = ["keychainfs", "mount", vaultPath, mountpoint, "-f", "--passphrase-fd", "3", "--ready-fd", "4"]
         for o in options { args += ["-o", o] }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, logPath, O_WRONLY | O_APPEND | O_CREAT, 0o600)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
-        posix_spawn_file_actions_adddup2(&actions, secretPipe[0], 3)
-        posix_spawn_file_actions_adddup2(&actions, readyPipe[1], 4)
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        posix_spawnattr_setflags(&attributes, kcfs_posix_spawn_setsid)
-        var pid: pid_t = 0
-        let cArgs = args.map { strdup($0) } + [nil]
-        defer { cArgs.forEach { free($0) } }
-        let rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attributes, cArgs, environ)
-        close(secretPipe[0]); close(readyPipe[1])
-        guard rc == 0 else {
-            close(secretPipe[1]); close(readyPipe[0])
-            throw CLIError.system("cannot start the daemon", Errno(rawValue: rc))
+        let pid: pid_t
+        do {
+            pid = try ChildProcess.spawn("/proc/self/exe", arguments: args,
+                                         descriptors: [(0, .null), (1, .appending(logPath)), (2, .duplicate(1)),
+                                                       (3, .duplicate(secretPipe[0])), (4, .duplicate(readyPipe[1]))],
+                                         newSession: true)
+        } catch {
+            close(secretPipe[0]); close(readyPipe[1]); close(secretPipe[1]); close(readyPipe[0])
+            throw CLIError.system("cannot start the daemon", error)
         }
+        close(secretPipe[0]); close(readyPipe[1])
         passphrase.withUnsafeBytes { _ = write(secretPipe[1], $0.baseAddress, $0.count) }
         close(secretPipe[1])
 
