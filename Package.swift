@@ -5,7 +5,7 @@ let package = Package(
     name: "keychainfs",
     platforms: [.macOS(.v14)],
     products: [
-        .executable(name: "keychainfs", targets: ["keychainfs"]),
+        .executable(name: "keychainfs", targets: ["keychainfs"])
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -20,12 +20,15 @@ let package = Package(
     ],
     targets: [
         // System libraries: the design's three fixed dependencies, each wrapped once.
-        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3",
-                       providers: [.apt(["libsqlite3-dev"])]),
-        .systemLibrary(name: "CSodium", pkgConfig: "libsodium",
-                       providers: [.apt(["libsodium-dev"])]),
-        .systemLibrary(name: "CFuse", pkgConfig: "fuse3",
-                       providers: [.apt(["libfuse3-dev"])]),
+        .systemLibrary(
+            name: "CSQLite", pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(
+            name: "CSodium", pkgConfig: "libsodium",
+            providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(
+            name: "CFuse", pkgConfig: "fuse3",
+            providers: [.apt(["libfuse3-dev"])]),
         // Linux calls Swift's Glibc module lacks (prctl is variadic).
         .systemLibrary(name: "CPlatform"),
 
@@ -34,45 +37,62 @@ let package = Package(
         // The SQLite file: schema, transactions, opaque rows. Never sees plaintext.
         .target(name: "KeychainStore", dependencies: ["CSQLite"]),
         // The keychain: classes, attributes, queries, status codes, key hierarchy, lock state.
-        .target(name: "Keychain", dependencies: [
-            "KeychainStore", "KeychainCrypto",
-            .product(name: "X509", package: "swift-certificates"),
-            .product(name: "SwiftASN1", package: "swift-asn1"),
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "_CryptoExtras", package: "swift-crypto"),
-        ]),
+        .target(
+            name: "Keychain",
+            dependencies: [
+                "KeychainStore", "KeychainCrypto",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ]),
         // Who is calling and what it may do, shared by every face: process identity from /proc,
         // access groups under the vault's policy, user presence (pinentry), the audit log and
         // the daemon log.
-        .target(name: "KeychainAccess", dependencies: [
-            "Keychain", "CPlatform",
-            .product(name: "SystemPackage", package: "swift-system"),
-        ]),
+        .target(
+            name: "KeychainAccess",
+            dependencies: [
+                "Keychain", "CPlatform",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]),
         // Faces (Sources/Faces): each translates its users' language into core calls, beside the
         // others; none decides a keychain rule. Next: credential helpers, an ssh agent, a Secret
         // Service provider, each a target here.
         // The FUSE face: nodes, paths, xattrs, handles, errno.
-        .target(name: "KeychainFS", dependencies: [
-            "Keychain", "KeychainAccess", "CFuse",
-            .product(name: "SystemPackage", package: "swift-system"),
-        ], path: "Sources/Faces/FUSE"),
+        .target(
+            name: "KeychainFS",
+            dependencies: [
+                "Keychain", "KeychainAccess", "CFuse",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ], path: "Sources/Faces/FUSE"),
         // The CLI face, and the daemon start-up of `mount`.
-        .executableTarget(name: "keychainfs", dependencies: [
-            "Keychain", "KeychainAccess", "KeychainFS", "CPlatform",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            .product(name: "SystemPackage", package: "swift-system"),
-        ], path: "Sources/Faces/CLI"),
+        .executableTarget(
+            name: "keychainfs",
+            dependencies: [
+                "Keychain", "KeychainAccess", "KeychainFS", "CPlatform",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ], path: "Sources/Faces/CLI"),
         // Benchmarks (docs/benchmarks.md): figures and ratios, never timed assertions.
-        .executableTarget(name: "keychainfs-bench", dependencies: ["Keychain", "KeychainAccess", "KeychainFS", "KeychainCrypto", "KeychainStore", "CSQLite", "CFuse", "CPlatform"]),
+        .executableTarget(
+            name: "keychainfs-bench",
+            dependencies: [
+                "Keychain", "KeychainAccess", "KeychainFS", "KeychainCrypto", "KeychainStore", "CSQLite", "CFuse",
+                "CPlatform",
+            ]),
         // Test plumbing shared by every test target: the binary under test, one posix_spawn
         // runner, the mount table, a sandbox per test with `withMount`, the python prelude.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "KeychainTests", dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite", "TestSupport"]),
+        .testTarget(
+            name: "KeychainTests",
+            dependencies: ["Keychain", "KeychainStore", "KeychainCrypto", "CSQLite", "TestSupport"]),
         // The FUSE face without a mount: path codec, inode numbers, errno and xattr text.
-        .testTarget(name: "KeychainFSTests", dependencies: [
-            "KeychainFS", "KeychainAccess", "Keychain", "TestSupport",
-            .product(name: "PropertyBased", package: "swift-property-based"),
-        ]),
+        .testTarget(
+            name: "KeychainFSTests",
+            dependencies: [
+                "KeychainFS", "KeychainAccess", "Keychain", "TestSupport",
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ]),
         .testTarget(name: "CLITests", dependencies: ["keychainfs", "TestSupport"]),
         .testTarget(name: "FSTests", dependencies: ["keychainfs", "TestSupport"]),
         .testTarget(name: "AccessTests", dependencies: ["keychainfs", "TestSupport"]),

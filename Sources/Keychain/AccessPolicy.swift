@@ -60,7 +60,8 @@ public struct AccessPolicy: Sendable, Equatable {
         guard let parts = Framing.unframe(encoded) else { return nil }
         for part in parts {
             guard let fields = Framing.unframe(part), let first = fields.first,
-                  let name = String(validating: first, as: UTF8.self) else { return nil }
+                let name = String(validating: first, as: UTF8.self)
+            else { return nil }
             let exes = fields.dropFirst().compactMap { String(validating: $0, as: UTF8.self) }
             guard exes.count == fields.count - 1 else { return nil }
             groups.append((name, Array(exes)))

@@ -13,7 +13,9 @@ public enum AttributeText {
     public static func render(_ attribute: Attribute, _ value: AttributeValue) -> [UInt8] {
         switch value {
         case .string(let s):
-            if attribute == Schema.protocolAttribute, let name = InternetProtocol.name(for: s) { return Array(name.utf8) }
+            if attribute == Schema.protocolAttribute, let name = InternetProtocol.name(for: s) {
+                return Array(name.utf8)
+            }
             return Array(s.utf8)
         case .data(let d):
             return rawDataAttributes.contains(attribute.name) ? d : Array(hex(d).utf8)
@@ -31,9 +33,12 @@ public enum AttributeText {
 
     /// Parses the text form. `current` supplies the protection class when an access control
     /// is given as flags only. Invalid text is errSecParam with the attribute named.
-    public static func parse(_ attribute: Attribute, _ bytes: [UInt8], currentProtection: Accessibility = .whenUnlocked) throws -> AttributeValue {
+    public static func parse(_ attribute: Attribute, _ bytes: [UInt8], currentProtection: Accessibility = .whenUnlocked)
+        throws -> AttributeValue
+    {
         func text() throws -> String {
-            guard let s = String(validatingUTF8: bytes.map { CChar(bitPattern: $0) } + [0]), s.utf8.count == bytes.count else {
+            guard let s = String(validatingUTF8: bytes.map { CChar(bitPattern: $0) } + [0]), s.utf8.count == bytes.count
+            else {
                 throw KeychainError(.param, "value of '\(attribute.name)' is not valid UTF-8 text")
             }
             return s
@@ -63,7 +68,9 @@ public enum AttributeText {
             default: throw bad("expected true or false")
             }
         case .date:
-            guard let d = parseDate(try text()) else { throw bad("expected an ISO 8601 date such as 2026-01-31T12:00:00Z") }
+            guard let d = parseDate(try text()) else {
+                throw bad("expected an ISO 8601 date such as 2026-01-31T12:00:00Z")
+            }
             return .date(d)
         case .accessibility:
             guard let a = Accessibility(text: try text()) else {

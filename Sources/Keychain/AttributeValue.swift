@@ -27,7 +27,8 @@ public enum AttributeValue: Hashable, Sendable {
     func fits(_ type: AttributeType) -> Bool {
         switch (self, type) {
         case (.string, .string), (.data, .data), (.number, .number), (.bool, .bool), (.date, .date),
-             (.accessibility, .accessibility), (.accessControl, .accessControl): true
+            (.accessibility, .accessibility), (.accessControl, .accessControl):
+            true
         default: false
         }
     }
@@ -84,7 +85,8 @@ enum AttributeCodec {
         case .bool(let b): return (4, [b ? 1 : 0])
         case .date(let d): return (5, int(Int64(bitPattern: d.timeIntervalSince1970.bitPattern)))
         case .accessibility(let a): return (6, Array(a.rawValue.utf8))
-        case .accessControl(let ac): return (7, Array(ac.protection.rawValue.utf8) + [0] + int(Int64(ac.flags.rawValue)))
+        case .accessControl(let ac):
+            return (7, Array(ac.protection.rawValue.utf8) + [0] + int(Int64(ac.flags.rawValue)))
         }
     }
 
@@ -124,7 +126,8 @@ enum AttributeCodec {
                 value = .accessibility(a)
             case 7:
                 guard let zero = v.firstIndex(of: 0),
-                      let a = Accessibility(rawValue: String(decoding: v[v.startIndex..<zero], as: UTF8.self)) else { throw bad }
+                    let a = Accessibility(rawValue: String(decoding: v[v.startIndex..<zero], as: UTF8.self))
+                else { throw bad }
                 let flags = AccessControlFlags(rawValue: UInt32(truncatingIfNeeded: try int64(v[(zero + 1)...])))
                 value = .accessControl(AccessControl(protection: a, flags: flags))
             default: throw bad

@@ -104,22 +104,36 @@ public enum KeyData {
                     let keyBytes = Array(pub.subjectPublicKeyInfoBytes)
                     var type: Int64? = nil
                     var bits: Int64 = 0
-                    if let rsa = _RSA.Signing.PublicKey(pub) { type = typeRSA; bits = Int64(rsa.keySizeInBits) }
-                    else if P256.Signing.PublicKey(pub) != nil { type = typeEC; bits = 256 }
-                    else if P384.Signing.PublicKey(pub) != nil { type = typeEC; bits = 384 }
-                    else if P521.Signing.PublicKey(pub) != nil { type = typeEC; bits = 521 }
-                    else if Curve25519.Signing.PublicKey(pub) != nil { bits = 256 }
-                    return Derived(keyClass: classPrivate, keyType: type, bits: bits, applicationLabel: CertificateData.sha1(keyBytes))
+                    if let rsa = _RSA.Signing.PublicKey(pub) {
+                        type = typeRSA; bits = Int64(rsa.keySizeInBits)
+                    } else if P256.Signing.PublicKey(pub) != nil {
+                        type = typeEC; bits = 256
+                    } else if P384.Signing.PublicKey(pub) != nil {
+                        type = typeEC; bits = 384
+                    } else if P521.Signing.PublicKey(pub) != nil {
+                        type = typeEC; bits = 521
+                    } else if Curve25519.Signing.PublicKey(pub) != nil {
+                        bits = 256
+                    }
+                    return Derived(
+                        keyClass: classPrivate, keyType: type, bits: bits,
+                        applicationLabel: CertificateData.sha1(keyBytes))
                 }
             case "PUBLIC KEY":
                 if let pub = try? Certificate.PublicKey(derEncoded: block.der) {
                     let keyBytes = Array(pub.subjectPublicKeyInfoBytes)
                     var type: Int64? = nil
                     var bits: Int64 = 256
-                    if let rsa = _RSA.Signing.PublicKey(pub) { type = typeRSA; bits = Int64(rsa.keySizeInBits) }
-                    else if P256.Signing.PublicKey(pub) != nil { type = typeEC }
-                    else if P384.Signing.PublicKey(pub) != nil { type = typeEC; bits = 384 }
-                    return Derived(keyClass: classPublic, keyType: type, bits: bits, applicationLabel: CertificateData.sha1(keyBytes))
+                    if let rsa = _RSA.Signing.PublicKey(pub) {
+                        type = typeRSA; bits = Int64(rsa.keySizeInBits)
+                    } else if P256.Signing.PublicKey(pub) != nil {
+                        type = typeEC
+                    } else if P384.Signing.PublicKey(pub) != nil {
+                        type = typeEC; bits = 384
+                    }
+                    return Derived(
+                        keyClass: classPublic, keyType: type, bits: bits,
+                        applicationLabel: CertificateData.sha1(keyBytes))
                 }
             default: continue
             }
@@ -149,24 +163,30 @@ enum OpenSSHKey {
     static func derive(_ blob: [UInt8]) -> KeyData.Derived? {
         var r = Reader(blob)
         guard r.take(15) == Array("openssh-key-v1\0".utf8),
-              r.string() != nil, r.string() != nil, r.string() != nil,   // cipher, kdf, kdf options
-              let n = r.uint32(), n >= 1, let pub = r.string() else { return nil }
+            r.string() != nil, r.string() != nil, r.string() != nil,  // cipher, kdf, kdf options
+            let n = r.uint32(), n >= 1, let pub = r.string()
+        else { return nil }
         var p = Reader(pub)
         guard let type = p.string().flatMap({ String(bytes: $0, encoding: .utf8) }) else { return nil }
         switch type {
         case "ssh-ed25519":
             guard let key = p.string(), key.count == 32 else { return nil }
-            return .init(keyClass: KeyData.classPrivate, keyType: nil, bits: 256, applicationLabel: CertificateData.sha1(key))
+            return .init(
+                keyClass: KeyData.classPrivate, keyType: nil, bits: 256, applicationLabel: CertificateData.sha1(key))
         case "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521":
             guard p.string() != nil, let point = p.string() else { return nil }
             let bits: Int64 = type.hasSuffix("256") ? 256 : type.hasSuffix("384") ? 384 : 521
-            return .init(keyClass: KeyData.classPrivate, keyType: KeyData.typeEC, bits: bits, applicationLabel: CertificateData.sha1(point))
+            return .init(
+                keyClass: KeyData.classPrivate, keyType: KeyData.typeEC, bits: bits,
+                applicationLabel: CertificateData.sha1(point))
         case "ssh-rsa":
             guard let e = p.string(), let n = p.string() else { return nil }
             // Apple's RSA applicationLabel: SHA-1 of the PKCS#1 RSAPublicKey DER.
             let der = DERBytes.sequence(DERBytes.integer(n) + DERBytes.integer(e))
             let modulusBits = Int64((n.drop { $0 == 0 }.count) * 8)
-            return .init(keyClass: KeyData.classPrivate, keyType: KeyData.typeRSA, bits: modulusBits, applicationLabel: CertificateData.sha1(der))
+            return .init(
+                keyClass: KeyData.classPrivate, keyType: KeyData.typeRSA, bits: modulusBits,
+                applicationLabel: CertificateData.sha1(der))
         default:
             return nil
         }

@@ -27,9 +27,11 @@ struct VaultHeader {
     /// Binds the wrapped master key to the vault and to the KDF parameters: editing the
     /// parameters in the header makes the unwrap fail instead of weakening the KDF.
     var masterAssociatedData: [UInt8] {
-        Framing.frame([Framing.text("kcfs/master/v1"), vaultID, Framing.int(format),
-                       Framing.int(Int64(bitPattern: parameters.opsLimit)),
-                       Framing.int(Int64(bitPattern: parameters.memLimit)), salt])
+        Framing.frame([
+            Framing.text("kcfs/master/v1"), vaultID, Framing.int(format),
+            Framing.int(Int64(bitPattern: parameters.opsLimit)),
+            Framing.int(Int64(bitPattern: parameters.memLimit)), salt,
+        ])
     }
 
     static func read(from store: any ItemStoreReader) throws -> VaultHeader {
@@ -46,13 +48,17 @@ struct VaultHeader {
         }
         let format = try int("format")
         guard format <= formatVersion else {
-            throw KeychainError(.unimplemented, "vault format \(format) is newer than this keychainfs supports (\(formatVersion)); upgrade keychainfs")
+            throw KeychainError(
+                .unimplemented,
+                "vault format \(format) is newer than this keychainfs supports (\(formatVersion)); upgrade keychainfs")
         }
-        return VaultHeader(format: format, vaultID: try field("vault_id"),
-                           parameters: PasswordHashParameters(opsLimit: UInt64(bitPattern: try int("kdf_ops")),
-                                                              memLimit: UInt64(bitPattern: try int("kdf_mem"))),
-                           salt: try field("kdf_salt"), wrappedMaster: try field("master_key"),
-                           deviceKeyID: try field("device_key_id"))
+        return VaultHeader(
+            format: format, vaultID: try field("vault_id"),
+            parameters: PasswordHashParameters(
+                opsLimit: UInt64(bitPattern: try int("kdf_ops")),
+                memLimit: UInt64(bitPattern: try int("kdf_mem"))),
+            salt: try field("kdf_salt"), wrappedMaster: try field("master_key"),
+            deviceKeyID: try field("device_key_id"))
     }
 
     /// Writes every header field, inside the caller's write transaction.
@@ -70,16 +76,23 @@ struct VaultHeader {
     /// accepted range are refused before any work is done.
     func unwrapMaster(passphrase: SecureBytes) throws -> SecureBytes {
         guard parameters.isAtLeastInteractive else {
-            throw KeychainError(.decode, "vault header asks for Argon2id parameters below INTERACTIVE (opslimit \(parameters.opsLimit), memlimit \(parameters.memLimit)): refused as a downgrade")
+            throw KeychainError(
+                .decode,
+                "vault header asks for Argon2id parameters below INTERACTIVE (opslimit \(parameters.opsLimit), memlimit \(parameters.memLimit)): refused as a downgrade"
+            )
         }
         guard parameters.isWithinSaneMaximum else {
-            throw KeychainError(.decode, "vault header asks for Argon2id parameters far above SENSITIVE (opslimit \(parameters.opsLimit), memlimit \(parameters.memLimit)): refused")
+            throw KeychainError(
+                .decode,
+                "vault header asks for Argon2id parameters far above SENSITIVE (opslimit \(parameters.opsLimit), memlimit \(parameters.memLimit)): refused"
+            )
         }
         let kek: SecureBytes
         do {
             kek = try KeyDerivation.passwordKey(passphrase: passphrase, salt: salt, parameters: parameters)
         } catch {
-            throw KeychainError(.allocate, "Argon2id key derivation failed (memlimit \(parameters.memLimit) bytes): \(error)")
+            throw KeychainError(
+                .allocate, "Argon2id key derivation failed (memlimit \(parameters.memLimit) bytes): \(error)")
         }
         do {
             return try AEAD.openKey(wrappedMaster, associatedData: masterAssociatedData, key: kek)
@@ -90,7 +103,8 @@ struct VaultHeader {
 
     static func wrapMaster(_ master: SecureBytes, header: inout VaultHeader, passphrase: SecureBytes) throws {
         header.salt = Sodium.randomBytes(PasswordHashParameters.saltBytes)
-        let kek = try KeyDerivation.passwordKey(passphrase: passphrase, salt: header.salt, parameters: header.parameters)
+        let kek = try KeyDerivation.passwordKey(
+            passphrase: passphrase, salt: header.salt, parameters: header.parameters)
         header.wrappedMaster = try master.withUnsafeBytes {
             try AEAD.seal($0, associatedData: header.masterAssociatedData, key: kek)
         }
@@ -104,8 +118,9 @@ enum DeviceKey {
     static func loadOrCreate(at path: String) throws -> SecureBytes {
         if let key = try load(at: path) { return key }
         let dir = KeychainPaths.parent(of: path)
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: dir, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
         var bytes = Sodium.randomBytes(32)
         defer { Sodium.wipe(&bytes) }
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
@@ -142,7 +157,10 @@ enum DeviceKey {
 
 /// Subkey ids under the crypto_kdf context "kcfsvlt1".
 enum Subkey: UInt64 {
-    case metadata = 1, index = 2, manifest = 3, policySigning = 4
+    case metadata = 1
+    case index = 2
+    case manifest = 3
+    case policySigning = 4
     static let context = "kcfsvlt1"
 }
 

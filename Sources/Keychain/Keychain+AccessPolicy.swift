@@ -8,7 +8,8 @@ extension Keychain {
     // MARK: Access policy
 
     static func policyKeyPair(master: SecureBytes) throws -> ([UInt8], SecureBytes) {
-        try Signing.keyPair(seed: try KeyDerivation.subkey(of: master, id: Subkey.policySigning.rawValue, context: Subkey.context))
+        try Signing.keyPair(
+            seed: try KeyDerivation.subkey(of: master, id: Subkey.policySigning.rawValue, context: Subkey.context))
     }
 
     private var policyAD: [UInt8] { Framing.frame([Framing.text("kcfs/access-policy/v1"), vaultID]) }
@@ -17,13 +18,16 @@ extension Keychain {
     /// encryption does not verify is errSecDecode: it is never silently ignored.
     public func accessPolicy() throws -> AccessPolicy {
         let keys = try currentKeys()
-        guard let stored = try storeCall({ try store.lookup { try $0.meta("access_policy") } }) else { return AccessPolicy() }
+        guard let stored = try storeCall({ try store.lookup { try $0.meta("access_policy") } }) else {
+            return AccessPolicy()
+        }
         let bad = KeychainError(.decode, "the access policy in the vault does not verify: it was altered")
         guard stored.count > Signing.signatureBytes else { throw bad }
         let signature = Array(stored[0..<Signing.signatureBytes]), box = Array(stored[Signing.signatureBytes...])
         guard Signing.verify(signature, box, publicKey: keys.policyPublicKey),
-              let plain = try? AEAD.open(box, associatedData: policyAD, key: keys.metadata),
-              let policy = AccessPolicy(encoded: plain) else { throw bad }
+            let plain = try? AEAD.open(box, associatedData: policyAD, key: keys.metadata),
+            let policy = AccessPolicy(encoded: plain)
+        else { throw bad }
         return policy
     }
 
@@ -42,7 +46,9 @@ extension Keychain {
                 guard let stored = try vault.meta("manifest"), var manifest = Manifest(encoded: stored) else {
                     throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
                 }
-                if let old = try vault.meta("access_policy") { manifest.toggle(Manifest.policyEntry(old, key: keys.manifest)) }
+                if let old = try vault.meta("access_policy") {
+                    manifest.toggle(Manifest.policyEntry(old, key: keys.manifest))
+                }
                 manifest.toggle(Manifest.policyEntry(blob, key: keys.manifest))
                 try vault.setMeta("access_policy", blob)
                 try vault.setMeta("manifest", manifest.encoded)

@@ -9,7 +9,9 @@ extension Keychain {
 
     /// SecItemAdd. Returns the stored item (attributes as stored, no data).
     @discardableResult
-    public func add(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8], caller callerArgument: Caller? = nil) throws -> KeychainItem {
+    public func add(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8], caller callerArgument: Caller? = nil)
+        throws -> KeychainItem
+    {
         try add(itemClass, given, data: data, in: callContext(callerArgument))
     }
 
@@ -25,13 +27,15 @@ extension Keychain {
         return try storeCall {
             try store.write { vault in
                 let id = try vault.nextItemID()
-                let row = try seal(id: id, itemClass: itemClass, attributes: attributes, data: data, version: 1,
-                                   keys: keys, classKey: classKey)
+                let row = try seal(
+                    id: id, itemClass: itemClass, attributes: attributes, data: data, version: 1,
+                    keys: keys, classKey: classKey)
                 do { try vault.insert(row, id: id) } catch StoreError.duplicate {
                     throw KeychainError(.duplicateItem, "\(Self.describe(itemClass, attributes)) already exists")
                 }
                 try updateManifest(keys: keys, removing: nil, adding: row, in: vault)
-                return KeychainItem(id: id, itemClass: itemClass, attributes: attributes, data: nil, dataLength: data.count)
+                return KeychainItem(
+                    id: id, itemClass: itemClass, attributes: attributes, data: nil, dataLength: data.count)
             }
         }
     }
@@ -39,8 +43,10 @@ extension Keychain {
     /// The attributes and data an add stores for `given`: checked against the class, with
     /// everything the system sets filled in (derived certificate and key attributes, the key
     /// tag, access group, protection class, dates, primary-key defaults). Touches no row.
-    private func newItem(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8],
-                         caller: Caller) throws -> (attributes: Attributes, data: [UInt8]) {
+    private func newItem(
+        _ itemClass: ItemClass, _ given: Attributes, data: [UInt8],
+        caller: Caller
+    ) throws -> (attributes: Attributes, data: [UInt8]) {
         try validate(given, in: itemClass, forUpdate: false)
         try checkDataSize(data, itemClass, given)
         var attributes = given
@@ -50,7 +56,9 @@ extension Keychain {
             // Apple's value for a certificate is its DER; its key attributes come from it.
             data = try CertificateData.der(from: data)
             for (k, v) in try CertificateData.derivedAttributes(data) { attributes[k] = v }
-            if attributes[Schema.label] == nil, let cn = CertificateData.commonName(data) { attributes[Schema.label] = .string(cn) }
+            if attributes[Schema.label] == nil, let cn = CertificateData.commonName(data) {
+                attributes[Schema.label] = .string(cn)
+            }
         case .key:
             for (k, v) in KeyData.derivedAttributes(data, given: given) { attributes[k] = v }
             // A key's label is not in its primary key, so two keys added under different names
@@ -65,14 +73,18 @@ extension Keychain {
         // Defaults set by the system.
         if attributes[Schema.accessGroup] == nil {
             guard let first = caller.accessGroups.first else {
-                throw KeychainError(.missingEntitlement, "the caller has no access group to add \(Self.describe(itemClass, given)) to")
+                throw KeychainError(
+                    .missingEntitlement, "the caller has no access group to add \(Self.describe(itemClass, given)) to")
             }
             attributes[Schema.accessGroup] = .string(first)
         }
         try checkEntitlement(attributes, caller: caller)
         if let ac = accessControl(of: attributes) {
             guard attributes[Schema.accessible] == nil else {
-                throw KeychainError(.param, "accessControl and accessible cannot both be given for \(Self.describe(itemClass, given)): the access control carries the protection class")
+                throw KeychainError(
+                    .param,
+                    "accessControl and accessible cannot both be given for \(Self.describe(itemClass, given)): the access control carries the protection class"
+                )
             }
             attributes[Schema.accessible] = .accessibility(ac.protection)
         } else if attributes[Schema.accessible] == nil {
@@ -93,8 +105,10 @@ extension Keychain {
     /// data and the given non-key attributes are replaced. `security add-…-password -U`.
     /// Returns the item (attributes as stored, no data) and whether it was added.
     @discardableResult
-    public func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8],
-                            caller callerArgument: Caller? = nil) throws -> (item: KeychainItem, added: Bool) {
+    public func addOrUpdate(
+        _ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8],
+        caller callerArgument: Caller? = nil
+    ) throws -> (item: KeychainItem, added: Bool) {
         let call = callContext(callerArgument)
         do {
             return (try add(itemClass, attributes, data: data, in: call), true)
@@ -104,9 +118,12 @@ extension Keychain {
             let primaryKey = full.filter { keyAttributes.contains($0.key) }
             let existing = try find(Query(itemClass, primaryKey), in: call)
             // By persistent reference: exactly that item, synchronizable or not.
-            try update(Query(itemClass, synchronizableAny: true, persistentReference: existing.id),
-                       attributes: attributes.filter { !keyAttributes.contains($0.key) }, data: data, in: call)
-            return (try item(id: existing.id, itemClass: itemClass, synchronizable: true, withData: false, in: call), false)
+            try update(
+                Query(itemClass, synchronizableAny: true, persistentReference: existing.id),
+                attributes: attributes.filter { !keyAttributes.contains($0.key) }, data: data, in: call)
+            return (
+                try item(id: existing.id, itemClass: itemClass, synchronizable: true, withData: false, in: call), false
+            )
         }
     }
 

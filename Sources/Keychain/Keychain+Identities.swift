@@ -23,24 +23,29 @@ extension Keychain {
 
     func identities(in call: CallContext) throws -> [Identity] {
         func all(_ c: ItemClass) throws -> [KeychainItem] {
-            do { return try copyMatching(Query(c, matchLimit: .all, synchronizableAny: true), in: call) }
-            catch KeychainStatus.itemNotFound { return [] }
+            do {
+                return try copyMatching(Query(c, matchLimit: .all, synchronizableAny: true), in: call)
+            } catch KeychainStatus.itemNotFound { return [] }
         }
         var privateKeys: [[UInt8]: KeychainItem] = [:]
         for key in try all(.key) {
             guard case .number(KeyData.classPrivate)? = key[Schema.named("keyClass")],
-                  case .data(let label)? = key[Schema.named("applicationLabel")], !label.isEmpty else { continue }
+                case .data(let label)? = key[Schema.named("applicationLabel")], !label.isEmpty
+            else { continue }
             if privateKeys[label] == nil { privateKeys[label] = key }
         }
         return try all(.certificate).compactMap { cert in
-            guard case .data(let hash)? = cert[Schema.named("publicKeyHash")], let key = privateKeys[hash] else { return nil }
+            guard case .data(let hash)? = cert[Schema.named("publicKeyHash")], let key = privateKeys[hash] else {
+                return nil
+            }
             return Identity(certificate: cert, key: key)
         }
     }
 
     /// The identity of one certificate, with both halves' data if asked (each read goes
     /// through the usual access checks).
-    public func identity(certificateID: Int64, withData: Bool, caller callerArgument: Caller? = nil) throws -> Identity {
+    public func identity(certificateID: Int64, withData: Bool, caller callerArgument: Caller? = nil) throws -> Identity
+    {
         try identity(certificateID: certificateID, withData: withData, in: callContext(callerArgument))
     }
 
@@ -49,9 +54,11 @@ extension Keychain {
             throw KeychainError(.itemNotFound, "identity of certificate item \(certificateID) not found")
         }
         guard withData else { return found }
-        return Identity(certificate: try item(id: found.certificate.id, itemClass: .certificate, synchronizable: false,
-                                              withData: true, in: call),
-                        key: try item(id: found.key.id, itemClass: .key, synchronizable: false, withData: true, in: call))
+        return Identity(
+            certificate: try item(
+                id: found.certificate.id, itemClass: .certificate, synchronizable: false,
+                withData: true, in: call),
+            key: try item(id: found.key.id, itemClass: .key, synchronizable: false, withData: true, in: call))
     }
 
     /// What an identity is as one file: the certificate as PEM followed by the private key's

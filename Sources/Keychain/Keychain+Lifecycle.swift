@@ -8,8 +8,10 @@ extension Keychain {
     // MARK: Creating, opening, locking
 
     /// Creates a new vault at `path` (refusing to overwrite anything) and returns it unlocked.
-    public static func create(at path: String, passphrase: SecureBytes, parameters: PasswordHashParameters = .moderate,
-                              deviceKeyPath: String = KeychainPaths.deviceKey()) throws -> Keychain {
+    public static func create(
+        at path: String, passphrase: SecureBytes, parameters: PasswordHashParameters = .moderate,
+        deviceKeyPath: String = KeychainPaths.deviceKey()
+    ) throws -> Keychain {
         guard parameters.isAtLeastInteractive else {
             throw KeychainError(.param, "Argon2id parameters below INTERACTIVE are not allowed")
         }
@@ -22,9 +24,10 @@ extension Keychain {
         do {
             let device = try DeviceKey.loadOrCreate(at: deviceKeyPath)
             let master = try SecureBytes.random()
-            var header = VaultHeader(format: VaultHeader.formatVersion, vaultID: Sodium.randomBytes(16),
-                                     parameters: parameters, salt: [], wrappedMaster: [],
-                                     deviceKeyID: DeviceKey.identifier(of: device))
+            var header = VaultHeader(
+                format: VaultHeader.formatVersion, vaultID: Sodium.randomBytes(16),
+                parameters: parameters, salt: [], wrappedMaster: [],
+                deviceKeyID: DeviceKey.identifier(of: device))
             try VaultHeader.wrapMaster(master, header: &header, passphrase: passphrase)
             try store.write { vault in
                 try header.write(to: vault)
@@ -32,7 +35,9 @@ extension Keychain {
                     let classKey = try SecureBytes.random()
                     let wrapKey = try classWrapKey(master: master, device: device, protection)!
                     let wrapped = try classKey.withUnsafeBytes {
-                        try AEAD.seal($0, associatedData: classKeyAssociatedData(vaultID: header.vaultID, protection), key: wrapKey)
+                        try AEAD.seal(
+                            $0, associatedData: classKeyAssociatedData(vaultID: header.vaultID, protection),
+                            key: wrapKey)
                     }
                     try vault.setClassKey(protection.rawValue, wrapped: wrapped)
                 }
@@ -52,7 +57,8 @@ extension Keychain {
         let store: VaultStore
         do { store = try VaultStore.open(at: path) } catch { throw mapStoreError(error, path: path) }
         let header: VaultHeader
-        do { header = try store.read { try VaultHeader.read(from: $0) } } catch let e as KeychainError { throw e } catch {
+        do { header = try store.read { try VaultHeader.read(from: $0) } } catch let e as KeychainError { throw e } catch
+        {
             throw mapStoreError(error, path: path)
         }
         return Keychain(path: path, store: store, header: header, deviceKeyPath: deviceKeyPath)
@@ -81,20 +87,23 @@ extension Keychain {
         for protection in Accessibility.allCases {
             if protection.isThisDeviceOnly && !deviceMatches { continue }
             guard let box = wrapped[protection.rawValue],
-                  let wrapKey = try classWrapKey(master: master, device: device, protection) else {
+                let wrapKey = try classWrapKey(master: master, device: device, protection)
+            else {
                 throw KeychainError(.decode, "vault is damaged: the \(protection.name) class key is missing")
             }
             do {
-                classKeys[protection] = try AEAD.openKey(box, associatedData: classKeyAssociatedData(vaultID: header.vaultID, protection), key: wrapKey)
+                classKeys[protection] = try AEAD.openKey(
+                    box, associatedData: classKeyAssociatedData(vaultID: header.vaultID, protection), key: wrapKey)
             } catch {
                 throw KeychainError(.decode, "vault is damaged: the \(protection.name) class key does not authenticate")
             }
         }
-        let newKeys = Keys(metadata: try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context),
-                           index: try KeyDerivation.subkey(of: master, id: Subkey.index.rawValue, context: Subkey.context),
-                           manifest: try KeyDerivation.subkey(of: master, id: Subkey.manifest.rawValue, context: Subkey.context),
-                           classKeys: classKeys, deviceMismatch: !deviceMatches,
-                           policyPublicKey: try Self.policyKeyPair(master: master).0)
+        let newKeys = Keys(
+            metadata: try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context),
+            index: try KeyDerivation.subkey(of: master, id: Subkey.index.rawValue, context: Subkey.context),
+            manifest: try KeyDerivation.subkey(of: master, id: Subkey.manifest.rawValue, context: Subkey.context),
+            classKeys: classKeys, deviceMismatch: !deviceMatches,
+            policyPublicKey: try Self.policyKeyPair(master: master).0)
         try verifyManifest(keys: newKeys)
         state.withLock {
             $0.keys = newKeys

@@ -14,8 +14,10 @@ extension Keychain {
     /// grouping attribute, and a class scan otherwise (or when matching ignores case).
     /// Rows are read through `vault` inside a transaction, else in one `lookup`; attributes are
     /// decrypted after the rows are read, outside the store's lock.
-    func matches(_ query: Query, caller: Caller, keys: Keys, withData: Bool,
-                 in vault: (any ItemStoreReader)? = nil) throws -> [(StoredItem, Attributes)] {
+    func matches(
+        _ query: Query, caller: Caller, keys: Keys, withData: Bool,
+        in vault: (any ItemStoreReader)? = nil
+    ) throws -> [(StoredItem, Attributes)] {
         let itemClass = query.itemClass
         guard itemClass != .identity else {
             throw KeychainError(.unimplemented, "identity queries are not supported yet")
@@ -38,29 +40,40 @@ extension Keychain {
             groups = caller.accessGroups
         }
         let syncValues: [Bool]
-        if query.synchronizableAny { syncValues = [false, true] }
-        else if case .bool(let s)? = query.attributes[Schema.synchronizable] { syncValues = [s] }
-        else { syncValues = [false] }
+        if query.synchronizableAny {
+            syncValues = [false, true]
+        } else if case .bool(let s)? = query.attributes[Schema.synchronizable] {
+            syncValues = [s]
+        } else {
+            syncValues = [false]
+        }
         let caseInsensitive = query.caseInsensitive == true
 
         func candidates(_ vault: any ItemStoreReader) throws -> [StoredItem] {
             var rows: [StoredItem] = []
             if let id = query.persistentReference {
                 if let row = try vault.item(id: id, withData: withData) { rows = [row] }
-            } else if !caseInsensitive, Schema.primaryKey(of: itemClass).allSatisfy({ $0 == Schema.accessGroup || $0 == Schema.synchronizable || query.attributes[$0] != nil }) {
+            } else if !caseInsensitive,
+                Schema.primaryKey(of: itemClass).allSatisfy({
+                    $0 == Schema.accessGroup || $0 == Schema.synchronizable || query.attributes[$0] != nil
+                })
+            {
                 for g in groups {
                     for s in syncValues {
                         var key = query.attributes
                         key[Schema.accessGroup] = .string(g)
                         key[Schema.synchronizable] = .bool(s)
-                        if let row = try vault.item(primaryIndex: primaryIndex(itemClass, key, keys: keys), withData: withData) {
+                        if let row = try vault.item(
+                            primaryIndex: primaryIndex(itemClass, key, keys: keys), withData: withData)
+                        {
                             rows.append(row)
                         }
                     }
                 }
             } else if !caseInsensitive, let grouping = query.attributes[Schema.groupingAttribute(of: itemClass)] {
                 for g in groups {
-                    rows += try vault.items(secondaryIndex: secondaryIndex(itemClass, group: g, grouping, keys: keys), withData: withData)
+                    rows += try vault.items(
+                        secondaryIndex: secondaryIndex(itemClass, group: g, grouping, keys: keys), withData: withData)
                 }
                 rows.sort { $0.id < $1.id }
             } else {
@@ -73,10 +86,16 @@ extension Keychain {
         var out: [(StoredItem, Attributes)] = []
         for row in rows where row.itemClass == itemClass.rawValue {
             let attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
-            guard case .string(let g)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: g), groups.contains(g) else { continue }
+            guard case .string(let g)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: g),
+                groups.contains(g)
+            else { continue }
             guard case .bool(let s)? = attributes[Schema.synchronizable], syncValues.contains(s) else { continue }
             let all = query.attributes.allSatisfy { attribute, wanted in
-                guard let have = attributes[attribute] ?? (Schema.isPrimaryKey(attribute, in: itemClass) ? AttributeValue.defaultValue(for: attribute.type) : nil) else { return false }
+                guard
+                    let have = attributes[attribute]
+                        ?? (Schema.isPrimaryKey(attribute, in: itemClass)
+                            ? AttributeValue.defaultValue(for: attribute.type) : nil)
+                else { return false }
                 return have.matches(wanted, caseInsensitive: caseInsensitive)
             }
             if all { out.append((row, attributes)) }

@@ -8,13 +8,15 @@ extension Keychain {
         let shown: [Attribute]
         switch itemClass {
         case .genericPassword: shown = [Schema.service, Schema.account]
-        case .internetPassword: shown = [Schema.server, Schema.account, Schema.protocolAttribute, Schema.port, Schema.path]
+        case .internetPassword:
+            shown = [Schema.server, Schema.account, Schema.protocolAttribute, Schema.port, Schema.path]
         default: shown = [Schema.label]
         }
         var parts = [itemClass.rawValue]
         for attribute in shown {
             switch attributes[attribute] {
-            case .string(let s)?: if !s.isEmpty || attribute == Schema.account { parts.append("\(attribute.name)=\(quoted(s))") }
+            case .string(let s)?:
+                if !s.isEmpty || attribute == Schema.account { parts.append("\(attribute.name)=\(quoted(s))") }
             case .number(let n)?: if n != 0 { parts.append("\(attribute.name)=\(n)") }
             default: break
             }

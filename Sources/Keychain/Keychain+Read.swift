@@ -33,11 +33,15 @@ extension Keychain {
             if query.returnData == true {
                 let item = KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil)
                 do {
-                    data = try openData(row, item: item, keys: keys, caller: caller, ui: query.authenticationUI ?? caller.authenticationUI)
+                    data = try openData(
+                        row, item: item, keys: keys, caller: caller,
+                        ui: query.authenticationUI ?? caller.authenticationUI)
                 } catch SkipItem.skip { continue }
             }
-            results.append(KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: data,
-                                        dataLength: max(0, row.sealedDataLength - AEAD.overhead)))
+            results.append(
+                KeychainItem(
+                    id: row.id, itemClass: query.itemClass, attributes: attributes, data: data,
+                    dataLength: max(0, row.sealedDataLength - AEAD.overhead)))
         }
         guard !results.isEmpty else {
             throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found")
@@ -59,17 +63,24 @@ extension Keychain {
     /// Reads one item by persistent reference, checking visibility and access like a query
     /// by kSecValuePersistentRef (which, like every query without kSecAttrSynchronizableAny,
     /// sees non-synchronizable items only). One row fetch by id; no matcher.
-    public func item(id: Int64, itemClass: ItemClass, withData: Bool, caller callerArgument: Caller? = nil, ui: AuthenticationUI? = nil) throws -> KeychainItem {
-        try item(id: id, itemClass: itemClass, synchronizable: false, withData: withData,
-                 in: callContext(callerArgument), ui: ui)
+    public func item(
+        id: Int64, itemClass: ItemClass, withData: Bool, caller callerArgument: Caller? = nil,
+        ui: AuthenticationUI? = nil
+    ) throws -> KeychainItem {
+        try item(
+            id: id, itemClass: itemClass, synchronizable: false, withData: withData,
+            in: callContext(callerArgument), ui: ui)
     }
 
-    func item(id: Int64, itemClass: ItemClass, synchronizable: Bool, withData: Bool,
-              in call: CallContext, ui: AuthenticationUI? = nil) throws -> KeychainItem {
+    func item(
+        id: Int64, itemClass: ItemClass, synchronizable: Bool, withData: Bool,
+        in call: CallContext, ui: AuthenticationUI? = nil
+    ) throws -> KeychainItem {
         let caller = call.caller
         let keys = try call.unlockedKeys()
-        let (row, attributes) = try visibleRow(id: id, itemClass: itemClass, synchronizable: synchronizable,
-                                               withData: withData, caller: caller, keys: keys)
+        let (row, attributes) = try visibleRow(
+            id: id, itemClass: itemClass, synchronizable: synchronizable,
+            withData: withData, caller: caller, keys: keys)
         var data: [UInt8]?
         if withData {
             let item = KeychainItem(id: row.id, itemClass: itemClass, attributes: attributes, data: nil)
@@ -80,24 +91,28 @@ extension Keychain {
                 throw KeychainError(.itemNotFound, "item \(id) not found")
             }
         }
-        return KeychainItem(id: row.id, itemClass: itemClass, attributes: attributes, data: data,
-                            dataLength: max(0, row.sealedDataLength - AEAD.overhead))
+        return KeychainItem(
+            id: row.id, itemClass: itemClass, attributes: attributes, data: data,
+            dataLength: max(0, row.sealedDataLength - AEAD.overhead))
     }
 
     /// The row with this id and its attributes, if the caller may see it: of this class, in
     /// one of the caller's access groups, and non-synchronizable unless `synchronizable`
     /// allows both. Anything else is errSecItemNotFound, as for a query that matches nothing.
-    private func visibleRow(id: Int64, itemClass: ItemClass, synchronizable: Bool, withData: Bool,
-                            caller: Caller, keys: Keys) throws -> (StoredItem, Attributes) {
+    private func visibleRow(
+        id: Int64, itemClass: ItemClass, synchronizable: Bool, withData: Bool,
+        caller: Caller, keys: Keys
+    ) throws -> (StoredItem, Attributes) {
         guard itemClass != .identity else {
             throw KeychainError(.unimplemented, "identity queries are not supported yet")
         }
         let notFound = KeychainError(.itemNotFound, "item \(id) not found")
         guard let row = try storeCall({ try store.lookup { try $0.item(id: id, withData: withData) } }),
-              row.itemClass == itemClass.rawValue else { throw notFound }
+            row.itemClass == itemClass.rawValue
+        else { throw notFound }
         let attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
         guard case .string(let group)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: group),
-              case .bool(let isSynchronizable)? = attributes[Schema.synchronizable], synchronizable || !isSynchronizable
+            case .bool(let isSynchronizable)? = attributes[Schema.synchronizable], synchronizable || !isSynchronizable
         else { throw notFound }
         return (row, attributes)
     }
@@ -106,14 +121,18 @@ extension Keychain {
     /// caller, its class key is available (lock state, device), and user presence, if the item
     /// needs it, is given. Returns the item's attributes. The filesystem decides at open with
     /// this and decrypts on each read.
-    public func authorizeRead(id: Int64, itemClass: ItemClass, caller callerArgument: Caller? = nil, ui: AuthenticationUI? = nil) throws -> KeychainItem {
+    public func authorizeRead(
+        id: Int64, itemClass: ItemClass, caller callerArgument: Caller? = nil, ui: AuthenticationUI? = nil
+    ) throws -> KeychainItem {
         let call = callContext(callerArgument)
         let caller = call.caller
         let keys = try call.unlockedKeys()
-        let (row, attributes) = try visibleRow(id: id, itemClass: itemClass, synchronizable: true, withData: false,
-                                               caller: caller, keys: keys)
-        let item = KeychainItem(id: row.id, itemClass: itemClass, attributes: attributes, data: nil,
-                                dataLength: max(0, row.sealedDataLength - AEAD.overhead))
+        let (row, attributes) = try visibleRow(
+            id: id, itemClass: itemClass, synchronizable: true, withData: false,
+            caller: caller, keys: keys)
+        let item = KeychainItem(
+            id: row.id, itemClass: itemClass, attributes: attributes, data: nil,
+            dataLength: max(0, row.sealedDataLength - AEAD.overhead))
         _ = try classKey(item.accessibility, keys: keys, for: item.summary)
         try checkPresence(item, caller: caller, ui: ui ?? caller.authenticationUI)
         return item
@@ -121,13 +140,17 @@ extension Keychain {
 
     /// Whether the caller can see any item whose grouping attribute (service, server, label)
     /// has this value: one index probe per access group, no decryption. For directory lookups.
-    public func hasItems(_ itemClass: ItemClass, grouping value: AttributeValue, caller callerArgument: Caller? = nil) throws -> Bool {
+    public func hasItems(_ itemClass: ItemClass, grouping value: AttributeValue, caller callerArgument: Caller? = nil)
+        throws -> Bool
+    {
         let call = callContext(callerArgument)
         let caller = call.caller
         let keys = try call.unlockedKeys()
         return try storeCall {
             try store.lookup { vault in
-                try caller.accessGroups.contains { try vault.exists(secondaryIndex: secondaryIndex(itemClass, group: $0, value, keys: keys)) }
+                try caller.accessGroups.contains {
+                    try vault.exists(secondaryIndex: secondaryIndex(itemClass, group: $0, value, keys: keys))
+                }
             }
         }
     }

@@ -40,8 +40,11 @@ extension Keychain {
     /// group's rows; equality of the value within a group is visible in the file (documented).
     func secondaryIndex(_ itemClass: ItemClass, group: String, _ value: AttributeValue, keys: Keys) -> [UInt8] {
         let attribute = Schema.groupingAttribute(of: itemClass)
-        return KeyedHash.hash(Framing.frame([Framing.text("kcfs/sidx/v1"), Framing.text(itemClass.rawValue),
-                                             Framing.text(group), AttributeCodec.encode([attribute: value])]), key: keys.index)
+        return KeyedHash.hash(
+            Framing.frame([
+                Framing.text("kcfs/sidx/v1"), Framing.text(itemClass.rawValue),
+                Framing.text(group), AttributeCodec.encode([attribute: value]),
+            ]), key: keys.index)
     }
 
     /// AD of an item's attribute box, sealed under the metadata key.
@@ -52,8 +55,10 @@ extension Keychain {
     /// - version: an older box of the same row does not open in a newer row, and replaying
     ///   the old version number with it changes the row's manifest entry, caught at unlock.
     private func attributesAD(id: Int64, itemClass: ItemClass, version: Int64) -> [UInt8] {
-        Framing.frame([Framing.text("kcfs/item-attrs/v1"), vaultID, Framing.int(id),
-                       Framing.text(itemClass.rawValue), Framing.int(version)])
+        Framing.frame([
+            Framing.text("kcfs/item-attrs/v1"), vaultID, Framing.int(id),
+            Framing.text(itemClass.rawValue), Framing.int(version),
+        ])
     }
 
     /// AD of the wrapped item key (sealed under the class key) and of the data (sealed under
@@ -69,12 +74,16 @@ extension Keychain {
     ///   does not open, and replaying the old generation with it fails the manifest.
     /// Because protection class and group are bound here, any change to either must re-seal
     /// the data (update does), never only the attributes.
-    private func dataAD(_ field: String, id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64) -> [UInt8] {
+    private func dataAD(_ field: String, id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64)
+        -> [UInt8]
+    {
         var group = ""
         if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
-        return Framing.frame([Framing.text("kcfs/item-\(field)/v1"), vaultID, Framing.int(id),
-                              Framing.text(itemClass.rawValue), Framing.text(Self.accessibility(of: attributes).rawValue),
-                              Framing.text(group), Framing.int(generation)])
+        return Framing.frame([
+            Framing.text("kcfs/item-\(field)/v1"), vaultID, Framing.int(id),
+            Framing.text(itemClass.rawValue), Framing.text(Self.accessibility(of: attributes).rawValue),
+            Framing.text(group), Framing.int(generation),
+        ])
     }
 
     /// A complete row for `data` at `version`: a fresh random item key seals the data, the class
@@ -82,19 +91,34 @@ extension Keychain {
     /// are made by `resealAttributes`. The item key is new at every seal, so no item key ever
     /// covers two versions of a secret, and it exists only in guarded scratch memory, wiped
     /// when this returns. The data generation is set to `version` (see `dataAD`).
-    func seal(id: Int64, itemClass: ItemClass, attributes: Attributes, data: [UInt8], version: Int64,
-              keys: Keys, classKey: SecureBytes) throws -> StoredItem {
+    func seal(
+        id: Int64, itemClass: ItemClass, attributes: Attributes, data: [UInt8], version: Int64,
+        keys: Keys, classKey: SecureBytes
+    ) throws -> StoredItem {
         // A fresh random item key, in guarded scratch memory for the length of this call.
         let (wrappedKey, sealedData) = try KeyScratch.shared.withKey { itemKey in
             itemKey.fillRandom()
             let wrapped = try itemKey.withBytes {
-                try AEAD.seal($0, associatedData: dataAD("key", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: classKey)
+                try AEAD.seal(
+                    $0,
+                    associatedData: dataAD(
+                        "key", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: classKey
+                )
             }
-            return (wrapped, try AEAD.seal(data, associatedData: dataAD("data", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: itemKey))
+            return (
+                wrapped,
+                try AEAD.seal(
+                    data,
+                    associatedData: dataAD(
+                        "data", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: itemKey
+                )
+            )
         }
-        return try resealAttributes(StoredItem(id: id, itemClass: itemClass.rawValue, primaryIndex: [], secondaryIndex: [], version: version - 1,
-                                               dataGeneration: version, sealedAttributes: [], wrappedItemKey: wrappedKey, sealedData: sealedData),
-                                    itemClass: itemClass, attributes: attributes, keys: keys)
+        return try resealAttributes(
+            StoredItem(
+                id: id, itemClass: itemClass.rawValue, primaryIndex: [], secondaryIndex: [], version: version - 1,
+                dataGeneration: version, sealedAttributes: [], wrappedItemKey: wrappedKey, sealedData: sealedData),
+            itemClass: itemClass, attributes: attributes, keys: keys)
     }
 
     /// A new row version with new attributes and indexes; data and item key unchanged.
@@ -102,17 +126,21 @@ extension Keychain {
     /// unreadable); fresh nonce; AD from `attributesAD` with the new version, so the previous
     /// box of this row no longer opens in it. Only for changes that leave the protection class
     /// and access group alone: those are bound into the data's AD (see `dataAD`).
-    func resealAttributes(_ old: StoredItem, itemClass: ItemClass, attributes: Attributes, keys: Keys) throws -> StoredItem {
+    func resealAttributes(_ old: StoredItem, itemClass: ItemClass, attributes: Attributes, keys: Keys) throws
+        -> StoredItem
+    {
         var row = old
         row.version = old.version + 1
         var group = ""
         if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
         row.primaryIndex = primaryIndex(itemClass, attributes, keys: keys)
-        row.secondaryIndex = secondaryIndex(itemClass, group: group,
-                                            attributes[Schema.groupingAttribute(of: itemClass)] ?? .string(""), keys: keys)
-        row.sealedAttributes = try AEAD.seal(AttributeCodec.encode(attributes),
-                                             associatedData: attributesAD(id: old.id, itemClass: itemClass, version: row.version),
-                                             key: keys.metadata)
+        row.secondaryIndex = secondaryIndex(
+            itemClass, group: group,
+            attributes[Schema.groupingAttribute(of: itemClass)] ?? .string(""), keys: keys)
+        row.sealedAttributes = try AEAD.seal(
+            AttributeCodec.encode(attributes),
+            associatedData: attributesAD(id: old.id, itemClass: itemClass, version: row.version),
+            key: keys.metadata)
         return row
     }
 
@@ -121,10 +149,14 @@ extension Keychain {
     /// errSecDecode naming only the item id: a damaged or moved box never yields attributes.
     func openAttributes(_ row: StoredItem, itemClass: ItemClass, keys: Keys) throws -> Attributes {
         do {
-            let plain = try AEAD.open(row.sealedAttributes, associatedData: attributesAD(id: row.id, itemClass: itemClass, version: row.version), key: keys.metadata)
+            let plain = try AEAD.open(
+                row.sealedAttributes,
+                associatedData: attributesAD(id: row.id, itemClass: itemClass, version: row.version), key: keys.metadata
+            )
             return try AttributeCodec.decode(plain, itemClass: itemClass)
         } catch {
-            throw KeychainError(.decode, "item \(row.id) is damaged or was tampered with: its attributes do not authenticate")
+            throw KeychainError(
+                .decode, "item \(row.id) is damaged or was tampered with: its attributes do not authenticate")
         }
     }
 
@@ -134,18 +166,28 @@ extension Keychain {
     /// and the data opened with it, both with the AD `item.attributes` (already authenticated
     /// by `openAttributes`) and the row's data generation give. Any failure is errSecDecode
     /// naming the item id, never wrong data.
-    func openData(_ row: StoredItem, item: KeychainItem, keys: Keys, caller: Caller, ui: AuthenticationUI) throws -> [UInt8] {
+    func openData(_ row: StoredItem, item: KeychainItem, keys: Keys, caller: Caller, ui: AuthenticationUI) throws
+        -> [UInt8]
+    {
         let classKey = try self.classKey(item.accessibility, keys: keys, for: item.summary)
         try checkPresence(item, caller: caller, ui: ui)
         let gen = row.dataGeneration
         do {
             return try KeyScratch.shared.withKey { itemKey in
-                try AEAD.openKey(row.wrappedItemKey, associatedData: dataAD("key", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen),
-                                 key: classKey, into: itemKey)
-                return try AEAD.open(row.sealedData, associatedData: dataAD("data", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen), key: itemKey)
+                try AEAD.openKey(
+                    row.wrappedItemKey,
+                    associatedData: dataAD(
+                        "key", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen),
+                    key: classKey, into: itemKey)
+                return try AEAD.open(
+                    row.sealedData,
+                    associatedData: dataAD(
+                        "data", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen),
+                    key: itemKey)
             }
         } catch {
-            throw KeychainError(.decode, "item \(row.id) is damaged or was tampered with: its data does not authenticate")
+            throw KeychainError(
+                .decode, "item \(row.id) is damaged or was tampered with: its data does not authenticate")
         }
     }
 }

@@ -21,17 +21,25 @@ extension Keychain {
                 throw KeychainError(.readOnlyAttr, "attribute '\(attribute.name)' is read-only")
             }
             guard value.byteCount <= Self.maxAttributeSize else {
-                throw KeychainError(.dataTooLarge, "attribute '\(attribute.name)' is \(value.byteCount) bytes, over the limit of \(Self.maxAttributeSize) bytes")
+                throw KeychainError(
+                    .dataTooLarge,
+                    "attribute '\(attribute.name)' is \(value.byteCount) bytes, over the limit of \(Self.maxAttributeSize) bytes"
+                )
             }
             if case .accessControl(let ac) = value, !AccessControlFlags.supported.isSuperset(of: ac.flags) {
-                throw KeychainError(.unimplemented, "access-control flags '\(ac.flags.subtracting(.supported).text)' cannot be enforced on Linux")
+                throw KeychainError(
+                    .unimplemented,
+                    "access-control flags '\(ac.flags.subtracting(.supported).text)' cannot be enforced on Linux")
             }
         }
     }
 
     func checkDataSize(_ data: [UInt8], _ itemClass: ItemClass, _ attributes: Attributes) throws {
         guard data.count <= Self.maxDataSize else {
-            throw KeychainError(.dataTooLarge, "the secret for \(Self.describe(itemClass, attributes)) is \(data.count) bytes, over the limit of \(Self.maxDataSize) bytes (1 MiB)")
+            throw KeychainError(
+                .dataTooLarge,
+                "the secret for \(Self.describe(itemClass, attributes)) is \(data.count) bytes, over the limit of \(Self.maxDataSize) bytes (1 MiB)"
+            )
         }
     }
 
@@ -63,7 +71,9 @@ extension Keychain {
     func classKey(_ protection: Accessibility, keys: Keys, for name: String) throws -> SecureBytes {
         if let key = keys.classKeys[protection] { return key }
         if protection.isThisDeviceOnly && keys.deviceMismatch {
-            throw KeychainError(.interactionNotAllowed, "\(name) is \(protection.name), and this vault's device key is not on this machine")
+            throw KeychainError(
+                .interactionNotAllowed,
+                "\(name) is \(protection.name), and this vault's device key is not on this machine")
         }
         throw KeychainError(.interactionNotAllowed, "\(name) is \(protection.name), and the keychain is locked")
     }
@@ -78,10 +88,12 @@ extension Keychain {
             // kSecUseAuthenticationUIFail. Apple answers errSecInteractionNotAllowed; keychainfs
             // says errSecInteractionRequired, so that a non-blocking open can tell "would have
             // to ask" (EAGAIN) from "locked" (EACCES).
-            throw KeychainError(.interactionRequired, "\(item.summary) needs user presence, and prompting is not allowed here")
+            throw KeychainError(
+                .interactionRequired, "\(item.summary) needs user presence, and prompting is not allowed here")
         case .allow:
             guard let presence = caller.presence else {
-                throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and there is no way to ask")
+                throw KeychainError(
+                    .interactionNotAllowed, "\(item.summary) needs user presence, and there is no way to ask")
             }
             try presence.verify(item: item, flags: ac.flags, caller: caller)
         }

@@ -10,16 +10,22 @@ extension Keychain {
     /// SecItemUpdate: applies `changes` (and new data, if given) to every match, atomically.
     /// Returns how many items were updated.
     @discardableResult
-    public func update(_ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, caller callerArgument: Caller? = nil) throws -> Int {
+    public func update(
+        _ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, caller callerArgument: Caller? = nil
+    ) throws -> Int {
         try update(query, attributes: changes, data: data, in: callContext(callerArgument))
     }
 
     /// `outer`: the write transaction this update is part of (rename, replaceData), if any.
     @discardableResult
-    func update(_ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, in call: CallContext,
-                within outer: (any ItemStoreWriter)? = nil) throws -> Int {
+    func update(
+        _ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, in call: CallContext,
+        within outer: (any ItemStoreWriter)? = nil
+    ) throws -> Int {
         let caller = call.caller
-        guard query.matchLimit == nil, query.returnData == nil, query.returnAttributes == nil, query.caseInsensitive == nil else {
+        guard query.matchLimit == nil, query.returnData == nil, query.returnAttributes == nil,
+            query.caseInsensitive == nil
+        else {
             throw KeychainError(.param, "an update query may not hold kSecReturn… or kSecMatch… keys")
         }
         guard !changes.isEmpty || data != nil else {
@@ -49,14 +55,20 @@ extension Keychain {
         // item does not (xattrs never prompt). Nested in another write (rename, replaceData)
         // the caller has asked already, before its own transaction.
         func needsPresence(_ attributes: Attributes) -> Bool {
-            guard case .accessControl(let ac)? = attributes[Schema.accessControl], ac.requiresPresence else { return false }
+            guard case .accessControl(let ac)? = attributes[Schema.accessControl], ac.requiresPresence else {
+                return false
+            }
             if data != nil { return true }
-            return [Schema.accessible, Schema.accessControl, Schema.accessGroup].contains { changes[$0] != nil && changes[$0] != attributes[$0] }
+            return [Schema.accessible, Schema.accessControl, Schema.accessGroup].contains {
+                changes[$0] != nil && changes[$0] != attributes[$0]
+            }
         }
         var granted = caller
-        for (row, attributes) in try matches(all, caller: caller, keys: keys, withData: false, in: outer) where needsPresence(attributes) {
-            try checkPresence(KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil),
-                              caller: caller, ui: caller.authenticationUI)
+        for (row, attributes) in try matches(all, caller: caller, keys: keys, withData: false, in: outer)
+        where needsPresence(attributes) {
+            try checkPresence(
+                KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil),
+                caller: caller, ui: caller.authenticationUI)
             granted = granted.granting(presenceFor: row.id)
         }
         func apply(_ vault: any ItemStoreWriter) throws -> Int {
@@ -65,7 +77,9 @@ extension Keychain {
             for (old, oldAttributes) in found {
                 let oldItem = KeychainItem(id: old.id, itemClass: query.itemClass, attributes: oldAttributes, data: nil)
                 if needsPresence(oldAttributes) && !granted.presenceGrants.contains(old.id) {
-                    throw KeychainError(.interactionRequired, "\(oldItem.summary) changed while its update waited for user presence; try again")
+                    throw KeychainError(
+                        .interactionRequired,
+                        "\(oldItem.summary) changed while its update waited for user presence; try again")
                 }
                 var attributes = oldAttributes
                 for (k, v) in changes { attributes[k] = v }
@@ -76,29 +90,38 @@ extension Keychain {
                     }
                     attributes[Schema.accessible] = .accessibility(ac.protection)
                 } else if case .accessibility(let p)? = changes[Schema.accessible],
-                          var ac = accessControl(of: oldAttributes) {
+                    var ac = accessControl(of: oldAttributes)
+                {
                     ac.protection = p
                     attributes[Schema.accessControl] = .accessControl(ac)
                 }
                 attributes[Schema.modificationDate] = .date(Date())
                 try checkSynchronizable(attributes, query.itemClass)
                 let name = Self.describe(query.itemClass, attributes, id: old.id)
-                let protectionChanged = Self.accessibility(of: attributes) != Self.accessibility(of: oldAttributes)
+                let protectionChanged =
+                    Self.accessibility(of: attributes) != Self.accessibility(of: oldAttributes)
                     || attributes[Schema.accessGroup] != oldAttributes[Schema.accessGroup]
                 let row: StoredItem
                 if data != nil || protectionChanged {
                     // New data, or a new protection class / access group: the data is sealed
                     // again (the old data is needed only when it is kept).
-                    let plaintext = try data ?? openData(old, item: oldItem, keys: keys, caller: granted,
-                                                         ui: caller.authenticationUI)
+                    let plaintext =
+                        try data
+                        ?? openData(
+                            old, item: oldItem, keys: keys, caller: granted,
+                            ui: caller.authenticationUI)
                     let classKey = try self.classKey(Self.accessibility(of: attributes), keys: keys, for: name)
-                    row = try seal(id: old.id, itemClass: query.itemClass, attributes: attributes, data: plaintext,
-                                   version: old.version + 1, keys: keys, classKey: classKey)
+                    row = try seal(
+                        id: old.id, itemClass: query.itemClass, attributes: attributes, data: plaintext,
+                        version: old.version + 1, keys: keys, classKey: classKey)
                 } else {
                     row = try resealAttributes(old, itemClass: query.itemClass, attributes: attributes, keys: keys)
                 }
                 do { try vault.replace(row) } catch StoreError.duplicate {
-                    throw KeychainError(.duplicateItem, "cannot update \(Self.describe(query.itemClass, oldAttributes)): \(Self.describe(query.itemClass, attributes)) already exists")
+                    throw KeychainError(
+                        .duplicateItem,
+                        "cannot update \(Self.describe(query.itemClass, oldAttributes)): \(Self.describe(query.itemClass, attributes)) already exists"
+                    )
                 }
                 try updateManifest(keys: keys, removing: old, adding: row, in: vault)
             }
@@ -117,8 +140,10 @@ extension Keychain {
     /// `victim`: an item that the new name already denotes although its primary key differs
     /// (certificates and keys are named by label, which is not in their key); it is deleted in
     /// the same transaction.
-    public func rename(_ source: Query, to changes: Attributes, replacing: Bool, victim: Int64? = nil,
-                       caller callerArgument: Caller? = nil) throws {
+    public func rename(
+        _ source: Query, to changes: Attributes, replacing: Bool, victim: Int64? = nil,
+        caller callerArgument: Caller? = nil
+    ) throws {
         let call = callContext(callerArgument)
         let caller = call.caller
         let keys = try call.unlockedKeys()
@@ -131,7 +156,8 @@ extension Keychain {
                     throw KeychainError(.itemNotFound, "\(Self.describe(source)) not found")
                 }
                 guard found.count == 1 else {
-                    throw KeychainError(.param, "\(Self.describe(source)) names \(found.count) items; a rename moves one")
+                    throw KeychainError(
+                        .param, "\(Self.describe(source)) names \(found.count) items; a rename moves one")
                 }
                 if let victim, victim != row.id, let doomed = try vault.item(id: victim, withData: true) {
                     try vault.delete(id: victim)
@@ -143,7 +169,9 @@ extension Keychain {
                 var targetQuery = Query(source.itemClass, synchronizableAny: true)
                 for k in keyOnly { targetQuery.attributes[k] = target[k] ?? AttributeValue.defaultValue(for: k.type) }
                 targetQuery.matchLimit = .all
-                let existing = try matches(targetQuery, caller: caller, keys: keys, withData: true, in: vault).filter { $0.0.id != row.id }
+                let existing = try matches(targetQuery, caller: caller, keys: keys, withData: true, in: vault).filter {
+                    $0.0.id != row.id
+                }
                 if !existing.isEmpty {
                     guard replacing else {
                         throw KeychainError(.duplicateItem, "\(Self.describe(source.itemClass, target)) already exists")
@@ -153,7 +181,9 @@ extension Keychain {
                         try updateManifest(keys: keys, removing: victim, adding: nil, in: vault)
                     }
                 }
-                try update(Query(source.itemClass, synchronizableAny: true, persistentReference: row.id), attributes: changes, in: call, within: vault)
+                try update(
+                    Query(source.itemClass, synchronizableAny: true, persistentReference: row.id), attributes: changes,
+                    in: call, within: vault)
             }
         }
     }
@@ -171,16 +201,19 @@ extension Keychain {
         targets.matchLimit = .all
         var granted = caller
         for (row, attributes) in try matches(one, caller: caller, keys: keys, withData: false)
-            + matches(targets, caller: caller, keys: keys, withData: false) {
-            try checkPresence(KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil),
-                              caller: caller, ui: caller.authenticationUI)
+            + matches(targets, caller: caller, keys: keys, withData: false)
+        {
+            try checkPresence(
+                KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil),
+                caller: caller, ui: caller.authenticationUI)
             granted = granted.granting(presenceFor: row.id)
         }
         try storeCall {
             try store.write { vault in
                 let found = try matches(one, caller: caller, keys: keys, withData: true, in: vault)
                 guard found.count == 1, let (row, attributes) = found.first else {
-                    throw KeychainError(found.isEmpty ? .itemNotFound : .param, "\(Self.describe(source)) must name exactly one item")
+                    throw KeychainError(
+                        found.isEmpty ? .itemNotFound : .param, "\(Self.describe(source)) must name exactly one item")
                 }
                 let item = KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil)
                 let data = try openData(row, item: item, keys: keys, caller: granted, ui: caller.authenticationUI)

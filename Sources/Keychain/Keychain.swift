@@ -116,10 +116,15 @@ public final class Keychain: Sendable {
         case StoreError.noSuchFile(let p): return KeychainError(.noSuchKeychain, "no vault at \(p)")
         case StoreError.notAVault(let why): return KeychainError(.decode, "\(path) is not a keychainfs vault (\(why))")
         case StoreError.newerFormat(let found, let supported):
-            return KeychainError(.unimplemented, "vault \(path) has schema version \(found), newer than this keychainfs supports (\(supported)); upgrade keychainfs")
-        case StoreError.busy: return KeychainError(.notAvailable, "vault \(path) is busy: another process held it for more than 30 s")
+            return KeychainError(
+                .unimplemented,
+                "vault \(path) has schema version \(found), newer than this keychainfs supports (\(supported)); upgrade keychainfs"
+            )
+        case StoreError.busy:
+            return KeychainError(.notAvailable, "vault \(path) is busy: another process held it for more than 30 s")
         case StoreError.duplicate: return KeychainError(.duplicateItem, "duplicate item")
-        case StoreError.sqlite(let code, let message): return KeychainError(.io, "vault \(path): SQLite error \(code): \(message)")
+        case StoreError.sqlite(let code, let message):
+            return KeychainError(.io, "vault \(path): SQLite error \(code): \(message)")
         default: return KeychainError(.io, "vault \(path): \(error)")
         }
     }

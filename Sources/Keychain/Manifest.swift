@@ -26,10 +26,14 @@ struct Manifest {
     var encoded: [UInt8] { Framing.int(count) + accumulator }
 
     static func entry(_ row: StoredItem, key: SecureBytes) -> [UInt8] {
-        let digest = KeyedHash.digest([Framing.text(row.itemClass), row.primaryIndex, row.secondaryIndex,
-                                       Framing.int(row.version), Framing.int(row.dataGeneration),
-                                       row.sealedAttributes, row.wrappedItemKey, row.sealedData])
-        return KeyedHash.hash(Framing.frame([Framing.text("kcfs/manifest/v1"), Framing.int(row.id), Framing.int(row.version), digest]), key: key)
+        let digest = KeyedHash.digest([
+            Framing.text(row.itemClass), row.primaryIndex, row.secondaryIndex,
+            Framing.int(row.version), Framing.int(row.dataGeneration),
+            row.sealedAttributes, row.wrappedItemKey, row.sealedData,
+        ])
+        return KeyedHash.hash(
+            Framing.frame([Framing.text("kcfs/manifest/v1"), Framing.int(row.id), Framing.int(row.version), digest]),
+            key: key)
     }
 
     /// The access policy's entry: XORed in without counting as a row.
@@ -59,9 +63,15 @@ extension Keychain {
                 }
                 var actual = Manifest.empty
                 try vault.forEachItem { actual.insert(Manifest.entry($0, key: keys.manifest)) }
-                if let policy = try vault.meta("access_policy") { actual.toggle(Manifest.policyEntry(policy, key: keys.manifest)) }
-                guard actual.count == expected.count, Sodium.constantTimeEqual(actual.accumulator, expected.accumulator) else {
-                    throw KeychainError(.decode, "vault integrity check failed: the item table does not match its authenticated manifest (\(actual.count) rows found, \(expected.count) expected): rows were deleted, altered, swapped or replayed")
+                if let policy = try vault.meta("access_policy") {
+                    actual.toggle(Manifest.policyEntry(policy, key: keys.manifest))
+                }
+                guard actual.count == expected.count, Sodium.constantTimeEqual(actual.accumulator, expected.accumulator)
+                else {
+                    throw KeychainError(
+                        .decode,
+                        "vault integrity check failed: the item table does not match its authenticated manifest (\(actual.count) rows found, \(expected.count) expected): rows were deleted, altered, swapped or replayed"
+                    )
                 }
             }
         }
@@ -69,7 +79,9 @@ extension Keychain {
 
     /// Adjusts the stored manifest for one row removed and/or added, inside the write
     /// transaction that removes or adds it.
-    func updateManifest(keys: Keys, removing old: StoredItem?, adding new: StoredItem?, in vault: any ItemStoreWriter) throws {
+    func updateManifest(keys: Keys, removing old: StoredItem?, adding new: StoredItem?, in vault: any ItemStoreWriter)
+        throws
+    {
         guard let stored = try vault.meta("manifest"), var manifest = Manifest(encoded: stored) else {
             throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
         }

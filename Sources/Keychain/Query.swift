@@ -35,10 +35,12 @@ public struct Query: Sendable {
     public var persistentReference: Int64?
     public var authenticationUI: AuthenticationUI?
 
-    public init(_ itemClass: ItemClass, _ attributes: Attributes = [:], matchLimit: MatchLimit? = nil,
-                caseInsensitive: Bool? = nil, returnData: Bool? = nil, returnAttributes: Bool? = nil,
-                synchronizableAny: Bool = false, persistentReference: Int64? = nil,
-                authenticationUI: AuthenticationUI? = nil) {
+    public init(
+        _ itemClass: ItemClass, _ attributes: Attributes = [:], matchLimit: MatchLimit? = nil,
+        caseInsensitive: Bool? = nil, returnData: Bool? = nil, returnAttributes: Bool? = nil,
+        synchronizableAny: Bool = false, persistentReference: Int64? = nil,
+        authenticationUI: AuthenticationUI? = nil
+    ) {
         self.itemClass = itemClass
         self.attributes = attributes
         self.matchLimit = matchLimit
@@ -121,9 +123,11 @@ public struct Caller: Sendable {
     /// returns), with `granting(presenceFor:)`.
     public var presenceGrants: Set<Int64>
 
-    public init(accessGroups: [String] = [Caller.defaultAccessGroup], presence: (any PresenceVerifier)? = nil,
-                authenticationUI: AuthenticationUI = .allow, processDescription: String = "", processKey: String = "",
-                presenceGrants: Set<Int64> = []) {
+    public init(
+        accessGroups: [String] = [Caller.defaultAccessGroup], presence: (any PresenceVerifier)? = nil,
+        authenticationUI: AuthenticationUI = .allow, processDescription: String = "", processKey: String = "",
+        presenceGrants: Set<Int64> = []
+    ) {
         self.accessGroups = accessGroups
         self.presence = presence
         self.authenticationUI = authenticationUI

@@ -37,7 +37,8 @@ public enum Accessibility: String, CaseIterable, Sendable {
     /// Accepts the constant's name (`afterFirstUnlock`) or Apple's code (`ck`).
     public init?(text: String) {
         if let byCode = Accessibility(rawValue: text) { self = byCode; return }
-        guard let byName = Accessibility.allCases.first(where: { $0.name.caseInsensitiveCompare(text) == .orderedSame }) else { return nil }
+        guard let byName = Accessibility.allCases.first(where: { $0.name.caseInsensitiveCompare(text) == .orderedSame })
+        else { return nil }
         self = byName
     }
 
@@ -52,7 +53,9 @@ public enum Accessibility: String, CaseIterable, Sendable {
     /// The class key is bound to this machine's device key: a copied vault cannot open it.
     public var isThisDeviceOnly: Bool {
         switch self {
-        case .whenPasscodeSetThisDeviceOnly, .whenUnlockedThisDeviceOnly, .afterFirstUnlockThisDeviceOnly, .alwaysThisDeviceOnly: true
+        case .whenPasscodeSetThisDeviceOnly, .whenUnlockedThisDeviceOnly, .afterFirstUnlockThisDeviceOnly,
+            .alwaysThisDeviceOnly:
+            true
         default: false
         }
     }
@@ -92,7 +95,9 @@ public struct AccessControlFlags: OptionSet, Hashable, Sendable {
         var flags: AccessControlFlags = []
         for part in text.split(separator: ",", omittingEmptySubsequences: true) {
             let name = part.trimmingCharacters(in: .whitespaces)
-            guard let flag = Self.names.first(where: { $0.0.caseInsensitiveCompare(name) == .orderedSame })?.1 else { return nil }
+            guard let flag = Self.names.first(where: { $0.0.caseInsensitiveCompare(name) == .orderedSame })?.1 else {
+                return nil
+            }
             flags.insert(flag)
         }
         self = flags
@@ -157,8 +162,12 @@ public enum Schema {
 
     private static let rows: [Row] = [
         // The primary key of every class also holds the access group and the sync flag.
-        Row(name: "accessGroup", code: "agrp", type: .string, access: .readWrite, classes: [G, I, C, K], key: [G, I, C, K]),
-        Row(name: "synchronizable", code: "sync", type: .bool, access: .readWrite, classes: [G, I, C, K], key: [G, I, C, K]),
+        Row(
+            name: "accessGroup", code: "agrp", type: .string, access: .readWrite, classes: [G, I, C, K],
+            key: [G, I, C, K]),
+        Row(
+            name: "synchronizable", code: "sync", type: .bool, access: .readWrite, classes: [G, I, C, K],
+            key: [G, I, C, K]),
         Row(name: "service", code: "svce", type: .string, access: .readWrite, classes: [G], key: [G]),
         Row(name: "server", code: "srvr", type: .string, access: .readWrite, classes: [I], key: [I]),
         Row(name: "protocol", code: "ptcl", type: .string, access: .readWrite, classes: [I], key: [I]),
@@ -186,8 +195,11 @@ public enum Schema {
         Row(name: "generic", code: "gena", type: .data, access: .readWrite, classes: [G], key: []),
         Row(name: "isInvisible", code: "invi", type: .bool, access: .readWrite, classes: [G, I], key: []),
         Row(name: "isNegative", code: "nega", type: .bool, access: .readWrite, classes: [G, I], key: []),
-        Row(name: "accessible", code: "pdmn", type: .accessibility, access: .readWrite, classes: [G, I, C, K], key: []),
-        Row(name: "accessControl", code: "accc", type: .accessControl, access: .readWrite, classes: [G, I, C, K], key: []),
+        Row(
+            name: "accessible", code: "pdmn", type: .accessibility, access: .readWrite, classes: [G, I, C, K], key: []),
+        Row(
+            name: "accessControl", code: "accc", type: .accessControl, access: .readWrite, classes: [G, I, C, K],
+            key: []),
         Row(name: "creationDate", code: "cdat", type: .date, access: .system, classes: [G, I, C, K], key: []),
         Row(name: "modificationDate", code: "mdat", type: .date, access: .system, classes: [G, I, C, K], key: []),
         Row(name: "subject", code: "subj", type: .data, access: .derived, classes: [C], key: []),
@@ -207,12 +219,14 @@ public enum Schema {
     ]
 
     /// `kSecClass` is not an attribute of any class: naming it in an update is errSecNoSuchAttr.
-    public static let itemClassPseudoAttribute = Attribute(code: "class", name: "class", type: .string, access: .readWrite, order: -1)
+    public static let itemClassPseudoAttribute = Attribute(
+        code: "class", name: "class", type: .string, access: .readWrite, order: -1)
 
     private static let attributes: [Attribute] = rows.enumerated().map {
         Attribute(code: $1.code, name: $1.name, type: $1.type, access: $1.access, order: $0)
     }
-    private static let byName: [String: Int] = Dictionary(uniqueKeysWithValues: rows.enumerated().map { ($1.name.lowercased(), $0) })
+    private static let byName: [String: Int] = Dictionary(
+        uniqueKeysWithValues: rows.enumerated().map { ($1.name.lowercased(), $0) })
 
     /// The class an identity's attributes come from: the identity itself has no table.
     private static func tableClass(_ c: ItemClass) -> Set<ItemClass> {
@@ -221,13 +235,15 @@ public enum Schema {
 
     // Per-class tables, built once: decoding and indexing consult them for every attribute
     // of every item, and filtering the schema each time was half the cost of a lookup.
-    private static let classAttributes: [ItemClass: [Attribute]] = Dictionary(uniqueKeysWithValues: ItemClass.allCases.map { c in
-        let classes = tableClass(c)
-        return (c, rows.indices.filter { !rows[$0].classes.isDisjoint(with: classes) }.map { attributes[$0] })
-    })
-    private static let classKeys: [ItemClass: [Attribute]] = Dictionary(uniqueKeysWithValues: ItemClass.allCases.map { c in
-        (c, c == .identity ? [] : rows.indices.filter { rows[$0].key.contains(c) }.map { attributes[$0] })
-    })
+    private static let classAttributes: [ItemClass: [Attribute]] = Dictionary(
+        uniqueKeysWithValues: ItemClass.allCases.map { c in
+            let classes = tableClass(c)
+            return (c, rows.indices.filter { !rows[$0].classes.isDisjoint(with: classes) }.map { attributes[$0] })
+        })
+    private static let classKeys: [ItemClass: [Attribute]] = Dictionary(
+        uniqueKeysWithValues: ItemClass.allCases.map { c in
+            (c, c == .identity ? [] : rows.indices.filter { rows[$0].key.contains(c) }.map { attributes[$0] })
+        })
     private static let classCodes: [ItemClass: [String: Attribute]] = classAttributes.mapValues { list in
         Dictionary(list.map { ($0.code, $0) }, uniquingKeysWith: { first, _ in first })
     }
@@ -313,7 +329,9 @@ public enum InternetProtocol {
     public static func code(for text: String) -> String? {
         let lower = text.lowercased()
         if let hit = table.first(where: { $0.name == lower }) { return hit.code }
-        if let hit = table.first(where: { $0.code == lower || $0.code.trimmingCharacters(in: .whitespaces) == lower }) { return hit.code }
+        if let hit = table.first(where: { $0.code == lower || $0.code.trimmingCharacters(in: .whitespaces) == lower }) {
+            return hit.code
+        }
         return nil
     }
 

@@ -29,7 +29,7 @@ public final class AccessLayer: Sendable {
         if let (p, at) = policy.withLock({ $0 }), Date().timeIntervalSince(at) < 1 { return p }
         let p: AccessPolicy
         do { p = try keychain.accessPolicy() } catch KeychainStatus.interactionNotAllowed {
-            p = AccessPolicy() // not unlocked yet: nothing is readable anyway
+            p = AccessPolicy()  // not unlocked yet: nothing is readable anyway
         }
         policy.withLock { $0 = (p, Date()) }
         return p
@@ -54,7 +54,8 @@ public final class AccessLayer: Sendable {
             if policy.isEmpty { return Caller(presence: presence) }
             throw Errno.permissionDenied
         }
-        return Caller(accessGroups: policy.accessGroups(forExecutable: process.executable), presence: presence,
-                      processDescription: process.description, processKey: process.key)
+        return Caller(
+            accessGroups: policy.accessGroups(forExecutable: process.executable), presence: presence,
+            processDescription: process.description, processKey: process.key)
     }
 }

@@ -42,9 +42,10 @@ public enum AuditOperation: Sendable, Equatable {
 
     /// Every spelling the log can show, as docs/security.md lists them (`set-<attr>` for the
     /// attribute family).
-    public static let documentedSpellings: [String] = [
-        lookup, openRead, openWrite, openTruncate, write, create, delete, rename, renameToScratch, replaceData,
-    ].map(\.text) + ["set-<attr>"]
+    public static let documentedSpellings: [String] =
+        [
+            lookup, openRead, openWrite, openTruncate, write, create, delete, rename, renameToScratch, replaceData,
+        ].map(\.text) + ["set-<attr>"]
 }
 
 /// The audit log: one line per access decision — time, pid, executable, item id, operation,
@@ -57,8 +58,9 @@ public final class AuditLog: Sendable {
 
     public init(path: String) throws {
         self.path = path
-        try FileManager.default.createDirectory(atPath: KeychainPaths.parent(of: path),
-                                                withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: KeychainPaths.parent(of: path),
+            withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw Errno(rawValue: errno) }
     }
@@ -66,7 +68,8 @@ public final class AuditLog: Sendable {
     deinit { close(fd) }
 
     public func record(_ caller: Caller, item: Int64?, _ operation: AuditOperation, allowed: Bool, why: String? = nil) {
-        var line = "\(AttributeTextTime.now()) \(caller.processDescription.isEmpty ? "pid ?" : caller.processDescription)"
+        var line =
+            "\(AttributeTextTime.now()) \(caller.processDescription.isEmpty ? "pid ?" : caller.processDescription)"
         line += " item=\(item.map(String.init) ?? "-") op=\(operation.text) \(allowed ? "allow" : "deny")"
         if let why { line += " why=\(why)" }
         line += "\n"

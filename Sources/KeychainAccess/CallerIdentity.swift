@@ -33,8 +33,9 @@ public struct ProcessIdentity: Sendable {
         guard let start = startTime(of: tid) else { return nil }
         if let cached = threadCache.get(tid), cached.start == start { return (cached.tgid, start) }
         guard let status = readSmall("/proc/\(tid)/status"),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Tgid:") }),
-              let tgid = pid_t(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) else { return nil }
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Tgid:") }),
+            let tgid = pid_t(line.dropFirst(5).trimmingCharacters(in: .whitespaces))
+        else { return nil }
         threadCache.set(tid, (start, tgid))
         return (tgid, start)
     }
@@ -77,7 +78,9 @@ public struct ProcessIdentity: Sendable {
     /// The controlling terminal of a process, for a pinentry prompt on it, or nil.
     public static func terminal(of pid: pid_t) -> String? {
         for fd in 0...2 {
-            if let target = readLink("/proc/\(pid)/fd/\(fd)"), target.hasPrefix("/dev/pts/") || target.hasPrefix("/dev/tty") {
+            if let target = readLink("/proc/\(pid)/fd/\(fd)"),
+                target.hasPrefix("/dev/pts/") || target.hasPrefix("/dev/tty")
+            {
                 return target
             }
         }

@@ -19,15 +19,18 @@ public enum ChildProcess {
     /// Spawns `path` with `arguments` (argv[0] included) and `environment` (nil: ours), its
     /// descriptors set in order (a `.duplicate` may name one set before it). `newSession` puts
     /// the child in a session of its own (a daemon that outlives the terminal).
-    public static func spawn(_ path: String, arguments: [String], environment: [String]? = nil,
-                             descriptors: [(Int32, Descriptor)], newSession: Bool = false) throws(Errno) -> pid_t {
+    public static func spawn(
+        _ path: String, arguments: [String], environment: [String]? = nil,
+        descriptors: [(Int32, Descriptor)], newSession: Bool = false
+    ) throws(Errno) -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         for (target, descriptor) in descriptors {
             switch descriptor {
             case .null: posix_spawn_file_actions_addopen(&actions, target, "/dev/null", O_RDONLY, 0)
-            case .appending(let file): posix_spawn_file_actions_addopen(&actions, target, file, O_WRONLY | O_APPEND | O_CREAT, 0o600)
+            case .appending(let file):
+                posix_spawn_file_actions_addopen(&actions, target, file, O_WRONLY | O_APPEND | O_CREAT, 0o600)
             case .duplicate(let source): posix_spawn_file_actions_adddup2(&actions, source, target)
             }
         }
@@ -42,7 +45,8 @@ public enum ChildProcess {
             cEnv?.forEach { free($0) }
         }
         var pid: pid_t = 0
-        let rc = cEnv.map { env in posix_spawn(&pid, path, &actions, &attributes, cArgs, env) }
+        let rc =
+            cEnv.map { env in posix_spawn(&pid, path, &actions, &attributes, cArgs, env) }
             ?? posix_spawn(&pid, path, &actions, &attributes, cArgs, environ)
         guard rc == 0 else { throw Errno(rawValue: rc) }
         return pid

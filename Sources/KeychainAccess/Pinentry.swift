@@ -33,7 +33,8 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
     }
 
     static func findProgram() -> String? {
-        let dirs = (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":").map(String.init)
+        let dirs = (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":").map(
+            String.init)
         for name in ["pinentry", "pinentry-tty", "pinentry-curses", "pinentry-gnome3", "pinentry-qt"] {
             for dir in dirs where access(dir + "/" + name, X_OK) == 0 { return dir + "/" + name }
         }
@@ -42,31 +43,49 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
 
     public func verify(item: KeychainItem, flags: AccessControlFlags, caller: Caller) throws {
         let grantKey = "\(caller.processKey)|\(item.id)"
-        if reuseSeconds > 0, let at = state.withLock({ $0.grants[grantKey] }), Date().timeIntervalSince(at) < reuseSeconds { return }
+        if reuseSeconds > 0, let at = state.withLock({ $0.grants[grantKey] }),
+            Date().timeIntervalSince(at) < reuseSeconds
+        {
+            return
+        }
         guard let program else {
-            throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and no pinentry program is installed")
+            throw KeychainError(
+                .interactionNotAllowed, "\(item.summary) needs user presence, and no pinentry program is installed")
         }
         let pid = pid_t(caller.processKey.split(separator: ":").first.flatMap { Int32($0) } ?? 0)
         let tty = pid > 0 ? ProcessIdentity.terminal(of: pid) : nil
-        let display = pid > 0 ? (ProcessIdentity.environment(of: pid, "WAYLAND_DISPLAY") ?? ProcessIdentity.environment(of: pid, "DISPLAY")) : nil
+        let display =
+            pid > 0
+            ? (ProcessIdentity.environment(of: pid, "WAYLAND_DISPLAY")
+                ?? ProcessIdentity.environment(of: pid, "DISPLAY")) : nil
         guard tty != nil || display != nil else {
-            throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and \(caller.processDescription) has no terminal or display to ask on")
+            throw KeychainError(
+                .interactionNotAllowed,
+                "\(item.summary) needs user presence, and \(caller.processDescription) has no terminal or display to ask on"
+            )
         }
-        guard state.withLock({ s -> Bool in
-            guard s.activePrompts < Self.maxConcurrentPrompts else { return false }
-            s.activePrompts += 1
-            return true
-        }) else {
-            throw KeychainError(.interactionNotAllowed, "\(item.summary) needs user presence, and \(Self.maxConcurrentPrompts) prompts are already waiting")
+        guard
+            state.withLock({ s -> Bool in
+                guard s.activePrompts < Self.maxConcurrentPrompts else { return false }
+                s.activePrompts += 1
+                return true
+            })
+        else {
+            throw KeychainError(
+                .interactionNotAllowed,
+                "\(item.summary) needs user presence, and \(Self.maxConcurrentPrompts) prompts are already waiting")
         }
         defer { state.withLock { $0.activePrompts -= 1 } }
         let passcode = flags.contains(.devicePasscode) && !flags.contains(.userPresence)
-        let session = try AssuanSession(program: program, tty: tty, display: display, term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
-                                        timeout: timeoutSeconds + 5)
+        let session = try AssuanSession(
+            program: program, tty: tty, display: display,
+            term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
+            timeout: timeoutSeconds + 5)
         defer { session.finish() }
         let what = passcode ? "Enter the vault passphrase to let" : "Allow"
         try session.command("SETTITLE keychainfs")
-        try session.command("SETDESC " + AssuanSession.escape("\(what) \(caller.processDescription) to use \(item.summary)?"))
+        try session.command(
+            "SETDESC " + AssuanSession.escape("\(what) \(caller.processDescription) to use \(item.summary)?"))
         try session.command("SETTIMEOUT \(timeoutSeconds)")
         if passcode {
             try session.command("SETPROMPT Passphrase:")
@@ -85,7 +104,7 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
 /// One pinentry process and its Assuan conversation.
 struct AssuanSession {
     let pid: pid_t
-    let input: Int32   // we write commands here
+    let input: Int32  // we write commands here
     let output: Int32  // we read replies here
     let deadline: Date
 
@@ -97,12 +116,15 @@ struct AssuanSession {
         if let tty { args += ["--ttyname", tty] }
         if let display { args += ["--display", display] }
         var env = ["PATH=/usr/bin:/bin", "LANG=C.UTF-8"]
-        if let display { env.append(display.hasPrefix("wayland") ? "WAYLAND_DISPLAY=\(display)" : "DISPLAY=\(display)") }
+        if let display {
+            env.append(display.hasPrefix("wayland") ? "WAYLAND_DISPLAY=\(display)" : "DISPLAY=\(display)")
+        }
         env.append("TERM=\(term ?? "xterm")")
         let child: pid_t
         do {
-            child = try ChildProcess.spawn(program, arguments: args, environment: env,
-                                           descriptors: [(0, .duplicate(toChild[0])), (1, .duplicate(fromChild[1]))])
+            child = try ChildProcess.spawn(
+                program, arguments: args, environment: env,
+                descriptors: [(0, .duplicate(toChild[0])), (1, .duplicate(fromChild[1]))])
         } catch {
             close(toChild[0]); close(fromChild[0]); close(toChild[1]); close(fromChild[1])
             throw KeychainError(.interactionNotAllowed, "cannot start \(program): \(error)")
@@ -142,7 +164,9 @@ struct AssuanSession {
             var pfd = pollfd(fd: output, events: Int16(POLLIN), revents: 0)
             let ready = poll(&pfd, 1, Int32(min(remaining, 1) * 1000))
             if ready == 0 { continue }
-            if ready < 0 { if errno == EINTR { continue }; throw KeychainError(.interactionNotAllowed, "pinentry: poll failed") }
+            if ready < 0 {
+                if errno == EINTR { continue }; throw KeychainError(.interactionNotAllowed, "pinentry: poll failed")
+            }
             let n = read(output, &byte, 1)
             guard n == 1 else { throw KeychainError(.interactionNotAllowed, "pinentry exited") }
             if byte == 10 { return String(decoding: line, as: UTF8.self) }
@@ -171,9 +195,13 @@ struct AssuanSession {
                 let bytes = Array(reply.utf8.dropFirst(2))
                 var i = 0
                 while i < bytes.count {
-                    if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.count, let v = UInt8(String(decoding: bytes[(i + 1)...(i + 2)], as: UTF8.self), radix: 16) {
+                    if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.count,
+                        let v = UInt8(String(decoding: bytes[(i + 1)...(i + 2)], as: UTF8.self), radix: 16)
+                    {
                         pin.append(v); i += 3
-                    } else { pin.append(bytes[i]); i += 1 }
+                    } else {
+                        pin.append(bytes[i]); i += 1
+                    }
                 }
                 reply = ""
                 continue

@@ -1,6 +1,6 @@
 import CSodium
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import Synchronization
 
@@ -14,7 +14,9 @@ public enum AEAD {
     public static let tagBytes = Int(crypto_aead_xchacha20poly1305_ietf_ABYTES)
     public static var overhead: Int { nonceBytes + tagBytes }
 
-    public static func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8], key: SecureBytes) throws -> [UInt8] {
+    public static func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8], key: SecureBytes) throws
+        -> [UInt8]
+    {
         precondition(key.count == keyBytes)
         return try seal(plaintext, associatedData: associatedData, keyPointer: key.base)
     }
@@ -28,11 +30,15 @@ public enum AEAD {
         try plaintext.withUnsafeBytes { try seal($0, associatedData: associatedData, keyPointer: key.pointer) }
     }
 
-    public static func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8], key: KeyScratch.Key) throws -> [UInt8] {
+    public static func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8], key: KeyScratch.Key) throws
+        -> [UInt8]
+    {
         try seal(plaintext, associatedData: associatedData, keyPointer: key.pointer)
     }
 
-    private static func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8], keyPointer: UnsafePointer<UInt8>) throws -> [UInt8] {
+    private static func seal(
+        _ plaintext: UnsafeRawBufferPointer, associatedData: [UInt8], keyPointer: UnsafePointer<UInt8>
+    ) throws -> [UInt8] {
         try Sodium.ensureInitialised()
         var box = [UInt8](repeating: 0, count: nonceBytes + plaintext.count + tagBytes)
         box.withUnsafeMutableBufferPointer { out in
@@ -58,7 +64,9 @@ public enum AEAD {
         try open(box, associatedData: associatedData, keyPointer: key.pointer)
     }
 
-    private static func open(_ box: [UInt8], associatedData: [UInt8], keyPointer: UnsafePointer<UInt8>) throws -> [UInt8] {
+    private static func open(_ box: [UInt8], associatedData: [UInt8], keyPointer: UnsafePointer<UInt8>) throws
+        -> [UInt8]
+    {
         guard box.count >= overhead else { throw CryptoError.malformed }
         // One spare byte so an empty plaintext still has a buffer address to write to.
         var out = [UInt8](repeating: 0, count: box.count - overhead + 1)
@@ -73,18 +81,23 @@ public enum AEAD {
     public static func openKey(_ box: [UInt8], associatedData: [UInt8], key: SecureBytes) throws -> SecureBytes {
         guard box.count == overhead + keyBytes else { throw CryptoError.malformed }
         return try SecureBytes(count: keyBytes) { buf in
-            try open(box, associatedData: associatedData, keyPointer: key.base,
-                     into: buf.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            try open(
+                box, associatedData: associatedData, keyPointer: key.base,
+                into: buf.baseAddress!.assumingMemoryBound(to: UInt8.self))
         }
     }
 
     /// Opens a box that holds a key into guarded scratch memory.
-    public static func openKey(_ box: [UInt8], associatedData: [UInt8], key: SecureBytes, into scratch: KeyScratch.Key) throws {
+    public static func openKey(_ box: [UInt8], associatedData: [UInt8], key: SecureBytes, into scratch: KeyScratch.Key)
+        throws
+    {
         guard box.count == overhead + keyBytes else { throw CryptoError.malformed }
         try open(box, associatedData: associatedData, keyPointer: key.base, into: scratch.pointer)
     }
 
-    private static func open(_ box: [UInt8], associatedData: [UInt8], keyPointer: UnsafePointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) throws {
+    private static func open(
+        _ box: [UInt8], associatedData: [UInt8], keyPointer: UnsafePointer<UInt8>, into out: UnsafeMutablePointer<UInt8>
+    ) throws {
         try Sodium.ensureInitialised()
         var mlen: UInt64 = 0
         let rc = box.withUnsafeBufferPointer { b in
@@ -121,7 +134,8 @@ public final class KeyScratch: Sendable {
     public func withKey<R>(_ body: (Key) throws -> R) throws -> R {
         try Sodium.ensureInitialised()
         let pointer: UnsafeMutablePointer<UInt8>
-        if let address = free.withLock({ $0.popLast() }), let reused = UnsafeMutablePointer<UInt8>(bitPattern: address) {
+        if let address = free.withLock({ $0.popLast() }), let reused = UnsafeMutablePointer<UInt8>(bitPattern: address)
+        {
             pointer = reused
         } else {
             guard let raw = sodium_malloc(AEAD.keyBytes) else { throw CryptoError.unavailable("sodium_malloc failed") }

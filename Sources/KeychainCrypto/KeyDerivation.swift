@@ -34,15 +34,18 @@ public struct PasswordHashParameters: Equatable, Sendable {
 
 public enum KeyDerivation {
     /// Derives a 32-byte key from a passphrase with Argon2id v1.3.
-    public static func passwordKey(passphrase: SecureBytes, salt: [UInt8], parameters: PasswordHashParameters) throws -> SecureBytes {
+    public static func passwordKey(passphrase: SecureBytes, salt: [UInt8], parameters: PasswordHashParameters) throws
+        -> SecureBytes
+    {
         guard salt.count == PasswordHashParameters.saltBytes else { throw CryptoError.malformed }
         return try SecureBytes(count: AEAD.keyBytes) { out in
             let rc = passphrase.withUnsafeBytes { pw in
                 salt.withUnsafeBufferPointer { s in
-                    crypto_pwhash(out.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(out.count),
-                                  pw.baseAddress!.assumingMemoryBound(to: CChar.self), UInt64(pw.count),
-                                  s.baseAddress!, parameters.opsLimit, Int(parameters.memLimit),
-                                  crypto_pwhash_ALG_ARGON2ID13)
+                    crypto_pwhash(
+                        out.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(out.count),
+                        pw.baseAddress!.assumingMemoryBound(to: CChar.self), UInt64(pw.count),
+                        s.baseAddress!, parameters.opsLimit, Int(parameters.memLimit),
+                        crypto_pwhash_ALG_ARGON2ID13)
                 }
             }
             guard rc == 0 else { throw CryptoError.keyDerivationFailed }
@@ -56,7 +59,8 @@ public enum KeyDerivation {
         precondition(ctx.count == 8, "crypto_kdf context must be 8 bytes")
         return try SecureBytes(count: 32) { out in
             let rc = ctx.map { CChar(bitPattern: $0) }.withUnsafeBufferPointer { c in
-                crypto_kdf_derive_from_key(out.baseAddress!.assumingMemoryBound(to: UInt8.self), 32, id, c.baseAddress!, root.base)
+                crypto_kdf_derive_from_key(
+                    out.baseAddress!.assumingMemoryBound(to: UInt8.self), 32, id, c.baseAddress!, root.base)
             }
             guard rc == 0 else { throw CryptoError.unavailable("crypto_kdf_derive_from_key failed") }
         }
@@ -71,8 +75,9 @@ public enum KeyDerivation {
         material.withUnsafeBytes { message.append(contentsOf: $0) }
         defer { Sodium.wipe(&message) }
         return try SecureBytes(count: 32) { out in
-            _ = crypto_generichash(out.baseAddress!.assumingMemoryBound(to: UInt8.self), 32,
-                                   message, UInt64(message.count), key.base, key.count)
+            _ = crypto_generichash(
+                out.baseAddress!.assumingMemoryBound(to: UInt8.self), 32,
+                message, UInt64(message.count), key.base, key.count)
         }
     }
 }
@@ -122,7 +127,9 @@ public enum Signing {
     }
 
     public static func verify(_ signature: [UInt8], _ message: [UInt8], publicKey: [UInt8]) -> Bool {
-        guard signature.count == signatureBytes, publicKey.count == Int(crypto_sign_PUBLICKEYBYTES) else { return false }
+        guard signature.count == signatureBytes, publicKey.count == Int(crypto_sign_PUBLICKEYBYTES) else {
+            return false
+        }
         return crypto_sign_verify_detached(signature, message, UInt64(message.count), publicKey) == 0
     }
 }

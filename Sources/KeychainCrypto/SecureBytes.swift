@@ -44,6 +44,6 @@ public final class SecureBytes: @unchecked Sendable {
     var base: UnsafePointer<UInt8> { UnsafePointer(pointer.assumingMemoryBound(to: UInt8.self)) }
 
     deinit {
-        sodium_free(pointer) // wipes, then releases the guarded pages
+        sodium_free(pointer)  // wipes, then releases the guarded pages
     }
 }

@@ -1,7 +1,7 @@
 import CSodium
 import CPlatform
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Errors of the cryptographic layer. None of them carries key material or plaintext.
@@ -42,8 +42,11 @@ public enum Sodium {
     public static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         guard a.count == b.count else { return false }
         if a.isEmpty { return true }
-        return a.withUnsafeBytes { pa in b.withUnsafeBytes { pb in
-            sodium_memcmp(pa.baseAddress, pb.baseAddress, a.count) == 0 } }
+        return a.withUnsafeBytes { pa in
+            b.withUnsafeBytes { pb in
+                sodium_memcmp(pa.baseAddress, pb.baseAddress, a.count) == 0
+            }
+        }
     }
 }
 

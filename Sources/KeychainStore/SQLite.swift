@@ -72,7 +72,10 @@ final class Connection: @unchecked Sendable {
             case .text(let v): rc = kcfs_sqlite3_bind_text_copy(stmt, idx, v, -1)
             case .blob(let v):
                 // A zero-length blob must still bind as a blob, not NULL.
-                rc = v.withUnsafeBytes { kcfs_sqlite3_bind_blob_copy(stmt, idx, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count)) }
+                rc = v.withUnsafeBytes {
+                    kcfs_sqlite3_bind_blob_copy(
+                        stmt, idx, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count))
+                }
             case .null: rc = sqlite3_bind_null(stmt, idx)
             }
             guard rc == SQLITE_OK else { throw error(rc) }

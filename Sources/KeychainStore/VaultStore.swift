@@ -21,9 +21,11 @@ public struct StoredItem: Sendable, Equatable {
     /// Length of the sealed data column, known even when the data itself was not loaded.
     public var sealedDataLength: Int
 
-    public init(id: Int64 = 0, itemClass: String, primaryIndex: [UInt8], secondaryIndex: [UInt8],
-                version: Int64, dataGeneration: Int64, sealedAttributes: [UInt8],
-                wrappedItemKey: [UInt8], sealedData: [UInt8]) {
+    public init(
+        id: Int64 = 0, itemClass: String, primaryIndex: [UInt8], secondaryIndex: [UInt8],
+        version: Int64, dataGeneration: Int64, sealedAttributes: [UInt8],
+        wrappedItemKey: [UInt8], sealedData: [UInt8]
+    ) {
         self.id = id
         self.itemClass = itemClass
         self.primaryIndex = primaryIndex
@@ -73,8 +75,9 @@ public final class VaultStore: ItemStore {
         // Not NSString.deletingLastPathComponent: it crashes on a one-character relative path.
         let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? ""
         if !dir.isEmpty && !FileManager.default.fileExists(atPath: dir) {
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                atPath: dir, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
         }
         let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
@@ -85,7 +88,8 @@ public final class VaultStore: ItemStore {
         do {
             let connection = try Connection(path: path, create: false)
             try configure(connection)
-            try connection.execute("""
+            try connection.execute(
+                """
                 PRAGMA application_id = \(applicationID);
                 PRAGMA user_version = \(schemaVersion);
                 BEGIN IMMEDIATE;
@@ -140,7 +144,8 @@ public final class VaultStore: ItemStore {
 
     private static func configure(_ connection: Connection) throws {
         try connection.run("PRAGMA journal_mode = WAL")
-        try connection.execute("""
+        try connection.execute(
+            """
             PRAGMA synchronous = FULL;
             PRAGMA secure_delete = ON;
             PRAGMA foreign_keys = ON;
@@ -215,8 +220,9 @@ private struct Statements: ItemStoreWriter {
     }
 
     func setMeta(_ name: String, _ value: [UInt8]) throws {
-        try connection.run("INSERT INTO meta(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                           [.text(name), .blob(value)])
+        try connection.run(
+            "INSERT INTO meta(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            [.text(name), .blob(value)])
     }
 
     func classKeys() throws -> [String: [UInt8]] {
@@ -226,8 +232,9 @@ private struct Statements: ItemStoreWriter {
     }
 
     func setClassKey(_ protection: String, wrapped: [UInt8]) throws {
-        try connection.run("INSERT OR REPLACE INTO class_keys(protection, wrapped) VALUES(?, ?)",
-                           [.text(protection), .blob(wrapped)])
+        try connection.run(
+            "INSERT OR REPLACE INTO class_keys(protection, wrapped) VALUES(?, ?)",
+            [.text(protection), .blob(wrapped)])
     }
 
     // MARK: Items
@@ -237,9 +244,10 @@ private struct Statements: ItemStoreWriter {
     private static let metadataColumns = "id, class, pidx, sidx, version, data_gen, attrs, item_key, x'', length(data)"
 
     private static func item(_ row: Connection.Row) -> StoredItem {
-        var item = StoredItem(id: row.int(0), itemClass: row.text(1), primaryIndex: row.blob(2), secondaryIndex: row.blob(3),
-                              version: row.int(4), dataGeneration: row.int(5), sealedAttributes: row.blob(6),
-                              wrappedItemKey: row.blob(7), sealedData: row.blob(8))
+        var item = StoredItem(
+            id: row.int(0), itemClass: row.text(1), primaryIndex: row.blob(2), secondaryIndex: row.blob(3),
+            version: row.int(4), dataGeneration: row.int(5), sealedAttributes: row.blob(6),
+            wrappedItemKey: row.blob(7), sealedData: row.blob(8))
         item.sealedDataLength = Int(row.int(9))
         return item
     }
@@ -254,21 +262,29 @@ private struct Statements: ItemStoreWriter {
 
     /// Ids are never reused: AUTOINCREMENT.
     func insert(_ item: StoredItem, id: Int64) throws {
-        try connection.run("""
+        try connection.run(
+            """
             INSERT INTO items(id, class, pidx, sidx, version, data_gen, attrs, item_key, data)
             VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, [.integer(id), .text(item.itemClass), .blob(item.primaryIndex), .blob(item.secondaryIndex),
-                  .integer(item.version), .integer(item.dataGeneration), .blob(item.sealedAttributes),
-                  .blob(item.wrappedItemKey), .blob(item.sealedData)])
+            """,
+            [
+                .integer(id), .text(item.itemClass), .blob(item.primaryIndex), .blob(item.secondaryIndex),
+                .integer(item.version), .integer(item.dataGeneration), .blob(item.sealedAttributes),
+                .blob(item.wrappedItemKey), .blob(item.sealedData),
+            ])
     }
 
     func replace(_ item: StoredItem) throws {
-        try connection.run("""
+        try connection.run(
+            """
             UPDATE items SET class = ?, pidx = ?, sidx = ?, version = ?, data_gen = ?, attrs = ?, item_key = ?, data = ?
             WHERE id = ?
-            """, [.text(item.itemClass), .blob(item.primaryIndex), .blob(item.secondaryIndex),
-                  .integer(item.version), .integer(item.dataGeneration), .blob(item.sealedAttributes),
-                  .blob(item.wrappedItemKey), .blob(item.sealedData), .integer(item.id)])
+            """,
+            [
+                .text(item.itemClass), .blob(item.primaryIndex), .blob(item.secondaryIndex),
+                .integer(item.version), .integer(item.dataGeneration), .blob(item.sealedAttributes),
+                .blob(item.wrappedItemKey), .blob(item.sealedData), .integer(item.id),
+            ])
     }
 
     func delete(id: Int64) throws {
@@ -285,7 +301,9 @@ private struct Statements: ItemStoreWriter {
 
     func item(primaryIndex: [UInt8], withData: Bool) throws -> StoredItem? {
         var found: StoredItem?
-        try connection.run("SELECT \(Self.columns(withData: withData)) FROM items WHERE pidx = ?", [.blob(primaryIndex)]) {
+        try connection.run(
+            "SELECT \(Self.columns(withData: withData)) FROM items WHERE pidx = ?", [.blob(primaryIndex)]
+        ) {
             found = Self.item($0)
         }
         return found
@@ -293,7 +311,9 @@ private struct Statements: ItemStoreWriter {
 
     func items(secondaryIndex: [UInt8], withData: Bool) throws -> [StoredItem] {
         var found: [StoredItem] = []
-        try connection.run("SELECT \(Self.columns(withData: withData)) FROM items WHERE sidx = ? ORDER BY id", [.blob(secondaryIndex)]) {
+        try connection.run(
+            "SELECT \(Self.columns(withData: withData)) FROM items WHERE sidx = ? ORDER BY id", [.blob(secondaryIndex)]
+        ) {
             found.append(Self.item($0))
         }
         return found
@@ -307,7 +327,9 @@ private struct Statements: ItemStoreWriter {
 
     func items(itemClass: String, withData: Bool) throws -> [StoredItem] {
         var found: [StoredItem] = []
-        try connection.run("SELECT \(Self.columns(withData: withData)) FROM items WHERE class = ? ORDER BY id", [.text(itemClass)]) {
+        try connection.run(
+            "SELECT \(Self.columns(withData: withData)) FROM items WHERE class = ? ORDER BY id", [.text(itemClass)]
+        ) {
             found.append(Self.item($0))
         }
         return found

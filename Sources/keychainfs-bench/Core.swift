@@ -8,11 +8,11 @@ import KeychainStore
 
 /// Per-call costs of the primitives the core is built from, measured in this run.
 struct CryptoBaseline {
-    var seal12: Double = .nan         // XChaCha20-Poly1305 seal of a 12-byte secret
-    var open12: Double = .nan         // … open
-    var keyedHash: Double = .nan      // keyed BLAKE2b-256 of 64 bytes (a blind index)
+    var seal12: Double = .nan  // XChaCha20-Poly1305 seal of a 12-byte secret
+    var open12: Double = .nan  // … open
+    var keyedHash: Double = .nan  // keyed BLAKE2b-256 of 64 bytes (a blind index)
     var argon2Interactive: Double = .nan  // crypto_pwhash at INTERACTIVE (median of 3)
-    var guardedKey: Double = .nan     // SecureBytes of 32 bytes: sodium_malloc + mprotect + sodium_free
+    var guardedKey: Double = .nan  // SecureBytes of 32 bytes: sodium_malloc + mprotect + sodium_free
 
     static func measure() throws -> CryptoBaseline {
         var b = CryptoBaseline()
@@ -21,22 +21,30 @@ struct CryptoBaseline {
         let plain = Layout.secret(42)
         let n = 20_000
         var box: [UInt8] = []
-        for _ in 0..<1000 { box = try AEAD.seal(plain, associatedData: ad, key: key) }   // warm up
-        b.seal12 = try Clock.time { for _ in 0..<n { box = try AEAD.seal(plain, associatedData: ad, key: key) } } / Double(n)
+        for _ in 0..<1000 { box = try AEAD.seal(plain, associatedData: ad, key: key) }  // warm up
+        b.seal12 =
+            try Clock.time { for _ in 0..<n { box = try AEAD.seal(plain, associatedData: ad, key: key) } } / Double(n)
         var opened: [UInt8] = []
-        b.open12 = try Clock.time { for _ in 0..<n { opened = try AEAD.open(box, associatedData: ad, key: key) } } / Double(n)
+        b.open12 =
+            try Clock.time { for _ in 0..<n { opened = try AEAD.open(box, associatedData: ad, key: key) } } / Double(n)
         guard opened == plain else { throw BenchError("AEAD round trip failed") }
         let message = [UInt8](repeating: 1, count: 64)
         var h: [UInt8] = []
         b.keyedHash = Clock.time { for _ in 0..<n { h = KeyedHash.hash(message, key: key) } } / Double(n)
         precondition(h.count == 32)
         let m = 5_000
-        b.guardedKey = try Clock.time { for _ in 0..<m { _ = try SecureBytes(count: 32) { $0.initializeMemory(as: UInt8.self, repeating: 1) } } } / Double(m)
+        b.guardedKey =
+            try Clock.time {
+                for _ in 0..<m { _ = try SecureBytes(count: 32) { $0.initializeMemory(as: UInt8.self, repeating: 1) } }
+            } / Double(m)
         let pass = try BenchVault.passphrase()
         var kdf = Samples()
         for _ in 0..<3 {
             let salt = Sodium.randomBytes(PasswordHashParameters.saltBytes)
-            kdf.add(try Clock.time { _ = try KeyDerivation.passwordKey(passphrase: pass, salt: salt, parameters: .interactive) })
+            kdf.add(
+                try Clock.time {
+                    _ = try KeyDerivation.passwordKey(passphrase: pass, salt: salt, parameters: .interactive)
+                })
         }
         b.argon2Interactive = kdf.p50
         return b
@@ -63,10 +71,14 @@ final class RawSQLite {
     init(path: String, shape: RowShape) throws {
         self.path = path
         self.shape = shape
-        guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK else {
+        guard
+            sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
+                == SQLITE_OK
+        else {
             throw BenchError("sqlite3_open_v2 \(path) failed")
         }
-        try exec("""
+        try exec(
+            """
             PRAGMA journal_mode = WAL;
             PRAGMA synchronous = FULL;
             PRAGMA secure_delete = ON;
@@ -77,9 +89,15 @@ final class RawSQLite {
             CREATE INDEX items_by_sidx ON items(sidx);
             CREATE INDEX items_by_class ON items(class, id);
             """)
-        insertStmt = try prepare("INSERT INTO items(class, pidx, sidx, version, data_gen, attrs, item_key, data) VALUES('genp', ?, ?, 1, 1, ?, ?, ?)")
-        selectStmt = try prepare("SELECT id, class, pidx, sidx, version, data_gen, attrs, item_key, data, length(data) FROM items WHERE pidx = ?")
-        updateStmt = try prepare("UPDATE items SET version = version + 1, data_gen = data_gen + 1, attrs = ?, item_key = ?, data = ? WHERE id = ?")
+        insertStmt = try prepare(
+            "INSERT INTO items(class, pidx, sidx, version, data_gen, attrs, item_key, data) VALUES('genp', ?, ?, 1, 1, ?, ?, ?)"
+        )
+        selectStmt = try prepare(
+            "SELECT id, class, pidx, sidx, version, data_gen, attrs, item_key, data, length(data) FROM items WHERE pidx = ?"
+        )
+        updateStmt = try prepare(
+            "UPDATE items SET version = version + 1, data_gen = data_gen + 1, attrs = ?, item_key = ?, data = ? WHERE id = ?"
+        )
     }
 
     deinit {
@@ -112,7 +130,9 @@ final class RawSQLite {
     private func step(_ s: OpaquePointer?) throws {
         defer { sqlite3_reset(s) }
         let rc = sqlite3_step(s)
-        guard rc == SQLITE_DONE || rc == SQLITE_ROW else { throw BenchError("sqlite step: \(String(cString: sqlite3_errmsg(db)))") }
+        guard rc == SQLITE_DONE || rc == SQLITE_ROW else {
+            throw BenchError("sqlite step: \(String(cString: sqlite3_errmsg(db)))")
+        }
     }
 
     private func insert(_ i: Int, filler: [UInt8]) throws {
@@ -148,17 +168,18 @@ final class RawSQLite {
         var s = Samples()
         var total = 0
         for key in keys {
-            s.add(try Clock.time {
-                bind(selectStmt, 1, key)
-                defer { sqlite3_reset(selectStmt) }
-                guard sqlite3_step(selectStmt) == SQLITE_ROW else { throw BenchError("raw select found nothing") }
-                for col: Int32 in [2, 3, 6, 7, 8] {
-                    let len = Int(sqlite3_column_bytes(selectStmt, col))
-                    if let p = sqlite3_column_blob(selectStmt, col) {
-                        total += [UInt8](UnsafeRawBufferPointer(start: p, count: len)).count
+            s.add(
+                try Clock.time {
+                    bind(selectStmt, 1, key)
+                    defer { sqlite3_reset(selectStmt) }
+                    guard sqlite3_step(selectStmt) == SQLITE_ROW else { throw BenchError("raw select found nothing") }
+                    for col: Int32 in [2, 3, 6, 7, 8] {
+                        let len = Int(sqlite3_column_bytes(selectStmt, col))
+                        if let p = sqlite3_column_blob(selectStmt, col) {
+                            total += [UInt8](UnsafeRawBufferPointer(start: p, count: len)).count
+                        }
                     }
-                }
-            })
+                })
         }
         precondition(total > 0)
         return s
@@ -170,13 +191,14 @@ final class RawSQLite {
         var s = Samples()
         for _ in 0..<n {
             let id = Int64.random(in: 1...Int64(count), using: &rng)
-            s.add(try Clock.time {
-                bind(updateStmt, 1, Array(filler.prefix(shape.attrs)))
-                bind(updateStmt, 2, Array(filler.prefix(shape.itemKey)))
-                bind(updateStmt, 3, Array(filler.prefix(shape.data)))
-                sqlite3_bind_int64(updateStmt, 4, id)
-                try step(updateStmt)
-            })
+            s.add(
+                try Clock.time {
+                    bind(updateStmt, 1, Array(filler.prefix(shape.attrs)))
+                    bind(updateStmt, 2, Array(filler.prefix(shape.itemKey)))
+                    bind(updateStmt, 3, Array(filler.prefix(shape.data)))
+                    sqlite3_bind_int64(updateStmt, 4, id)
+                    try step(updateStmt)
+                })
         }
         return s
     }
@@ -193,15 +215,15 @@ struct RawFigures {
 struct CoreFigures {
     var size = 0
     var createSeconds = 0.0
-    var populateSeconds = 0.0       // the untimed bulk population (items 0 ..< size - 1,000)
+    var populateSeconds = 0.0  // the untimed bulk population (items 0 ..< size - 1,000)
     var populateCount = 0
-    var add = Samples()             // the last 1,000 adds (ending at `size` items)
+    var add = Samples()  // the last 1,000 adds (ending at `size` items)
     var find = Samples()
     var update = Samples()
-    var open = Samples()            // Keychain.open
-    var unlock = Samples()          // unlock(passphrase:): Argon2id + class keys + manifest check
-    var kdf = Samples()             // Argon2id alone, interleaved with the unlocks
-    var manifest = Samples()        // verifyIntegrity(): the manifest check alone
+    var open = Samples()  // Keychain.open
+    var unlock = Samples()  // unlock(passphrase:): Argon2id + class keys + manifest check
+    var kdf = Samples()  // Argon2id alone, interleaved with the unlocks
+    var manifest = Samples()  // verifyIntegrity(): the manifest check alone
     var vaultBytes = 0.0, walBytes = 0.0
     var shape = RawSQLite.RowShape()
     var raw = RawFigures()
@@ -249,26 +271,34 @@ enum CoreBench {
             guard let keychain = vault.keychain, let table = raw else { throw BenchError("no keychain") }
 
             // find: copyMatching by the full primary key, returnData (a point lookup by blind index).
-            for _ in 0..<200 { _ = try keychain.find(Layout.query(Int.random(in: 0..<size, using: &rng), returnData: true)) }
-            try alternate(4, {
-                for _ in 0..<500 {
-                    let i = Int.random(in: 0..<size, using: &rng)
-                    let q = Layout.query(i, returnData: true)
-                    var item: KeychainItem?
-                    f.find.add(try Clock.time { item = try keychain.find(q) })
-                    guard item?.data?.count == 12 else { throw BenchError("find returned the wrong data for item \(i)") }
-                }
-            }, { f.raw.select.add(try table.timedSelects(500, rng: &rng)) })
+            for _ in 0..<200 {
+                _ = try keychain.find(Layout.query(Int.random(in: 0..<size, using: &rng), returnData: true))
+            }
+            try alternate(
+                4,
+                {
+                    for _ in 0..<500 {
+                        let i = Int.random(in: 0..<size, using: &rng)
+                        let q = Layout.query(i, returnData: true)
+                        var item: KeychainItem?
+                        f.find.add(try Clock.time { item = try keychain.find(q) })
+                        guard item?.data?.count == 12 else {
+                            throw BenchError("find returned the wrong data for item \(i)")
+                        }
+                    }
+                }, { f.raw.select.add(try table.timedSelects(500, rng: &rng)) })
 
             // update: new data for one item by its full primary key: one durable commit each.
-            try alternate(4, {
-                for _ in 0..<250 {
-                    let i = Int.random(in: 0..<size, using: &rng)
-                    let q = Layout.query(i)
-                    let data = Layout.secret(i, tag: "upd")
-                    f.update.add(try Clock.time { _ = try keychain.update(q, attributes: [:], data: data) })
-                }
-            }, { f.raw.update.add(try table.timedUpdates(250, rng: &rng)) })
+            try alternate(
+                4,
+                {
+                    for _ in 0..<250 {
+                        let i = Int.random(in: 0..<size, using: &rng)
+                        let q = Layout.query(i)
+                        let data = Layout.secret(i, tag: "upd")
+                        f.update.add(try Clock.time { _ = try keychain.update(q, attributes: [:], data: data) })
+                    }
+                }, { f.raw.update.add(try table.timedUpdates(250, rng: &rng)) })
         }
         raw = nil
         vault.close()
@@ -279,7 +309,10 @@ enum CoreBench {
         let header = try VaultStore.open(at: vault.path)
         for round in 0..<5 {
             let salt = Sodium.randomBytes(PasswordHashParameters.saltBytes)
-            f.kdf.add(try Clock.time { _ = try KeyDerivation.passwordKey(passphrase: passphrase, salt: salt, parameters: .interactive) })
+            f.kdf.add(
+                try Clock.time {
+                    _ = try KeyDerivation.passwordKey(passphrase: passphrase, salt: salt, parameters: .interactive)
+                })
             var kc: Keychain?
             f.open.add(try Clock.time { kc = try vault.open() })
             f.unlock.add(try Clock.time { try kc!.unlock(passphrase: passphrase) })
@@ -299,26 +332,41 @@ enum CoreBench {
 
     static func printFigures(_ f: CoreFigures, crypto: CryptoBaseline) {
         Out.line()
-        let population = f.populateCount == 0 ? "every add timed"
+        let population =
+            f.populateCount == 0
+            ? "every add timed"
             : "\(Fmt.grouped(f.populateCount)) items populated in \(Fmt.seconds(f.populateSeconds)) (\(Fmt.rate(Double(f.populateCount) / f.populateSeconds)) durable adds), then the last \(Fmt.grouped(f.add.count)) timed"
-        Out.line("Core at \(Fmt.grouped(f.size)) items (vault created in \(Fmt.duration(f.createSeconds)); \(population))")
-        var rows: [[String]] = [["operation", "keychain ops/s", "p50", "p99", "raw SQLite ops/s", "raw p50", "cost ratio"]]
+        Out.line(
+            "Core at \(Fmt.grouped(f.size)) items (vault created in \(Fmt.duration(f.createSeconds)); \(population))")
+        var rows: [[String]] = [
+            ["operation", "keychain ops/s", "p50", "p99", "raw SQLite ops/s", "raw p50", "cost ratio"]
+        ]
         func row(_ name: String, _ k: Samples, _ r: Samples) {
-            rows.append([name, Fmt.rate(k.rate), Fmt.duration(k.p50), Fmt.duration(k.p99),
-                         Fmt.rate(r.rate), Fmt.duration(r.p50), Fmt.ratio(r.rate / k.rate)])
+            rows.append([
+                name, Fmt.rate(k.rate), Fmt.duration(k.p50), Fmt.duration(k.p99),
+                Fmt.rate(r.rate), Fmt.duration(r.p50), Fmt.ratio(r.rate / k.rate),
+            ])
         }
         row("add (durable)", f.add, f.raw.insert)
         row("find (pk, returnData)", f.find, f.raw.select)
         row("update (data, durable)", f.update, f.raw.update)
         Out.table(rows)
-        Out.line("  raw SQLite: same schema and pragmas (WAL, synchronous=FULL, secure_delete), rows of the vault's byte lengths, \(Fmt.grouped(f.size)) rows, autocommit, C API; measured in blocks alternating with the keychain's")
+        Out.line(
+            "  raw SQLite: same schema and pragmas (WAL, synchronous=FULL, secure_delete), rows of the vault's byte lengths, \(Fmt.grouped(f.size)) rows, autocommit, C API; measured in blocks alternating with the keychain's"
+        )
         let kdf = f.kdf.p50
         let unlock = f.unlock.p50
         let rest = unlock - kdf
-        Out.line("  unlock (medians of 5): Keychain.open \(Fmt.duration(f.open.p50)) + unlock \(Fmt.duration(unlock)) = Argon2id INTERACTIVE \(Fmt.duration(kdf)) (run alone next to each unlock) + rest \(rest > f.manifest.p50 / 2 ? Fmt.duration(rest) : "≈ 0 (below Argon2id's run-to-run noise)"); the manifest check alone (verifyIntegrity) \(Fmt.duration(f.manifest.p50)) = \(Fmt.duration(f.manifest.p50 / Double(f.size))) per item")
-        Out.line("  file after checkpoint: \(Fmt.bytes(f.vaultBytes)) + WAL \(Fmt.bytes(f.walBytes)) = \(String(format: "%.0f", f.bytesPerItem)) bytes/item; stored columns of one row \(String(format: "%.0f", f.rowPayload)) bytes (sealed attrs \(f.shape.attrs), wrapped item key \(f.shape.itemKey), sealed data \(f.shape.data), two 32-byte indexes) → \(Fmt.ratio(f.bytesPerItem / f.rowPayload)) of the payload")
+        Out.line(
+            "  unlock (medians of 5): Keychain.open \(Fmt.duration(f.open.p50)) + unlock \(Fmt.duration(unlock)) = Argon2id INTERACTIVE \(Fmt.duration(kdf)) (run alone next to each unlock) + rest \(rest > f.manifest.p50 / 2 ? Fmt.duration(rest) : "≈ 0 (below Argon2id's run-to-run noise)"); the manifest check alone (verifyIntegrity) \(Fmt.duration(f.manifest.p50)) = \(Fmt.duration(f.manifest.p50 / Double(f.size))) per item"
+        )
+        Out.line(
+            "  file after checkpoint: \(Fmt.bytes(f.vaultBytes)) + WAL \(Fmt.bytes(f.walBytes)) = \(String(format: "%.0f", f.bytesPerItem)) bytes/item; stored columns of one row \(String(format: "%.0f", f.rowPayload)) bytes (sealed attrs \(f.shape.attrs), wrapped item key \(f.shape.itemKey), sealed data \(f.shape.data), two 32-byte indexes) → \(Fmt.ratio(f.bytesPerItem / f.rowPayload)) of the payload"
+        )
         let cryptoFind = 3 * crypto.open12 + crypto.keyedHash
-        Out.line("  crypto share of a find's p50: 3 AEAD opens + 1 keyed hash ≈ \(Fmt.duration(cryptoFind)) (\(String(format: "%.0f%%", 100 * cryptoFind / f.find.p50))); one item key in guarded memory ≈ \(Fmt.duration(crypto.guardedKey)) (\(String(format: "%.0f%%", 100 * crypto.guardedKey / f.find.p50)))")
+        Out.line(
+            "  crypto share of a find's p50: 3 AEAD opens + 1 keyed hash ≈ \(Fmt.duration(cryptoFind)) (\(String(format: "%.0f%%", 100 * cryptoFind / f.find.p50))); one item key in guarded memory ≈ \(Fmt.duration(crypto.guardedKey)) (\(String(format: "%.0f%%", 100 * crypto.guardedKey / f.find.p50)))"
+        )
     }
 
     static func printCrypto(_ c: CryptoBaseline) {
@@ -328,7 +376,10 @@ enum CoreBench {
             ["XChaCha20-Poly1305 seal, 12-byte secret", Fmt.duration(c.seal12)],
             ["XChaCha20-Poly1305 open, 12-byte secret", Fmt.duration(c.open12)],
             ["keyed BLAKE2b-256 of 64 bytes (blind index)", Fmt.duration(c.keyedHash)],
-            ["32-byte key in guarded memory (SecureBytes: sodium_malloc, mprotect, sodium_free)", Fmt.duration(c.guardedKey)],
+            [
+                "32-byte key in guarded memory (SecureBytes: sodium_malloc, mprotect, sodium_free)",
+                Fmt.duration(c.guardedKey),
+            ],
             ["Argon2id INTERACTIVE (crypto_pwhash, median of 3)", Fmt.duration(c.argon2Interactive)],
         ])
     }
@@ -336,14 +387,19 @@ enum CoreBench {
     static func printFlatness(_ all: [CoreFigures]) {
         guard all.count >= 2, let a = all.first, let b = all.last else { return }
         Out.line()
-        Out.line("Core flatness, \(Fmt.grouped(a.size)) → \(Fmt.grouped(b.size)) items (per-op time ratio; 1.00× is flat; the raw SQLite ratio is what the B-tree depth alone costs)")
+        Out.line(
+            "Core flatness, \(Fmt.grouped(a.size)) → \(Fmt.grouped(b.size)) items (per-op time ratio; 1.00× is flat; the raw SQLite ratio is what the B-tree depth alone costs)"
+        )
         Out.table([
             ["figure", "keychain", "raw SQLite"],
             ["add p50", Fmt.ratio(b.add.p50 / a.add.p50), Fmt.ratio(b.raw.insert.p50 / a.raw.insert.p50)],
             ["find p50", Fmt.ratio(b.find.p50 / a.find.p50), Fmt.ratio(b.raw.select.p50 / a.raw.select.p50)],
             ["update p50", Fmt.ratio(b.update.p50 / a.update.p50), Fmt.ratio(b.raw.update.p50 / a.raw.update.p50)],
             ["unlock (total)", Fmt.ratio(b.unlock.p50 / a.unlock.p50), ""],
-            ["manifest check", Fmt.ratio(b.manifest.p50 / a.manifest.p50), "(O(n) by design: every row is hashed at unlock)"],
+            [
+                "manifest check", Fmt.ratio(b.manifest.p50 / a.manifest.p50),
+                "(O(n) by design: every row is hashed at unlock)",
+            ],
             ["bytes/item", Fmt.ratio(b.bytesPerItem / a.bytesPerItem), ""],
         ])
     }

@@ -39,7 +39,9 @@ final class Daemon {
     let log: String
     private var stopped = false
 
-    private init(kind: Kind, pid: pid_t, mountpoint: String, startupSeconds: Double, reported: [String: Double], log: String) {
+    private init(
+        kind: Kind, pid: pid_t, mountpoint: String, startupSeconds: Double, reported: [String: Double], log: String
+    ) {
         self.kind = kind
         self.pid = pid
         self.mountpoint = mountpoint
@@ -51,7 +53,9 @@ final class Daemon {
     static func start(_ kind: Kind, mountpoint: String, log: String) throws -> Daemon {
         if MountTable.isMounted(mountpoint) { throw BenchError("\(mountpoint) is already mounted") }
         var ready: [Int32] = [0, 0], secret: [Int32] = [0, 0]
-        guard pipe(&ready) == 0, pipe(&secret) == 0 else { throw BenchError("pipe: \(String(cString: strerror(errno)))") }
+        guard pipe(&ready) == 0, pipe(&secret) == 0 else {
+            throw BenchError("pipe: \(String(cString: strerror(errno)))")
+        }
         for fd in ready + secret { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         var program = Spawn.selfPath
         var args: [String]
@@ -61,12 +65,19 @@ final class Daemon {
             args = ["_serve-floor", mountpoint]
         case .keychainfs(let v, let cli?, let state):
             program = "/usr/bin/setpriv"
-            args = ["--pdeathsig", "TERM", "--", cli, "mount", v.path, mountpoint, "-f", "--passphrase-fd", "3", "--ready-fd", "4"]
+            args = [
+                "--pdeathsig", "TERM", "--", cli, "mount", v.path, mountpoint, "-f", "--passphrase-fd", "3",
+                "--ready-fd", "4",
+            ]
             // Its state (device key, audit log, control socket) in the run's temp directory.
-            environment = ProcessInfo.processInfo.environment
+            environment =
+                ProcessInfo.processInfo.environment
                 .filter { !$0.key.hasPrefix("XDG_") && $0.key != "KEYCHAINFS_VAULT" }
                 .map { "\($0.key)=\($0.value)" }
-                + ["XDG_STATE_HOME=\(state)", "XDG_RUNTIME_DIR=\(state)/run", "XDG_DATA_HOME=\(state)/data", "XDG_CONFIG_HOME=\(state)/config"]
+                + [
+                    "XDG_STATE_HOME=\(state)", "XDG_RUNTIME_DIR=\(state)/run", "XDG_DATA_HOME=\(state)/data",
+                    "XDG_CONFIG_HOME=\(state)/config",
+                ]
         case .keychainfs(let v, nil, let state):
             args = ["_serve-keychainfs", v.path, mountpoint, v.deviceKeyPath, state + "/keychainfs/audit.log"]
         }
@@ -74,7 +85,8 @@ final class Daemon {
         let t = Clock.now()
         let pid: pid_t
         do {
-            pid = try Spawn.start(program, args, stdout: log, stderr: log, fds: [(secret[0], 3), (ready[1], 4)], environment: environment)
+            pid = try Spawn.start(
+                program, args, stdout: log, stderr: log, fds: [(secret[0], 3), (ready[1], 4)], environment: environment)
         } catch {
             for fd in ready + secret { close(fd) }
             throw error
@@ -91,9 +103,13 @@ final class Daemon {
         let startup = Clock.since(t)
         guard let line, line.hasPrefix("ok") else {
             kill(pid, SIGTERM)
-            if Spawn.wait(pid, timeout: 10) == nil { MountTable.lazyUnmount(mountpoint); kill(pid, SIGKILL); Spawn.wait(pid) }
+            if Spawn.wait(pid, timeout: 10) == nil {
+                MountTable.lazyUnmount(mountpoint); kill(pid, SIGKILL); Spawn.wait(pid)
+            }
             Cleanup.shared.removeChild(pid)
-            let tail = (try? String(contentsOfFile: log, encoding: .utf8))?.split(separator: "\n").suffix(5).joined(separator: " | ") ?? ""
+            let tail =
+                (try? String(contentsOfFile: log, encoding: .utf8))?.split(separator: "\n").suffix(5).joined(
+                    separator: " | ") ?? ""
             throw BenchError("the \(kind.name) daemon did not mount on \(mountpoint): \(line ?? "no answer") \(tail)")
         }
         var reported: [String: Double] = [:]
@@ -103,9 +119,11 @@ final class Daemon {
         }
         // Assert the mount is live before any I/O (else writes go to the empty directory).
         guard MountTable.isMounted(mountpoint) else {
-            throw BenchError("the \(kind.name) daemon said it mounted, but \(mountpoint) is not in /proc/self/mountinfo")
+            throw BenchError(
+                "the \(kind.name) daemon said it mounted, but \(mountpoint) is not in /proc/self/mountinfo")
         }
-        return Daemon(kind: kind, pid: pid, mountpoint: mountpoint, startupSeconds: startup, reported: reported, log: log)
+        return Daemon(
+            kind: kind, pid: pid, mountpoint: mountpoint, startupSeconds: startup, reported: reported, log: log)
     }
 
     private static func readLine(fd: Int32, timeout: Double) -> String? {
@@ -142,11 +160,16 @@ final class Daemon {
         }
         Cleanup.shared.removeChild(pid)
         if MountTable.isMounted(mountpoint) { MountTable.lazyUnmount(mountpoint) }
-        if MountTable.isMounted(mountpoint) { throw BenchError("\(mountpoint) is still mounted after stopping the \(kind.name) daemon") }
+        if MountTable.isMounted(mountpoint) {
+            throw BenchError("\(mountpoint) is still mounted after stopping the \(kind.name) daemon")
+        }
         // libfuse's loop returns the signal number that ended it (15 for SIGTERM): a clean stop.
         if let status, status != 0, status != SIGTERM, status != 128 + SIGTERM {
-            let last = (try? String(contentsOfFile: log, encoding: .utf8))?.split(separator: "\n").last.map(String.init) ?? ""
-            Out.progress("note: the \(kind.name) daemon exited with status \(status) after SIGTERM (the mount is gone); its last log line: \(last)")
+            let last =
+                (try? String(contentsOfFile: log, encoding: .utf8))?.split(separator: "\n").last.map(String.init) ?? ""
+            Out.progress(
+                "note: the \(kind.name) daemon exited with status \(status) after SIGTERM (the mount is gone); its last log line: \(last)"
+            )
         }
     }
 }
@@ -196,10 +219,12 @@ enum DaemonMain {
             try keychain.unlock(passphrase: passphrase)
             let t2 = Clock.now()
             let audit = try AuditLog(path: args[3])
-            let session = FuseSession(fs: KeychainFileSystem(keychain: keychain, audit: audit), mountpoint: args[1], options: MountOptions())
+            let session = FuseSession(
+                fs: KeychainFileSystem(keychain: keychain, audit: audit), mountpoint: args[1], options: MountOptions())
             try session.mount()
             let t3 = Clock.now()
-            report("ok open_s=\(Double(t1 - t0) / 1e9) unlock_s=\(Double(t2 - t1) / 1e9) mount_s=\(Double(t3 - t2) / 1e9)")
+            report(
+                "ok open_s=\(Double(t1 - t0) / 1e9) unlock_s=\(Double(t2 - t1) / 1e9) mount_s=\(Double(t3 - t2) / 1e9)")
             return session.run()
         } catch {
             report("error \(error)")

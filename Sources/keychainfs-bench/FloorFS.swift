@@ -149,8 +149,9 @@ final class FloorFS: @unchecked Sendable {
             let fs = FloorFS.of(req)
             guard FloorFS.callerAllowed(req, fs) else { fuse_reply_err(req, EACCES); return }
             guard let name, let s = String(validatingCString: name),
-                  let p = fs.node(parent), p.isDirectory,
-                  let ino = fs.lock.withLock({ p.children[s] }), let n = fs.node(ino) else {
+                let p = fs.node(parent), p.isDirectory,
+                let ino = fs.lock.withLock({ p.children[s] }), let n = fs.node(ino)
+            else {
                 fuse_reply_err(req, ENOENT); return
             }
             var e = fs.entry(n)
@@ -170,8 +171,11 @@ final class FloorFS: @unchecked Sendable {
             if toSet & FUSE_SET_ATTR_SIZE != 0, let attr {
                 let size = Int(attr.pointee.st_size)
                 fs.lock.withLock {
-                    if n.data.count > size { n.data.removeLast(n.data.count - size) }
-                    else { n.data += [UInt8](repeating: 0, count: size - n.data.count) }
+                    if n.data.count > size {
+                        n.data.removeLast(n.data.count - size)
+                    } else {
+                        n.data += [UInt8](repeating: 0, count: size - n.data.count)
+                    }
                 }
             }
             var st = fs.stat(n)
@@ -198,7 +202,9 @@ final class FloorFS: @unchecked Sendable {
                 guard o < n.data.count else { return [] }
                 return Array(n.data[o..<min(n.data.count, o + size)])
             }
-            bytes.withUnsafeBytes { _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
+            bytes.withUnsafeBytes {
+                _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count)
+            }
         }
         ops.write = { req, ino, buf, size, off, _ in
             let fs = FloorFS.of(req)
@@ -229,7 +235,9 @@ final class FloorFS: @unchecked Sendable {
         }
         ops.readdir = { req, _, size, off, fi in
             let fs = FloorFS.of(req)
-            guard let fi, let entries = fs.lock.withLock({ fs.listings[fi.pointee.fh] }) else { fuse_reply_err(req, EBADF); return }
+            guard let fi, let entries = fs.lock.withLock({ fs.listings[fi.pointee.fh] }) else {
+                fuse_reply_err(req, EBADF); return
+            }
             var buffer = [CChar](repeating: 0, count: size)
             var used = 0
             var index = Int(off)
@@ -239,7 +247,9 @@ final class FloorFS: @unchecked Sendable {
                 st.st_ino = UInt(ino)
                 st.st_mode = isDir ? S_IFDIR : S_IFREG
                 let needed = buffer.withUnsafeMutableBufferPointer { b in
-                    name.withCString { fuse_add_direntry(req, b.baseAddress! + used, size - used, $0, &st, off_t(index + 1)) }
+                    name.withCString {
+                        fuse_add_direntry(req, b.baseAddress! + used, size - used, $0, &st, off_t(index + 1))
+                    }
                 }
                 if needed > size - used { break }
                 used += needed
@@ -263,20 +273,34 @@ final class FloorFS: @unchecked Sendable {
             let fs = FloorFS.of(req)
             guard FloorFS.callerAllowed(req, fs) else { fuse_reply_err(req, EACCES); return }
             guard let name, String(cString: name) == FloorFS.xattrName,
-                  let n = fs.node(ino), !n.isDirectory, let value = fs.lock.withLock({ fs.names[ino] }) else {
+                let n = fs.node(ino), !n.isDirectory, let value = fs.lock.withLock({ fs.names[ino] })
+            else {
                 fuse_reply_err(req, ENODATA); return
             }
             let bytes = Array(value.utf8)
-            if size == 0 { fuse_reply_xattr(req, bytes.count) }
-            else if size < bytes.count { fuse_reply_err(req, ERANGE) }
-            else { bytes.withUnsafeBytes { _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) } }
+            if size == 0 {
+                fuse_reply_xattr(req, bytes.count)
+            } else if size < bytes.count {
+                fuse_reply_err(req, ERANGE)
+            } else {
+                bytes.withUnsafeBytes {
+                    _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count)
+                }
+            }
         }
         ops.listxattr = { req, ino, size in
             let fs = FloorFS.of(req)
-            let bytes: [UInt8] = (fs.node(ino).map { !$0.isDirectory } ?? false) ? Array(FloorFS.xattrName.utf8) + [0] : []
-            if size == 0 { fuse_reply_xattr(req, bytes.count) }
-            else if size < bytes.count { fuse_reply_err(req, ERANGE) }
-            else { bytes.withUnsafeBytes { _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) } }
+            let bytes: [UInt8] =
+                (fs.node(ino).map { !$0.isDirectory } ?? false) ? Array(FloorFS.xattrName.utf8) + [0] : []
+            if size == 0 {
+                fuse_reply_xattr(req, bytes.count)
+            } else if size < bytes.count {
+                fuse_reply_err(req, ERANGE)
+            } else {
+                bytes.withUnsafeBytes {
+                    _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count)
+                }
+            }
         }
         ops.access = { req, _, _ in
             let fs = FloorFS.of(req)

@@ -64,15 +64,20 @@ struct Options {
             switch name {
             case "--items":
                 o.sizes = try next().split(separator: ",").map { part in
-                    var s = part.trimmingCharacters(in: .whitespaces).lowercased().replacingOccurrences(of: "_", with: "")
+                    var s = part.trimmingCharacters(in: .whitespaces).lowercased().replacingOccurrences(
+                        of: "_", with: "")
                     var scale = 1
                     if s.hasSuffix("k") { scale = 1_000; s.removeLast() }
-                    guard let n = Int(s), n * scale >= 1_000 else { throw BenchError("--items takes sizes ≥ 1000, got '\(part)'") }
+                    guard let n = Int(s), n * scale >= 1_000 else {
+                        throw BenchError("--items takes sizes ≥ 1000, got '\(part)'")
+                    }
                     return n * scale
                 }
                 o.sizes = Array(Set(o.sizes)).sorted()
             case "--cpu":
-                guard let n = Int(try next()), n >= 0, n < sysconf(Int32(_SC_NPROCESSORS_ONLN)) else { throw BenchError("--cpu takes an online CPU number") }
+                guard let n = Int(try next()), n >= 0, n < sysconf(Int32(_SC_NPROCESSORS_ONLN)) else {
+                    throw BenchError("--cpu takes an online CPU number")
+                }
                 o.cpu = n
             case "--tmpdir":
                 o.tmpdir = try next()
@@ -95,26 +100,40 @@ enum Runner {
         var u = utsname()
         uname(&u)
         let kernel = withUnsafeBytes(of: &u.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        let cpuModel = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
+        let cpuModel =
+            (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
             .split(separator: "\n").first { $0.hasPrefix("model name") }?
             .split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "?"
-        let load = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").prefix(3).joined(separator: " ") ?? "?"
+        let load =
+            (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").prefix(3).joined(
+                separator: " ") ?? "?"
         let formatter = ISO8601DateFormatter()
         #if DEBUG
-        let build = "DEBUG build (figures are not representative: use -c release)"
+            let build = "DEBUG build (figures are not representative: use -c release)"
         #else
-        let build = "release build"
+            let build = "release build"
         #endif
         Out.line("keychainfs-bench \(o.command.rawValue) --items \(o.sizes.map(String.init).joined(separator: ","))")
         Out.line("date \(formatter.string(from: Date())); \(build)")
-        Out.line("machine: \(sysconf(Int32(_SC_NPROCESSORS_ONLN))) CPUs (\(cpuModel)), Linux \(kernel), load average at start \(load)")
-        Out.line("libraries: libfuse \(String(cString: fuse_pkgversion())), SQLite \(String(cString: sqlite3_libversion())), libsodium \(String(cString: sodium_version_string()))")
-        Out.line("temp files in \(o.tmpdir) (\(filesystemType(o.tmpdir))); pinned: this process, its daemons and the cat/ls it runs all on CPU \(o.cpu) (sched_setaffinity; now allowed: \(Affinity.current().map(String.init).joined(separator: ",")))")
+        Out.line(
+            "machine: \(sysconf(Int32(_SC_NPROCESSORS_ONLN))) CPUs (\(cpuModel)), Linux \(kernel), load average at start \(load)"
+        )
+        Out.line(
+            "libraries: libfuse \(String(cString: fuse_pkgversion())), SQLite \(String(cString: sqlite3_libversion())), libsodium \(String(cString: sodium_version_string()))"
+        )
+        Out.line(
+            "temp files in \(o.tmpdir) (\(filesystemType(o.tmpdir))); pinned: this process, its daemons and the cat/ls it runs all on CPU \(o.cpu) (sched_setaffinity; now allowed: \(Affinity.current().map(String.init).joined(separator: ",")))"
+        )
         if o.command != .core {
-            Out.line("keychainfs daemon: " + (o.keychainfs.map { "\($0) mount VAULT MOUNTPOINT -f (the CLI's daemon, default mount options)" }
-                                               ?? "built-in (FuseSession + KeychainFileSystem + audit log; the keychainfs binary was not found beside this one)"))
+            Out.line(
+                "keychainfs daemon: "
+                    + (o.keychainfs.map { "\($0) mount VAULT MOUNTPOINT -f (the CLI's daemon, default mount options)" }
+                        ?? "built-in (FuseSession + KeychainFileSystem + audit log; the keychainfs binary was not found beside this one)")
+            )
         }
-        Out.line("ratios are cost ratios, keychainfs (or the keychain) ÷ floor: 1.00× = as cheap as the floor, 2.00× = twice the time (or the bytes)")
+        Out.line(
+            "ratios are cost ratios, keychainfs (or the keychain) ÷ floor: 1.00× = as cheap as the floor, 2.00× = twice the time (or the bytes)"
+        )
     }
 
     static func run(_ o: Options) throws {
@@ -154,7 +173,9 @@ enum Runner {
                     try vault.populate(upTo: size)
                     vault.close()
                     Out.line()
-                    Out.line("Vault of \(Fmt.grouped(size)) items populated in \(Fmt.seconds(vault.populateSeconds)) (\(Fmt.rate(Double(vault.populateCount) / vault.populateSeconds)) durable adds)")
+                    Out.line(
+                        "Vault of \(Fmt.grouped(size)) items populated in \(Fmt.seconds(vault.populateSeconds)) (\(Fmt.rate(Double(vault.populateCount) / vault.populateSeconds)) durable adds)"
+                    )
                 }
                 Out.progress("fs: measuring at \(Fmt.grouped(size)) items")
                 let r = try bench.measure(vault)

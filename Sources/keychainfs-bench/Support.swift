@@ -229,7 +229,9 @@ enum MountTable {
 
     /// `fusermount3 -u -z`: detaches even a mount whose daemon is dead or hung.
     static func lazyUnmount(_ path: String) {
-        if let pid = try? Spawn.start("/usr/bin/fusermount3", ["-u", "-z", path], stdout: "/dev/null", stderr: "/dev/null") {
+        if let pid = try? Spawn.start(
+            "/usr/bin/fusermount3", ["-u", "-z", path], stdout: "/dev/null", stderr: "/dev/null")
+        {
             _ = Spawn.wait(pid)
         }
     }
@@ -242,13 +244,16 @@ enum Spawn {
     static let selfPath: String = {
         var buf = [CChar](repeating: 0, count: 4096)
         let n = readlink("/proc/self/exe", &buf, buf.count - 1)
-        return n > 0 ? String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0]
+        return n > 0
+            ? String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) : CommandLine.arguments[0]
     }()
 
     /// posix_spawn with stdout/stderr redirected to files and extra descriptors mapped
     /// (source fd → child fd). stdin is /dev/null.
-    static func start(_ path: String, _ args: [String], stdout: String?, stderr: String?,
-                      fds: [(Int32, Int32)] = [], environment: [String]? = nil) throws -> pid_t {
+    static func start(
+        _ path: String, _ args: [String], stdout: String?, stderr: String?,
+        fds: [(Int32, Int32)] = [], environment: [String]? = nil
+    ) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }

@@ -31,7 +31,9 @@ enum Layout {
     }
 
     static func query(_ i: Int, returnData: Bool? = nil) -> Query {
-        Query(.genericPassword, [Schema.service: .string(service(i)), Schema.account: .string(account(i))], returnData: returnData)
+        Query(
+            .genericPassword, [Schema.service: .string(service(i)), Schema.account: .string(account(i))],
+            returnData: returnData)
     }
 
     /// A vault this size holds the 10,000-entry directory whole.
@@ -39,8 +41,10 @@ enum Layout {
 
     /// The floor's directories (it always has both).
     static func floorDirectories() -> [(String, [(String, [UInt8])])] {
-        [(smallDirectory, (0..<smallCount).map { (account($0), secret($0)) }),
-         (largeDirectory, (smallCount..<(smallCount + largeCount)).map { (account($0), secret($0)) })]
+        [
+            (smallDirectory, (0..<smallCount).map { (account($0), secret($0)) }),
+            (largeDirectory, (smallCount..<(smallCount + largeCount)).map { (account($0), secret($0)) }),
+        ]
     }
 }
 
@@ -74,11 +78,13 @@ final class BenchVault: @unchecked Sendable {
     /// Creates an empty vault meant to hold `size` items, unlocked.
     static func create(size: Int, directory: String) throws -> BenchVault {
         // The device key where `keychainfs mount` finds it with XDG_STATE_HOME=<dir>/state.
-        let vault = BenchVault(size: size, path: directory + "/bench-\(size).vault",
-                               deviceKeyPath: stateDirectory(directory) + "/keychainfs/device.key")
+        let vault = BenchVault(
+            size: size, path: directory + "/bench-\(size).vault",
+            deviceKeyPath: stateDirectory(directory) + "/keychainfs/device.key")
         vault.createSeconds = try Clock.time {
-            vault.keychain = try Keychain.create(at: vault.path, passphrase: try passphrase(), parameters: .interactive,
-                                                 deviceKeyPath: vault.deviceKeyPath)
+            vault.keychain = try Keychain.create(
+                at: vault.path, passphrase: try passphrase(), parameters: .interactive,
+                deviceKeyPath: vault.deviceKeyPath)
         }
         return vault
     }
@@ -86,8 +92,9 @@ final class BenchVault: @unchecked Sendable {
     private func addNext() throws {
         guard let keychain else { throw BenchError("the vault is closed") }
         let i = count
-        try keychain.add(.genericPassword, [Schema.service: .string(Layout.service(i)), Schema.account: .string(Layout.account(i))],
-                         data: Layout.secret(i))
+        try keychain.add(
+            .genericPassword, [Schema.service: .string(Layout.service(i)), Schema.account: .string(Layout.account(i))],
+            data: Layout.secret(i))
         count += 1
     }
 
@@ -100,7 +107,9 @@ final class BenchVault: @unchecked Sendable {
             try addNext()
             if Clock.now() - lastNote > 15_000_000_000 {
                 lastNote = Clock.now()
-                Out.progress("  populating \(Fmt.grouped(size)) items: \(Fmt.grouped(count)) added in \(Fmt.seconds(populateSeconds + Clock.since(start)))")
+                Out.progress(
+                    "  populating \(Fmt.grouped(size)) items: \(Fmt.grouped(count)) added in \(Fmt.seconds(populateSeconds + Clock.since(start)))"
+                )
             }
         }
         populateSeconds += Clock.since(start)
@@ -131,6 +140,7 @@ final class BenchVault: @unchecked Sendable {
     /// Byte lengths of a stored row (for the raw SQLite baseline), read from item 1.
     func rowShape() throws -> RawSQLite.RowShape {
         guard let row = try VaultStore.open(at: path).item(id: 1) else { throw BenchError("the vault has no item 1") }
-        return RawSQLite.RowShape(attrs: row.sealedAttributes.count, itemKey: row.wrappedItemKey.count, data: row.sealedData.count)
+        return RawSQLite.RowShape(
+            attrs: row.sealedAttributes.count, itemKey: row.wrappedItemKey.count, data: row.sealedData.count)
     }
 }

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 // Issue 5, part 2: access groups by process. The policy maps groups to executables; an item of
@@ -29,17 +29,22 @@ extension AccessSuite {
                 // The listed executable reads it.
                 let real = try box.spawn("/usr/bin/cat", [teamPath])
                 let realResult = real.wait(timeout: 15)
-                #expect(realResult.status == 0 && realResult.stdout == secret, "/usr/bin/cat of the team item: \(realResult.summary)")
+                #expect(
+                    realResult.status == 0 && realResult.stdout == secret,
+                    "/usr/bin/cat of the team item: \(realResult.summary)")
 
                 // A byte-identical copy elsewhere is not in the group: ENOENT.
                 let other = try box.spawn(copy, [teamPath])
                 let otherResult = other.wait(timeout: 15)
-                #expect(otherResult.status == 1 && otherResult.stderr.contains("No such file or directory"),
-                        "the copy of cat on the team item: \(otherResult.summary)")
+                #expect(
+                    otherResult.status == 1 && otherResult.stderr.contains("No such file or directory"),
+                    "the copy of cat on the team item: \(otherResult.summary)")
                 #expect(!otherResult.stdout.contains(secret))
                 // …but it reads default-group items.
                 let otherPub = try box.spawn(copy, [pubPath]).wait(timeout: 15)
-                #expect(otherPub.status == 0 && otherPub.stdout == "public-secret", "the copy of cat on a default item: \(otherPub.summary)")
+                #expect(
+                    otherPub.status == 0 && otherPub.stdout == "public-secret",
+                    "the copy of cat on a default item: \(otherPub.summary)")
 
                 // ls is not in the group: the item is absent from its listing.
                 let ls = try box.run("/usr/bin/ls", ["-a", box.mnt + "/genp/svc"], timeout: 10)
@@ -52,13 +57,18 @@ extension AccessSuite {
                 // Audit: allow for /usr/bin/cat with its pid; a deny for the copy; no secret.
                 let audit = box.audit
                 let allowLines = audit.split(separator: "\n").filter { $0.contains("pid \(real.pid) /usr/bin/cat ") }
-                #expect(allowLines.contains { $0.contains(" allow") && $0.contains("op=open-read") },
-                        "no allow line naming pid \(real.pid) /usr/bin/cat:\n\(audit)")
+                #expect(
+                    allowLines.contains { $0.contains(" allow") && $0.contains("op=open-read") },
+                    "no allow line naming pid \(real.pid) /usr/bin/cat:\n\(audit)")
                 let denyLines = audit.split(separator: "\n").filter { $0.contains("pid \(other.pid) \(copy)") }
-                #expect(denyLines.contains { $0.contains(" deny") },
-                        "no deny line naming the copy of cat (pid \(other.pid) \(copy)), which was refused the team item:\n\(audit)")
-                #expect(!audit.contains(secret) && !audit.contains("public-secret"), "the audit log holds a secret:\n\(audit)")
-                #expect(!audit.contains("length") , "the audit log mentions a length:\n\(audit)")
+                #expect(
+                    denyLines.contains { $0.contains(" deny") },
+                    "no deny line naming the copy of cat (pid \(other.pid) \(copy)), which was refused the team item:\n\(audit)"
+                )
+                #expect(
+                    !audit.contains(secret) && !audit.contains("public-secret"),
+                    "the audit log holds a secret:\n\(audit)")
+                #expect(!audit.contains("length"), "the audit log mentions a length:\n\(audit)")
             }
         }
 
@@ -66,7 +76,8 @@ extension AccessSuite {
         func listAndRemove() throws {
             try withMount(setup: { box in
                 let empty = try box.cli(["access-group", "list"] + box.unlockArgs)
-                #expect(empty.status == 0 && empty.stdout.contains("no policy"), "list with no policy: \(empty.summary)")
+                #expect(
+                    empty.status == 0 && empty.stdout.contains("no policy"), "list with no policy: \(empty.summary)")
                 for (g, exe) in [("team", "/usr/bin/cat"), ("team", "/usr/bin/head"), ("ops", "/usr/bin/tail")] {
                     let r = try box.cli(["access-group", "add"] + box.unlockArgs + [g, exe])
                     try #require(r.status == 0, "access-group add \(g) \(exe): \(r.summary)")
@@ -75,11 +86,15 @@ extension AccessSuite {
             }) { box in
                 let list = try box.cli(["access-group", "list"] + box.unlockArgs)
                 #expect(list.status == 0, "list: \(list.summary)")
-                #expect(Set(list.lines) == ["team: /usr/bin/cat", "team: /usr/bin/head", "ops: /usr/bin/tail"], "list: \(list.stdout)")
+                #expect(
+                    Set(list.lines) == ["team: /usr/bin/cat", "team: /usr/bin/head", "ops: /usr/bin/tail"],
+                    "list: \(list.stdout)")
 
                 // A wrong passphrase cannot change the policy.
                 try Data("wrong\n".utf8).write(to: URL(fileURLWithPath: box.root + "/wrong"))
-                let bad = try box.cli(["access-group", "remove", "--vault", box.vault, "--passphrase-file", box.root + "/wrong", "team"])
+                let bad = try box.cli([
+                    "access-group", "remove", "--vault", box.vault, "--passphrase-file", box.root + "/wrong", "team",
+                ])
                 #expect(bad.status != 0, "remove with a wrong passphrase: \(bad.summary)")
                 let same = try box.cli(["access-group", "list"] + box.unlockArgs)
                 #expect(same.lines.count == 3, "the policy changed without the passphrase: \(same.stdout)")
@@ -94,7 +109,9 @@ extension AccessSuite {
                 let missing = try box.cli(["access-group", "remove"] + box.unlockArgs + ["team", "/usr/bin/cat"])
                 #expect(missing.status == 44, "removing an absent entry: \(missing.summary)")
                 let after = try box.cli(["access-group", "list"] + box.unlockArgs)
-                #expect(Set(after.lines) == ["team: /usr/bin/head", "ops: /usr/bin/tail"], "list after remove: \(after.stdout)")
+                #expect(
+                    Set(after.lines) == ["team: /usr/bin/head", "ops: /usr/bin/tail"],
+                    "list after remove: \(after.stdout)")
 
                 // The daemon sees the change within a few seconds: cat is out, head is still in.
                 var catResult = try box.run("/usr/bin/cat", [path], timeout: 10)
@@ -103,7 +120,9 @@ extension AccessSuite {
                     Thread.sleep(forTimeInterval: 0.5)
                     catResult = try box.run("/usr/bin/cat", [path], timeout: 10)
                 }
-                #expect(catResult.status == 1 && catResult.stderr.contains("No such file"), "cat after its removal from team: \(catResult.summary)")
+                #expect(
+                    catResult.status == 1 && catResult.stderr.contains("No such file"),
+                    "cat after its removal from team: \(catResult.summary)")
                 let head = try box.run("/usr/bin/head", [path], timeout: 10)
                 #expect(head.status == 0 && head.stdout == "grouped", "head (still in team): \(head.summary)")
 

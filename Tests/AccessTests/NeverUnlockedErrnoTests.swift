@@ -9,21 +9,25 @@ extension AccessSuite {
     @Suite("never unlocked: core failures answer their errno") struct NeverUnlockedErrnoTests {
         @Test("directory and scratch-file operations that reach the core answer EACCES, not EIO")
         func unwrappedCoreFailuresAreEACCES() throws {
-            try withMount(options: ["locked"], setup: { box in
-                try box.addGeneric("wu", "alice", "wu-secret")
-            }) { box in
-                let r = try box.py("""
-                m = sys.argv[1]
-                t('mkdir', os.mkdir, m + '/genp/fresh')
-                t('rename-dir', os.rename, m + '/genp/wu', m + '/genp/other')
-                t('rmdir', os.rmdir, m + '/genp/wu')
-                def scratch():
-                    with open(m + '/cert/.x.swp', 'wb') as f: f.write(b'editor state')
-                t('scratch', scratch)
-                t('rename-scratch', os.rename, m + '/cert/.x.swp', m + '/cert/real')
-                t('read', read, m + '/genp/wu/alice')
-                t('unlink', os.unlink, m + '/genp/wu/alice')
-                """, [box.mnt])
+            try withMount(
+                options: ["locked"],
+                setup: { box in
+                    try box.addGeneric("wu", "alice", "wu-secret")
+                }
+            ) { box in
+                let r = try box.py(
+                    """
+                    m = sys.argv[1]
+                    t('mkdir', os.mkdir, m + '/genp/fresh')
+                    t('rename-dir', os.rename, m + '/genp/wu', m + '/genp/other')
+                    t('rmdir', os.rmdir, m + '/genp/wu')
+                    def scratch():
+                        with open(m + '/cert/.x.swp', 'wb') as f: f.write(b'editor state')
+                    t('scratch', scratch)
+                    t('rename-scratch', os.rename, m + '/cert/.x.swp', m + '/cert/real')
+                    t('read', read, m + '/genp/wu/alice')
+                    t('unlink', os.unlink, m + '/genp/wu/alice')
+                    """, [box.mnt])
                 let out = labelled(r)
                 // Each of these asks the core (does the service have items? add the item…),
                 // which answers errSecInteractionNotAllowed; no node wraps it, and the session

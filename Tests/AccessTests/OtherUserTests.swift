@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 // Issue 5, part 4: other users. Mounts are private by default; `-o allow_other` is refused
@@ -14,12 +14,15 @@ extension Sandbox {
         let path = "/etc/fuse.conf"
         let original = FileManager.default.contents(atPath: path)
         let text = original.map { String(decoding: $0, as: UTF8.self) } ?? ""
-        let present = text.split(separator: "\n").contains { $0.trimmingCharacters(in: .whitespaces) == "user_allow_other" }
+        let present = text.split(separator: "\n").contains {
+            $0.trimmingCharacters(in: .whitespaces) == "user_allow_other"
+        }
         guard !present else { return }
         onTeardown {
             if let original { try? original.write(to: URL(fileURLWithPath: path)) } else { unlink(path) }
         }
-        try Data((text + (text.hasSuffix("\n") || text.isEmpty ? "" : "\n") + "user_allow_other\n").utf8).write(to: URL(fileURLWithPath: path))
+        try Data((text + (text.hasSuffix("\n") || text.isEmpty ? "" : "\n") + "user_allow_other\n").utf8).write(
+            to: URL(fileURLWithPath: path))
         chmod(path, 0o644)
     }
 
@@ -37,7 +40,9 @@ extension Sandbox {
 }
 
 func userExists(_ user: String) -> Bool {
-    ((try? String(contentsOfFile: "/etc/passwd", encoding: .utf8)) ?? "").split(separator: "\n").contains { $0.hasPrefix(user + ":") }
+    ((try? String(contentsOfFile: "/etc/passwd", encoding: .utf8)) ?? "").split(separator: "\n").contains {
+        $0.hasPrefix(user + ":")
+    }
 }
 
 extension AccessSuite {
@@ -62,7 +67,9 @@ extension AccessSuite {
             try Data("public\n".utf8).write(to: URL(fileURLWithPath: publicFile))
             chmod(publicFile, 0o644)
             let control = try box.run("/usr/sbin/runuser", ["-u", user, "--", "/usr/bin/cat", publicFile], timeout: 15)
-            try #require(control.status == 0 && control.stdout == "public\n", "the second user cannot reach the sandbox: \(control.summary)")
+            try #require(
+                control.status == 0 && control.stdout == "public\n",
+                "the second user cannot reach the sandbox: \(control.summary)")
             let file = box.mnt + "/genp/svc/acct"
 
             // 1. Default: private.
@@ -70,7 +77,9 @@ extension AccessSuite {
             let owner = try box.run("/usr/bin/cat", [file], timeout: 10)
             #expect(owner.status == 0 && owner.stdout == "other-user-secret", "the mounting user: \(owner.summary)")
             let denied = try box.run("/usr/sbin/runuser", ["-u", user, "--", "/usr/bin/cat", file], timeout: 15)
-            #expect(denied.status == 1 && denied.stderr.contains("Permission denied"), "second user, private mount: \(denied.summary)")
+            #expect(
+                denied.status == 1 && denied.stderr.contains("Permission denied"),
+                "second user, private mount: \(denied.summary)")
             #expect(!denied.stdout.contains("other-user-secret"))
             try box.unmount()
 
@@ -78,19 +87,28 @@ extension AccessSuite {
             try box.ensureUserAllowOther()
             try box.mount(["allow_other,default_permissions"])
             let owner2 = try box.run("/usr/bin/cat", [file], timeout: 10)
-            #expect(owner2.status == 0 && owner2.stdout == "other-user-secret", "the mounting user with allow_other: \(owner2.summary)")
+            #expect(
+                owner2.status == 0 && owner2.stdout == "other-user-secret",
+                "the mounting user with allow_other: \(owner2.summary)")
             let denied2 = try box.run("/usr/sbin/runuser", ["-u", user, "--", "/usr/bin/cat", file], timeout: 15)
-            #expect(denied2.status == 1 && denied2.stderr.contains("Permission denied"), "second user, allow_other: \(denied2.summary)")
+            #expect(
+                denied2.status == 1 && denied2.stderr.contains("Permission denied"),
+                "second user, allow_other: \(denied2.summary)")
             #expect(!denied2.stdout.contains("other-user-secret"))
-            let ls2 = try box.run("/usr/sbin/runuser", ["-u", user, "--", "/usr/bin/ls", box.mnt + "/genp"], timeout: 15)
-            #expect(ls2.status != 0 && ls2.stderr.contains("Permission denied"), "second user listing /genp: \(ls2.summary)")
+            let ls2 = try box.run(
+                "/usr/sbin/runuser", ["-u", user, "--", "/usr/bin/ls", box.mnt + "/genp"], timeout: 15)
+            #expect(
+                ls2.status != 0 && ls2.stderr.contains("Permission denied"), "second user listing /genp: \(ls2.summary)"
+            )
             #expect(!ls2.stdout.contains("svc"))
         }
 
         @Test("-o allow_other without default_permissions is refused with exit 2")
         func allowOtherAlone() throws {
             try withSandbox { box in
-                let r = try box.cli(["mount", box.vault, box.mnt, "--passphrase-file", box.passphraseFile, "-o", "allow_other"], timeout: 20)
+                let r = try box.cli(
+                    ["mount", box.vault, box.mnt, "--passphrase-file", box.passphraseFile, "-o", "allow_other"],
+                    timeout: 20)
                 #expect(r.status == 2, "mount -o allow_other: \(r.summary)")
                 #expect(r.stderr.contains("default_permissions"), "the refusal does not say why: \(r.summary)")
                 #expect(!box.isMounted, "a mount exists after the refusal")

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 // Issue 5, part 3: user presence through pinentry. A scripted Assuan peer (`-o pinentry=`)
@@ -13,54 +13,54 @@ import Glibc
 /// A scripted pinentry: greets, answers OK to everything, and to CONFIRM / GETPIN what the
 /// file `pinentry.mode` says. Every start and every prompt is appended to `pinentry.log`.
 let scriptedPinentry = """
-#!/usr/bin/python3
-import sys, os, time
-D = os.path.dirname(os.path.abspath(__file__))
-def log(s):
-    with open(os.path.join(D, 'pinentry.log'), 'a') as f:
-        f.write(s + '\\n')
-def mode():
-    try:
-        with open(os.path.join(D, 'pinentry.mode')) as f: return f.read().strip()
-    except OSError:
-        return 'allow'
-def send(s):
-    sys.stdout.write(s + '\\n'); sys.stdout.flush()
-def esc(s):
-    return s.replace('%', '%25').replace('\\n', '%0A').replace('\\r', '%0D')
-log('START ' + ' '.join(sys.argv[1:]))
-send('OK Pleased to meet you')
-desc = ''
-while True:
-    line = sys.stdin.readline()
-    if not line:
-        break
-    line = line.rstrip('\\n')
-    cmd = line.split(' ', 1)[0]
-    if cmd == 'SETDESC':
-        desc = line[8:]
-    if cmd in ('CONFIRM', 'GETPIN'):
-        m = mode()
-        log('PROMPT ' + cmd + ' ' + desc)
-        if m == 'silent':
-            while True: time.sleep(60)
-        if m == 'cancel':
-            send('ERR 83886179 Operation cancelled <Pinentry>'); continue
-        if cmd == 'GETPIN':
-            if m.startswith('pin:'):
-                send('D ' + esc(m[4:]))
-                send('OK')
-            else:
-                send('ERR 83886179 Operation cancelled <Pinentry>')
+    #!/usr/bin/python3
+    import sys, os, time
+    D = os.path.dirname(os.path.abspath(__file__))
+    def log(s):
+        with open(os.path.join(D, 'pinentry.log'), 'a') as f:
+            f.write(s + '\\n')
+    def mode():
+        try:
+            with open(os.path.join(D, 'pinentry.mode')) as f: return f.read().strip()
+        except OSError:
+            return 'allow'
+    def send(s):
+        sys.stdout.write(s + '\\n'); sys.stdout.flush()
+    def esc(s):
+        return s.replace('%', '%25').replace('\\n', '%0A').replace('\\r', '%0D')
+    log('START ' + ' '.join(sys.argv[1:]))
+    send('OK Pleased to meet you')
+    desc = ''
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        line = line.rstrip('\\n')
+        cmd = line.split(' ', 1)[0]
+        if cmd == 'SETDESC':
+            desc = line[8:]
+        if cmd in ('CONFIRM', 'GETPIN'):
+            m = mode()
+            log('PROMPT ' + cmd + ' ' + desc)
+            if m == 'silent':
+                while True: time.sleep(60)
+            if m == 'cancel':
+                send('ERR 83886179 Operation cancelled <Pinentry>'); continue
+            if cmd == 'GETPIN':
+                if m.startswith('pin:'):
+                    send('D ' + esc(m[4:]))
+                    send('OK')
+                else:
+                    send('ERR 83886179 Operation cancelled <Pinentry>')
+                continue
+            if m == 'deny':
+                send('ERR 83886194 Not confirmed <Pinentry>'); continue
+            send('OK')
             continue
-        if m == 'deny':
-            send('ERR 83886194 Not confirmed <Pinentry>'); continue
+        if cmd == 'BYE':
+            send('OK closing connection'); break
         send('OK')
-        continue
-    if cmd == 'BYE':
-        send('OK closing connection'); break
-    send('OK')
-"""
+    """
 
 extension Sandbox {
     var pinentryScript: String { root + "/pinentry.py" }
@@ -85,16 +85,23 @@ extension Sandbox {
 extension AccessSuite {
     @Suite("user presence") struct PresenceTests {
         /// Sets up a sandbox mounted with the scripted pinentry, then runs `body`.
-        func presence(_ label: String = #function, options: [String] = [], mode: String = "allow",
-                      sourceLocation: SourceLocation = #_sourceLocation, _ body: (Sandbox) throws -> Void) throws {
-            _ = try #require(keychainfsBinary, "keychainfs binary not found; set KEYCHAINFS_BIN", sourceLocation: sourceLocation)
+        func presence(
+            _ label: String = #function, options: [String] = [], mode: String = "allow",
+            sourceLocation: SourceLocation = #_sourceLocation, _ body: (Sandbox) throws -> Void
+        ) throws {
+            _ = try #require(
+                keychainfsBinary, "keychainfs binary not found; set KEYCHAINFS_BIN", sourceLocation: sourceLocation)
             let box = try Sandbox(label)
             defer { box.teardown() }
             try box.initVault(sourceLocation: sourceLocation)
             try box.installPinentry(mode: mode)
-            try box.addGeneric("presence", "p", "presence-secret", extra: ["--access-control", "userPresence"], sourceLocation: sourceLocation)
+            try box.addGeneric(
+                "presence", "p", "presence-secret", extra: ["--access-control", "userPresence"],
+                sourceLocation: sourceLocation)
             try box.addGeneric("plain", "x", "plain-secret", sourceLocation: sourceLocation)
-            try box.addGeneric("passcode", "d", "passcode-secret", extra: ["--access-control", "devicePasscode"], sourceLocation: sourceLocation)
+            try box.addGeneric(
+                "passcode", "d", "passcode-secret", extra: ["--access-control", "devicePasscode"],
+                sourceLocation: sourceLocation)
             try box.mount(["pinentry=" + box.pinentryScript] + options, sourceLocation: sourceLocation)
             try body(box)
         }
@@ -103,18 +110,30 @@ extension AccessSuite {
         func nonBlocking() throws {
             try presence { box in
                 let p = box.mnt + "/genp/presence/p"
-                let r = try box.readerOnPty(["nb:" + p, "nb:" + box.mnt + "/genp/passcode/d", "read:" + box.mnt + "/genp/plain/x"])
+                let r = try box.readerOnPty([
+                    "nb:" + p, "nb:" + box.mnt + "/genp/passcode/d", "read:" + box.mnt + "/genp/plain/x",
+                ])
                 #expect(r.tty != nil, "the reader has no terminal: \(r.summary)")
                 let results = r.results
                 #expect(results.first?.outcome == "EAGAIN", "O_NONBLOCK open of a userPresence item: \(r.summary)")
-                #expect((results.first?.seconds ?? 99) < 1.5, "the O_NONBLOCK open took \(results.first?.seconds ?? -1) s")
-                #expect(results.count == 3 && results[1].outcome == "EAGAIN", "O_NONBLOCK open of a devicePasscode item: \(r.summary)")
-                #expect(results.last?.outcome == "OK" && results.last?.secret == "plain-secret", "plain read: \(r.summary)")
+                #expect(
+                    (results.first?.seconds ?? 99) < 1.5, "the O_NONBLOCK open took \(results.first?.seconds ?? -1) s")
+                #expect(
+                    results.count == 3 && results[1].outcome == "EAGAIN",
+                    "O_NONBLOCK open of a devicePasscode item: \(r.summary)")
+                #expect(
+                    results.last?.outcome == "OK" && results.last?.secret == "plain-secret", "plain read: \(r.summary)")
 
-                let meta = try box.run("/usr/bin/python3", [box.ptyRunnerPath, "20", "/bin/sh", "-c",
-                    "ls -l \(q(box.mnt + "/genp/presence")) && stat \(q(p)) && getfattr -d \(q(p)) && echo META-DONE"], timeout: 25)
-                #expect(meta.status == 0 && meta.stdout.contains("META-DONE") && meta.stdout.contains("user.keychain.accessControl"),
-                        "ls/stat/getfattr of a userPresence item: \(meta.summary)")
+                let meta = try box.run(
+                    "/usr/bin/python3",
+                    [
+                        box.ptyRunnerPath, "20", "/bin/sh", "-c",
+                        "ls -l \(q(box.mnt + "/genp/presence")) && stat \(q(p)) && getfattr -d \(q(p)) && echo META-DONE",
+                    ], timeout: 25)
+                #expect(
+                    meta.status == 0 && meta.stdout.contains("META-DONE")
+                        && meta.stdout.contains("user.keychain.accessControl"),
+                    "ls/stat/getfattr of a userPresence item: \(meta.summary)")
                 #expect(box.pinentryStarts.isEmpty && box.prompts.isEmpty, "a prompt was started: \(box.pinentryLog)")
             }
         }
@@ -126,13 +145,19 @@ extension AccessSuite {
                 #expect(r.tty == nil)
                 let results = r.results
                 #expect(results.first?.outcome == "EACCES", "userPresence read without a terminal: \(r.summary)")
-                #expect((results.first?.seconds ?? 99) < 2, "it took \(results.first?.seconds ?? -1) s: it must fail at once")
+                #expect(
+                    (results.first?.seconds ?? 99) < 2,
+                    "it took \(results.first?.seconds ?? -1) s: it must fail at once")
                 #expect(results.last?.outcome == "OK", "plain read: \(r.summary)")
-                #expect(box.pinentryStarts.isEmpty, "pinentry was started with no terminal to ask on: \(box.pinentryLog)")
+                #expect(
+                    box.pinentryStarts.isEmpty, "pinentry was started with no terminal to ask on: \(box.pinentryLog)")
                 // The refusal is audited.
                 if let pid = r.pid {
-                    #expect(box.audit.split(separator: "\n").contains { $0.contains("pid \(pid) ") && $0.contains(" deny") },
-                            "no deny line for pid \(pid):\n\(box.audit)")
+                    #expect(
+                        box.audit.split(separator: "\n").contains {
+                            $0.contains("pid \(pid) ") && $0.contains(" deny")
+                        },
+                        "no deny line for pid \(pid):\n\(box.audit)")
                 }
             }
         }
@@ -142,19 +167,31 @@ extension AccessSuite {
             try presence(mode: "allow") { box in
                 let r = try box.readerOnPty(["read:" + box.mnt + "/genp/presence/p"])
                 let tty = try #require(r.tty, "the reader has no terminal: \(r.summary)")
-                #expect(r.results.first?.outcome == "OK" && r.results.first?.secret == "presence-secret", "allowed read: \(r.summary)")
-                #expect(box.pinentryStarts.first?.contains("--ttyname \(tty)") ?? false,
-                        "pinentry not started on the reader's terminal \(tty): \(box.pinentryLog)")
+                #expect(
+                    r.results.first?.outcome == "OK" && r.results.first?.secret == "presence-secret",
+                    "allowed read: \(r.summary)")
+                #expect(
+                    box.pinentryStarts.first?.contains("--ttyname \(tty)") ?? false,
+                    "pinentry not started on the reader's terminal \(tty): \(box.pinentryLog)")
                 let prompt = box.prompts.first ?? ""
                 #expect(prompt.hasPrefix("PROMPT CONFIRM"), "no CONFIRM: \(box.pinentryLog)")
-                if let pid = r.pid { #expect(prompt.contains("pid \(pid)") && prompt.contains("python3"), "the prompt does not name the process: \(prompt)") }
+                if let pid = r.pid {
+                    #expect(
+                        prompt.contains("pid \(pid)") && prompt.contains("python3"),
+                        "the prompt does not name the process: \(prompt)")
+                }
                 #expect(prompt.contains("presence"), "the prompt does not name the item: \(prompt)")
                 // One open + read of the whole file is one read of the secret: one prompt.
-                #expect(box.prompts.count == 1,
-                        "one open()+read() to EOF of a userPresence item prompted \(box.prompts.count) times (reuse window 0): \(box.prompts)")
+                #expect(
+                    box.prompts.count == 1,
+                    "one open()+read() to EOF of a userPresence item prompted \(box.prompts.count) times (reuse window 0): \(box.prompts)"
+                )
                 if let pid = r.pid {
-                    #expect(box.audit.split(separator: "\n").contains { $0.contains("pid \(pid) ") && $0.contains(" allow") },
-                            "no allow line for pid \(pid):\n\(box.audit)")
+                    #expect(
+                        box.audit.split(separator: "\n").contains {
+                            $0.contains("pid \(pid) ") && $0.contains(" allow")
+                        },
+                        "no allow line for pid \(pid):\n\(box.audit)")
                 }
                 #expect(!box.audit.contains("presence-secret"))
             }
@@ -168,8 +205,11 @@ extension AccessSuite {
                 #expect(denied.results.first?.outcome == "EACCES", "denied: \(denied.summary)")
                 #expect(box.prompts.count >= 1, "no prompt: \(box.pinentryLog)")
                 if let pid = denied.pid {
-                    #expect(box.audit.split(separator: "\n").contains { $0.contains("pid \(pid) ") && $0.contains(" deny") },
-                            "no deny line for pid \(pid):\n\(box.audit)")
+                    #expect(
+                        box.audit.split(separator: "\n").contains {
+                            $0.contains("pid \(pid) ") && $0.contains(" deny")
+                        },
+                        "no deny line for pid \(pid):\n\(box.audit)")
                 }
                 try box.setPinentryMode("cancel")
                 let cancelled = try box.readerOnPty(["read:" + p])
@@ -177,7 +217,8 @@ extension AccessSuite {
                 // cat reports it too.
                 let cat = try box.run("/usr/bin/python3", [box.ptyRunnerPath, "20", "/usr/bin/cat", p], timeout: 25)
                 #expect(cat.status == 1 && cat.stdout.contains("Operation canceled"), "cat, cancelled: \(cat.summary)")
-                #expect(!denied.run.stdout.contains("presence-secret") && !cancelled.run.stdout.contains("presence-secret"))
+                #expect(
+                    !denied.run.stdout.contains("presence-secret") && !cancelled.run.stdout.contains("presence-secret"))
             }
         }
 
@@ -190,48 +231,62 @@ extension AccessSuite {
                 let prompted = waitUntil(10) { !box.prompts.isEmpty }
                 #expect(prompted, "the silent pinentry was never asked: \(box.pinentryLog) \(waiting.stdoutSoFar)")
                 // Meanwhile: another item, a listing and an xattr, all at once.
-                let other = try box.py("""
-                t0 = time.time()
-                t('read', lambda: read(sys.argv[1] + '/genp/plain/x').decode())
-                t('ls', lambda: ','.join(sorted(os.listdir(sys.argv[1] + '/genp'))))
-                t('xattr', lambda: os.getxattr(sys.argv[1] + '/genp/presence/p', 'user.keychain.service').decode())
-                print('elapsed %.2f' % (time.time() - t0))
-                """, [box.mnt], timeout: 15)
+                let other = try box.py(
+                    """
+                    t0 = time.time()
+                    t('read', lambda: read(sys.argv[1] + '/genp/plain/x').decode())
+                    t('ls', lambda: ','.join(sorted(os.listdir(sys.argv[1] + '/genp'))))
+                    t('xattr', lambda: os.getxattr(sys.argv[1] + '/genp/presence/p', 'user.keychain.service').decode())
+                    print('elapsed %.2f' % (time.time() - t0))
+                    """, [box.mnt], timeout: 15)
                 let out = labelled(other)
                 #expect(out["read"] == "OK plain-secret", "read during the prompt: \(other.summary)")
                 #expect(out["ls"] == "OK passcode,plain,presence", "ls during the prompt: \(other.summary)")
                 #expect(out["xattr"] == "OK presence", "getxattr during the prompt: \(other.summary)")
-                #expect((Double(out["elapsed"] ?? "") ?? 99) < 3, "other requests stalled behind the prompt: \(other.summary)")
-                #expect(waiting.isRunning, "the prompted read ended before the other reads were done: \(waiting.stdoutSoFar)")
+                #expect(
+                    (Double(out["elapsed"] ?? "") ?? 99) < 3,
+                    "other requests stalled behind the prompt: \(other.summary)")
+                #expect(
+                    waiting.isRunning,
+                    "the prompted read ended before the other reads were done: \(waiting.stdoutSoFar)")
 
                 let r = ReaderResult(waiting.wait(timeout: 30))
                 let elapsed = Date().timeIntervalSince(started)
                 #expect(r.results.first?.outcome == "EACCES", "the unanswered prompt: \(r.summary)")
                 #expect(elapsed < 12, "the unanswered prompt (presence_timeout=2) took \(elapsed) s")
-                #expect((r.results.first?.seconds ?? 0) >= 1.5, "the read failed before the prompt could time out: \(r.summary)")
+                #expect(
+                    (r.results.first?.seconds ?? 0) >= 1.5,
+                    "the read failed before the prompt could time out: \(r.summary)")
                 // The silent peer was ended.
                 let gone = waitUntil(5) {
                     let daemons = Set(box.daemons())
-                    return !box.ownProcesses().contains { pid in Sandbox.parent(of: pid).map { daemons.contains($0) } ?? false }
+                    return !box.ownProcesses().contains { pid in
+                        Sandbox.parent(of: pid).map { daemons.contains($0) } ?? false
+                    }
                 }
                 #expect(gone, "the timed-out pinentry is still running")
             }
         }
 
-        @Test("presence_reuse=3: one prompt per process and item within the window, again after it, again for another process")
+        @Test(
+            "presence_reuse=3: one prompt per process and item within the window, again after it, again for another process"
+        )
         func reuseWindow() throws {
             try presence(options: ["presence_reuse=3"], mode: "allow") { box in
                 let p = box.mnt + "/genp/presence/p"
                 // Same process: two reads at once, then one after the window.
                 let r = try box.readerOnPty(["read:" + p, "read:" + p, "sleep:4", "read:" + p])
                 #expect(r.results.map(\.outcome) == ["OK", "OK", "OK"], "reads: \(r.summary)")
-                #expect(box.prompts.count == 2,
-                        "expected 2 prompts (one for the two reads within 3 s, one after expiry), got \(box.prompts.count): \(box.prompts)")
+                #expect(
+                    box.prompts.count == 2,
+                    "expected 2 prompts (one for the two reads within 3 s, one after expiry), got \(box.prompts.count): \(box.prompts)"
+                )
                 // Another process within the window of the first: its own prompt.
                 let before = box.prompts.count
                 let other = try box.readerOnPty(["read:" + p])
                 #expect(other.results.first?.outcome == "OK")
-                #expect(box.prompts.count == before + 1, "a second process reused the first one's grant: \(box.prompts)")
+                #expect(
+                    box.prompts.count == before + 1, "a second process reused the first one's grant: \(box.prompts)")
             }
         }
 
@@ -241,14 +296,20 @@ extension AccessSuite {
                 let d = box.mnt + "/genp/passcode/d"
                 try box.setPinentryMode("pin:" + box.passphrase)
                 let ok = try box.readerOnPty(["read:" + d])
-                #expect(ok.results.first?.outcome == "OK" && ok.results.first?.secret == "passcode-secret", "right passphrase: \(ok.summary)")
+                #expect(
+                    ok.results.first?.outcome == "OK" && ok.results.first?.secret == "passcode-secret",
+                    "right passphrase: \(ok.summary)")
                 #expect(box.prompts.first?.hasPrefix("PROMPT GETPIN") ?? false, "no GETPIN: \(box.pinentryLog)")
-                #expect(box.prompts.first?.contains("passphrase") ?? false, "the prompt does not ask for the passphrase: \(box.prompts)")
+                #expect(
+                    box.prompts.first?.contains("passphrase") ?? false,
+                    "the prompt does not ask for the passphrase: \(box.prompts)")
 
                 try box.setPinentryMode("pin:wrong-" + box.passphrase)
                 let bad = try box.readerOnPty(["read:" + d])
                 #expect(bad.results.first?.outcome == "EACCES", "wrong passphrase: \(bad.summary)")
-                #expect(!box.audit.contains(box.passphrase) && !box.daemonLog.contains(box.passphrase), "the passphrase was logged")
+                #expect(
+                    !box.audit.contains(box.passphrase) && !box.daemonLog.contains(box.passphrase),
+                    "the passphrase was logged")
             }
         }
 
@@ -272,8 +333,9 @@ extension AccessSuite {
             let prompted = waitUntil(20) { pane().contains("[ad]") }
             let screen = pane()
             #expect(prompted, "no pinentry-tty prompt in the pane:\n\(screen)")
-            #expect(screen.contains("Allow pid") && screen.contains("/usr/bin/cat") && screen.contains("presence"),
-                    "the prompt does not name the process and item:\n\(screen)")
+            #expect(
+                screen.contains("Allow pid") && screen.contains("/usr/bin/cat") && screen.contains("presence"),
+                "the prompt does not name the process and item:\n\(screen)")
             // Answer every prompt with 'a' until cat is done (one expected; more are answered too).
             var answered = 0
             var lastPromptCount = 0

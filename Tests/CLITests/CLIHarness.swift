@@ -3,7 +3,7 @@ import Testing
 @_exported import TestSupport
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 // What the CLI tests add to TestSupport: results with stdout as bytes, and a sandbox that
@@ -17,7 +17,11 @@ struct CLIResult: Sendable {
     var stderrBytes: [UInt8]
     var stderr: String { String(decoding: stderrBytes, as: UTF8.self) }
     var stdoutString: String { String(decoding: stdout, as: UTF8.self) }
-    var stderrLines: [Substring] { stderr.split(separator: "\n", omittingEmptySubsequences: false).dropLast(stderr.hasSuffix("\n") ? 1 : 0).map { $0 } }
+    var stderrLines: [Substring] {
+        stderr.split(separator: "\n", omittingEmptySubsequences: false).dropLast(stderr.hasSuffix("\n") ? 1 : 0).map {
+            $0
+        }
+    }
 }
 
 extension CLIResult {
@@ -114,8 +118,10 @@ final class Sandbox: TestSandbox, @unchecked Sendable {
 
     /// Runs a command in this sandbox and checks it for leaks.
     @discardableResult
-    func run(_ args: [String], stdin: [UInt8]? = nil, env overrides: [String: String?] = [:],
-             sourceLocation: SourceLocation = #_sourceLocation) throws -> CLIResult {
+    func run(
+        _ args: [String], stdin: [UInt8]? = nil, env overrides: [String: String?] = [:],
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> CLIResult {
         let result = try runCLI(args, stdin: stdin, env: environment(overrides))
         checkLeaks(args, result, sourceLocation: sourceLocation)
         return result
@@ -123,11 +129,15 @@ final class Sandbox: TestSandbox, @unchecked Sendable {
 
     /// Runs with `contents` readable on descriptor `fd` if given, checking for leaks.
     @discardableResult
-    func runSpawned(_ args: [String], stdin: [UInt8] = [], extraFD contents: [UInt8]? = nil, as fd: Int32 = 3,
-                    sourceLocation: SourceLocation = #_sourceLocation) throws -> CLIResult {
+    func runSpawned(
+        _ args: [String], stdin: [UInt8] = [], extraFD contents: [UInt8]? = nil, as fd: Int32 = 3,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> CLIResult {
         let bin = try requireBinary(sourceLocation: sourceLocation)
-        let result = CLIResult(try run(bin, args, stdin: stdin, extraDescriptors: contents.map { [fd: $0] } ?? [:],
-                                       timeout: 120))
+        let result = CLIResult(
+            try run(
+                bin, args, stdin: stdin, extraDescriptors: contents.map { [fd: $0] } ?? [:],
+                timeout: 120))
         checkLeaks(args, result, sourceLocation: sourceLocation)
         return result
     }
@@ -141,13 +151,16 @@ final class Sandbox: TestSandbox, @unchecked Sendable {
     /// Descriptions of every registered secret found where `args` must not print it.
     func leaks(_ args: [String], _ result: CLIResult) -> [String] {
         let command = args.first ?? ""
-        let stdoutMayShowSecret = (command.hasPrefix("find-") && args.contains("-w"))
+        let stdoutMayShowSecret =
+            (command.hasPrefix("find-") && args.contains("-w"))
             || (command == "dump-keychain" && args.contains("-d"))
         let stderrMayShowSecret = command.hasPrefix("find-") && args.contains("-g")
         let (items, passphrases) = needleLock.withLock { (itemNeedles, passphraseNeedles) }
         var found: [String] = []
-        for (stream, bytes, allowed) in [("stdout", result.stdout, stdoutMayShowSecret),
-                                         ("stderr", result.stderrBytes, stderrMayShowSecret)] {
+        for (stream, bytes, allowed) in [
+            ("stdout", result.stdout, stdoutMayShowSecret),
+            ("stderr", result.stderrBytes, stderrMayShowSecret),
+        ] {
             if passphrases.contains(where: { contains(bytes, $0) }) {
                 found.append("a passphrase appeared on \(stream) of `keychainfs \(command)`")
             }
@@ -166,8 +179,10 @@ final class Sandbox: TestSandbox, @unchecked Sendable {
 
     /// Adds a generic password with the secret on stdin, registering the secret.
     @discardableResult
-    func addGeneric(service: String, account: String? = nil, secret: [UInt8], extra: [String] = [],
-                    sourceLocation: SourceLocation = #_sourceLocation) throws -> CLIResult {
+    func addGeneric(
+        service: String, account: String? = nil, secret: [UInt8], extra: [String] = [],
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> CLIResult {
         registerSecret(secret)
         var args = ["add-generic-password"] + unlock + ["-s", service]
         if let account { args += ["-a", account] }
@@ -175,8 +190,10 @@ final class Sandbox: TestSandbox, @unchecked Sendable {
     }
 
     /// `find-generic-password -w`: the stored secret (without find's trailing newline).
-    func findGenericSecret(service: String, account: String? = nil,
-                           sourceLocation: SourceLocation = #_sourceLocation) throws -> (CLIResult, [UInt8]?) {
+    func findGenericSecret(
+        service: String, account: String? = nil,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> (CLIResult, [UInt8]?) {
         var args = ["find-generic-password"] + unlock + ["-s", service, "-w"]
         if let account { args += ["-a", account] }
         let r = try run(args, sourceLocation: sourceLocation)
@@ -189,16 +206,23 @@ final class Sandbox: TestSandbox, @unchecked Sendable {
 
 /// Exit status `code`, nothing on stdout, and exactly one stderr line starting
 /// `keychainfs: error: ` (and containing each of `mentions`, case-insensitively).
-func expectError(_ r: CLIResult, _ code: Int32, mentions: [String] = [],
-                 sourceLocation: SourceLocation = #_sourceLocation) {
-    #expect(r.status == code, "exit status \(r.status), expected \(code); stderr: \(r.stderr)", sourceLocation: sourceLocation)
+func expectError(
+    _ r: CLIResult, _ code: Int32, mentions: [String] = [],
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
+    #expect(
+        r.status == code, "exit status \(r.status), expected \(code); stderr: \(r.stderr)",
+        sourceLocation: sourceLocation)
     #expect(r.stdout.isEmpty, "stdout should be empty on error, got \(r.stdoutString)", sourceLocation: sourceLocation)
     let lines = r.stderrLines
-    #expect(lines.count == 1, "expected one stderr line, got \(lines.count): \(r.stderr)", sourceLocation: sourceLocation)
+    #expect(
+        lines.count == 1, "expected one stderr line, got \(lines.count): \(r.stderr)", sourceLocation: sourceLocation)
     #expect(r.stderr.hasPrefix("keychainfs: error: "), "stderr: \(r.stderr)", sourceLocation: sourceLocation)
     #expect(r.stderr.hasSuffix("\n"), "error line should end with a newline", sourceLocation: sourceLocation)
     for m in mentions {
-        #expect(r.stderr.lowercased().contains(m.lowercased()), "stderr should mention '\(m)': \(r.stderr)", sourceLocation: sourceLocation)
+        #expect(
+            r.stderr.lowercased().contains(m.lowercased()), "stderr should mention '\(m)': \(r.stderr)",
+            sourceLocation: sourceLocation)
     }
 }
 
@@ -220,5 +244,6 @@ func fileMode(_ path: String) -> UInt32? {
 /// Parses `dump-keychain --json` output.
 func parseDump(_ r: CLIResult, sourceLocation: SourceLocation = #_sourceLocation) throws -> [[String: Any]] {
     let object = try JSONSerialization.jsonObject(with: Data(r.stdout))
-    return try #require(object as? [[String: Any]], "dump --json is not an array of objects", sourceLocation: sourceLocation)
+    return try #require(
+        object as? [[String: Any]], "dump --json is not an array of objects", sourceLocation: sourceLocation)
 }

@@ -41,7 +41,9 @@ struct CLISurfaceTests {
     func unknownMountOption() throws {
         let box = try Sandbox()
         let mnt = box.root + "/mnt"
-        let r = try box.run(["mount", box.vault, mnt, "--passphrase-file", box.passphraseFile, "-o", "cache=1,bogus_opt"])
+        let r = try box.run([
+            "mount", box.vault, mnt, "--passphrase-file", box.passphraseFile, "-o", "cache=1,bogus_opt",
+        ])
         expectError(r, 2, mentions: ["unknown mount option 'bogus_opt'"])
         for option in MountOption.table { #expect(r.stderr.contains(option.syntax), "\(r.stderr)") }
         let valued = try box.run(["mount", box.vault, mnt, "-o", "bogus_opt=value-not-to-echo"])
@@ -53,9 +55,11 @@ struct CLISurfaceTests {
     func malformedMountOption() throws {
         let box = try Sandbox()
         let mnt = box.root + "/mnt"
-        for (option, mention) in [("debug=1", "malformed mount option 'debug=…'"), ("log", "log=PATH"),
-                                  ("log=", "log=PATH"), ("cache=99", "-o cache=SECONDS takes"),
-                                  ("presence_timeout=2.5", "presence_timeout=SECONDS"), ("ro", "-o ro is not supported")] {
+        for (option, mention) in [
+            ("debug=1", "malformed mount option 'debug=…'"), ("log", "log=PATH"),
+            ("log=", "log=PATH"), ("cache=99", "-o cache=SECONDS takes"),
+            ("presence_timeout=2.5", "presence_timeout=SECONDS"), ("ro", "-o ro is not supported"),
+        ] {
             let r = try box.run(["mount", box.vault, mnt, "-o", option])
             expectError(r, 2, mentions: [mention])
         }
@@ -74,8 +78,10 @@ struct CLISurfaceTests {
         let box = try Sandbox()
         let generic = try box.run(["add-generic-password", "--help"])
         #expect(generic.status == 0)
-        for name in ["-a <account>", "-s <service>", "-l <label>", "-j <comment>", "-c <creator>", "-C <type>",
-                     "-w <password>", "--vault <vault>"] {
+        for name in [
+            "-a <account>", "-s <service>", "-l <label>", "-j <comment>", "-c <creator>", "-C <type>",
+            "-w <password>", "--vault <vault>",
+        ] {
             #expect(generic.stdoutString.contains(name), "add-generic-password --help lacks \(name)")
         }
         let internet = try box.run(["add-internet-password", "--help"])
@@ -92,8 +98,10 @@ struct CLISurfaceTests {
     @Test("an unknown command is a usage error, with --help too")
     func unknownCommand() throws {
         let box = try Sandbox()
-        for args in [["nosuchcommand"], ["nosuchcommand", "--help"], ["nosuchcommand", "-h"], ["--help", "nosuchcommand"],
-                     ["help", "nosuchcommand"], ["access-group", "nosuch", "--help"]] {
+        for args in [
+            ["nosuchcommand"], ["nosuchcommand", "--help"], ["nosuchcommand", "-h"], ["--help", "nosuchcommand"],
+            ["help", "nosuchcommand"], ["access-group", "nosuch", "--help"],
+        ] {
             let r = try box.run(args)
             #expect(r.status == 2, "\(args): \(r.status) \(r.stderr)")
         }

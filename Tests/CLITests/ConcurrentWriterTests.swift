@@ -8,8 +8,9 @@ struct ConcurrentWriterTests {
     /// (services p0-0…p0-999 and p1-0…p1-999). Every add must succeed, the dump must list
     /// all 2,000, and a further find (which verifies the integrity manifest on unlock) must
     /// return the right secrets.
-    @Test("two processes adding at once: 2 × 1,000 adds, all 2,000 items present",
-          .timeLimit(.minutes(20)))
+    @Test(
+        "two processes adding at once: 2 × 1,000 adds, all 2,000 items present",
+        .timeLimit(.minutes(20)))
     func twoConcurrentWriters() throws {
         _ = try requireBinary()
         let box = try Sandbox()
@@ -36,10 +37,14 @@ struct ConcurrentWriterTests {
                         // Writer 0 passes the secret with -w, writer 1 on stdin.
                         let r: CLIResult
                         if w == 0 {
-                            r = try box.run(["add-generic-password"] + box.unlock + ["-s", service, "-a", "conc", "-w", secret(w, i)])
+                            r = try box.run(
+                                ["add-generic-password"] + box.unlock + [
+                                    "-s", service, "-a", "conc", "-w", secret(w, i),
+                                ])
                         } else {
-                            r = try box.run(["add-generic-password"] + box.unlock + ["-s", service, "-a", "conc"],
-                                            stdin: Array(secret(w, i).utf8))
+                            r = try box.run(
+                                ["add-generic-password"] + box.unlock + ["-s", service, "-a", "conc"],
+                                stdin: Array(secret(w, i).utf8))
                         }
                         if r.status != 0 || !r.stdout.isEmpty || !r.stderr.isEmpty {
                             failures.add("\(service): exit \(r.status): \(r.stderr)")
@@ -58,8 +63,9 @@ struct ConcurrentWriterTests {
         let elapsed = clock.now - start
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let total = 2 * perWriter
-        print("CLITests: \(total) concurrent add-generic-password runs (2 writers) took "
-              + String(format: "%.1f s (%.1f ms per add, wall)", seconds, seconds * 1000 / Double(total)))
+        print(
+            "CLITests: \(total) concurrent add-generic-password runs (2 writers) took "
+                + String(format: "%.1f s (%.1f ms per add, wall)", seconds, seconds * 1000 / Double(total)))
 
         #expect(failures.items.isEmpty, "\(failures.items.count) adds failed, first: \(failures.items.prefix(5))")
 
@@ -85,10 +91,13 @@ struct ConcurrentWriterTests {
         let d = try box.run(["dump-keychain", "--json", "-d"] + box.unlock)
         let all = try parseDump(d)
         #expect(all.count == total + 1)
-        let data = Dictionary(uniqueKeysWithValues: all.compactMap { item -> (String, String)? in
-            guard let s = (item["attributes"] as? [String: Any])?["service"] as? String, let v = item["data"] as? String else { return nil }
-            return (s, v)
-        })
+        let data = Dictionary(
+            uniqueKeysWithValues: all.compactMap { item -> (String, String)? in
+                guard let s = (item["attributes"] as? [String: Any])?["service"] as? String,
+                    let v = item["data"] as? String
+                else { return nil }
+                return (s, v)
+            })
         let wrong = expected.filter { s in
             let parts = s.dropFirst().split(separator: "-")
             return data[s] != secret(Int(parts[0])!, Int(parts[1])!)

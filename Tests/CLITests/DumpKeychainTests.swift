@@ -10,12 +10,16 @@ struct DumpKeychainTests {
         try box.initVault()
         let text = Array(randomToken("dump-text-").utf8)
         let binary: [UInt8] = [0xff, 0x00] + Array(randomToken("dump-bin-").utf8) + [0x80, 0x0a]
-        expectSuccess(try box.addGeneric(service: "dump.service", account: "dave", secret: text,
-                                         extra: ["-l", "Dump Label", "-j", "dump comment"]))
+        expectSuccess(
+            try box.addGeneric(
+                service: "dump.service", account: "dave", secret: text,
+                extra: ["-l", "Dump Label", "-j", "dump comment"]))
         box.registerSecret(binary)
-        expectSuccess(try box.run(["add-internet-password"] + box.unlock
-                                  + ["-s", "dump.example.net", "-a", "erin", "-r", "https", "-P", "8443", "-p", "/x"],
-                                  stdin: binary))
+        expectSuccess(
+            try box.run(
+                ["add-internet-password"] + box.unlock
+                    + ["-s", "dump.example.net", "-a", "erin", "-r", "https", "-P", "8443", "-p", "/x"],
+                stdin: binary))
         return (box, text, binary)
     }
 

@@ -45,7 +45,8 @@ struct GenericPasswordTests {
         // stdin is ignored when -w is given.
         let ignored = Array(randomToken("stdin-ignored-").utf8)
         box.registerSecret(ignored)
-        let add = try box.run(["add-generic-password"] + box.unlock + ["-s", "wsvc", "-a", "me", "-w", value], stdin: ignored)
+        let add = try box.run(
+            ["add-generic-password"] + box.unlock + ["-s", "wsvc", "-a", "me", "-w", value], stdin: ignored)
         expectSuccess(add)
         let (r, found) = try box.findGenericSecret(service: "wsvc", account: "me")
         #expect(r.stdout == Array((value + "\n").utf8))
@@ -58,8 +59,10 @@ struct GenericPasswordTests {
         let box = try Sandbox()
         try box.initVault()
         let secret = Array(randomToken("attr-").utf8)
-        expectSuccess(try box.addGeneric(service: "svc.example", account: "alice", secret: secret,
-                                         extra: ["-l", "My Label", "-j", "a comment"]))
+        expectSuccess(
+            try box.addGeneric(
+                service: "svc.example", account: "alice", secret: secret,
+                extra: ["-l", "My Label", "-j", "a comment"]))
         let r = try box.run(["find-generic-password"] + box.unlock + ["-s", "svc.example"])
         expectSuccess(r)
         let text = r.stdoutString
@@ -89,8 +92,10 @@ struct GenericPasswordTests {
         // With -w as well.
         let third = randomToken("third-")
         box.registerSecret(Array(third.utf8))
-        expectError(try box.run(["add-generic-password"] + box.unlock + ["-s", "dup.service", "-a", "dup-account", "-w", third]), 45,
-                    mentions: ["dup.service"])
+        expectError(
+            try box.run(
+                ["add-generic-password"] + box.unlock + ["-s", "dup.service", "-a", "dup-account", "-w", third]), 45,
+            mentions: ["dup.service"])
         #expect(try box.findGenericSecret(service: "dup.service", account: "dup-account").1 == first)
         // Same service, other account: not a duplicate.
         expectSuccess(try box.addGeneric(service: "dup.service", account: "other", secret: second))
@@ -125,7 +130,7 @@ struct GenericPasswordTests {
         let a1 = Array(randomToken("acct1-").utf8), blank = Array(randomToken("blank-").utf8)
         let replacement = Array(randomToken("replacement-").utf8)
         expectSuccess(try box.addGeneric(service: "shared", account: "a1", secret: a1))
-        expectSuccess(try box.addGeneric(service: "shared", secret: blank))      // account ""
+        expectSuccess(try box.addGeneric(service: "shared", secret: blank))  // account ""
         // Collides with (shared, "") only; (shared, a1) is another item.
         expectSuccess(try box.addGeneric(service: "shared", secret: replacement, extra: ["-U"]))
         #expect(try box.findGenericSecret(service: "shared", account: "").1 == replacement)
@@ -138,13 +143,15 @@ struct GenericPasswordTests {
         _ = try requireBinary()
         let box = try Sandbox()
         try box.initVault()
-        expectError(try box.run(["find-generic-password"] + box.unlock + ["-s", "nope.example", "-a", "nobody"]), 44,
-                    mentions: ["nope.example", "not found"])
+        expectError(
+            try box.run(["find-generic-password"] + box.unlock + ["-s", "nope.example", "-a", "nobody"]), 44,
+            mentions: ["nope.example", "not found"])
         expectError(try box.run(["find-generic-password"] + box.unlock + ["-s", "nope.example", "-w"]), 44)
         let secret = Array(randomToken("present-").utf8)
         expectSuccess(try box.addGeneric(service: "present", account: "x", secret: secret))
         expectError(try box.run(["find-generic-password"] + box.unlock + ["-s", "present", "-a", "y"]), 44)
-        expectError(try box.run(["find-generic-password"] + box.unlock + ["-s", "present", "-l", "no such label", "-w"]), 44)
+        expectError(
+            try box.run(["find-generic-password"] + box.unlock + ["-s", "present", "-l", "no such label", "-w"]), 44)
     }
 
     @Test("delete: exit 0 and prints what it deleted, then 44")
@@ -160,8 +167,9 @@ struct GenericPasswordTests {
         #expect(d.stdoutString.contains("\"svce\"<blob>=\"del.example\""))
         #expect(d.stdoutString.hasSuffix("password has been deleted.\n"))
         expectError(try box.run(["find-generic-password"] + box.unlock + ["-s", "del.example", "-a", "bob"]), 44)
-        expectError(try box.run(["delete-generic-password"] + box.unlock + ["-s", "del.example", "-a", "bob"]), 44,
-                    mentions: ["del.example"])
+        expectError(
+            try box.run(["delete-generic-password"] + box.unlock + ["-s", "del.example", "-a", "bob"]), 44,
+            mentions: ["del.example"])
         #expect(try box.findGenericSecret(service: "keep.example", account: "bob").1 == keep)
         // Re-adding after delete works.
         expectSuccess(try box.addGeneric(service: "del.example", account: "bob", secret: secret))

@@ -26,9 +26,9 @@ struct HarnessSelfTests {
             (["find-generic-password"], result(out: secret)),
             (["find-generic-password", "-w"], result(err: secret)),
             (["find-generic-password", "-g"], result(out: secret)),
-            (["dump-keychain"], result(out: Array(secret.prefix(25)))),          // a piece of it
+            (["dump-keychain"], result(out: Array(secret.prefix(25)))),  // a piece of it
             (["dump-keychain", "--json"], result(out: Array(Data(secret).base64EncodedString().utf8))),
-            (["find-generic-password", "-w"], result(out: pass)),                 // passphrases: never
+            (["find-generic-password", "-w"], result(out: pass)),  // passphrases: never
             (["dump-keychain", "-d"], result(err: pass)),
         ]
         for (args, r) in flagged {
@@ -52,9 +52,11 @@ struct TestSupportSelfTests {
     @Test("runner: argv, stdin bytes, environment, working directory, extra descriptor, exit status")
     func runner() throws {
         try withTempDirectory { dir in
-            let script = #"printf '%s|' "$0" "$1"; cat; printf '|%s|%s|' "$KCFS_X" "$(pwd)"; cat <&3; echo err >&2; exit 7"#
-            let r = try runProcess("/bin/sh", ["-c", script, "a b", "ü"], stdin: [0, 1, 2], extraDescriptors: [3: Array("fd3".utf8)],
-                                   env: childEnvironment(["KCFS_X": "x=y"]), cwd: dir, ioDirectory: dir)
+            let script =
+                #"printf '%s|' "$0" "$1"; cat; printf '|%s|%s|' "$KCFS_X" "$(pwd)"; cat <&3; echo err >&2; exit 7"#
+            let r = try runProcess(
+                "/bin/sh", ["-c", script, "a b", "ü"], stdin: [0, 1, 2], extraDescriptors: [3: Array("fd3".utf8)],
+                env: childEnvironment(["KCFS_X": "x=y"]), cwd: dir, ioDirectory: dir)
             #expect(r.status == 7 && !r.timedOut, "\(r.summary)")
             #expect(r.stdoutBytes == Array("a b|ü|".utf8) + [0, 1, 2] + Array("|x=y|\(dir)|fd3".utf8), "\(r.summary)")
             #expect(r.stderr == "err\n")
@@ -65,12 +67,13 @@ struct TestSupportSelfTests {
 
     @Test("runner: no controlling terminal, no inherited descriptors, signals reported as 128+n")
     func isolation() throws {
-        let r = try runProcess("/bin/sh", ["-c", "ls /proc/self/fd; (: </dev/tty) 2>/dev/null && echo tty || echo notty; kill -TERM $$"],
-                               env: childEnvironment())
+        let r = try runProcess(
+            "/bin/sh", ["-c", "ls /proc/self/fd; (: </dev/tty) 2>/dev/null && echo tty || echo notty; kill -TERM $$"],
+            env: childEnvironment())
         #expect(r.status == 128 + SIGTERM, "\(r.summary)")
         #expect(r.lines.last == "notty", "the child has a controlling terminal: \(r.summary)")
         let fds = r.lines.filter { Int($0) != nil }.compactMap(Int.init)
-        #expect(fds.allSatisfy { $0 <= 3 }, "descriptors leaked into the child: \(fds)")   // 3: ls's own directory
+        #expect(fds.allSatisfy { $0 <= 3 }, "descriptors leaked into the child: \(fds)")  // 3: ls's own directory
     }
 
     @Test("runner: a deadline ends the child's whole process group with status 124")
@@ -84,10 +87,10 @@ struct TestSupportSelfTests {
     @Test("mountinfo: fields after the separator, octal escapes in paths")
     func mountInfo() {
         let text = """
-        36 35 98:0 /mnt1 /mnt/with\\040space rw,noatime master:1 - fuse.keychainfs /tmp/v\\040x.vault rw,user_id=0
-        37 35 98:0 / /proc rw shared:2 - proc proc rw
-        garbage
-        """
+            36 35 98:0 /mnt1 /mnt/with\\040space rw,noatime master:1 - fuse.keychainfs /tmp/v\\040x.vault rw,user_id=0
+            37 35 98:0 / /proc rw shared:2 - proc proc rw
+            garbage
+            """
         let entries = MountInfo.parse(text)
         #expect(entries.count == 2)
         #expect(entries.first?.mountpoint == "/mnt/with space" && entries.first?.fstype == "fuse.keychainfs")

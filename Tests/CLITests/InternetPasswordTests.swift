@@ -12,20 +12,23 @@ struct InternetPasswordTests {
         try box.initVault()
         let secret = Array(randomToken("inet-").utf8)
         box.registerSecret(secret)
-        let add = try box.run(["add-internet-password"] + box.unlock
-                              + ["-s", "www.example.com", "-a", "bob", "-r", "https", "-P", "443", "-p", "/login"],
-                              stdin: secret)
+        let add = try box.run(
+            ["add-internet-password"] + box.unlock
+                + ["-s", "www.example.com", "-a", "bob", "-r", "https", "-P", "443", "-p", "/login"],
+            stdin: secret)
         expectSuccess(add)
 
         for proto in ["https", "htps"] {
-            let r = try box.run(["find-internet-password"] + box.unlock
-                                + ["-s", "www.example.com", "-r", proto, "-P", "443", "-w"])
+            let r = try box.run(
+                ["find-internet-password"] + box.unlock
+                    + ["-s", "www.example.com", "-r", proto, "-P", "443", "-w"])
             #expect(r.status == 0, "-r \(proto): \(r.stderr)")
             #expect(r.stdout == secret + [10], "-r \(proto)")
         }
         // Fully specified, too.
-        let full = try box.run(["find-internet-password"] + box.unlock
-                               + ["-s", "www.example.com", "-a", "bob", "-r", "htps", "-P", "443", "-p", "/login", "-w"])
+        let full = try box.run(
+            ["find-internet-password"] + box.unlock
+                + ["-s", "www.example.com", "-a", "bob", "-r", "htps", "-P", "443", "-p", "/login", "-w"])
         #expect(full.stdout == secret + [10])
 
         // The attribute print shows the protocol, port and path.
@@ -35,14 +38,17 @@ struct InternetPasswordTests {
         #expect(text.stdoutString.contains("\"srvr\"<blob>=\"www.example.com\""))
         #expect(text.stdoutString.contains("\"port\"<sint64>=\"443\""))
         #expect(text.stdoutString.contains("\"path\"<blob>=\"/login\""))
-        #expect(text.stdoutString.contains("\"ptcl\"<blob>=\"https\"") || text.stdoutString.contains("\"ptcl\"<blob>=\"htps\""))
+        #expect(
+            text.stdoutString.contains("\"ptcl\"<blob>=\"https\"")
+                || text.stdoutString.contains("\"ptcl\"<blob>=\"htps\""))
 
         // Adding it again under the code is a duplicate.
         let again = Array(randomToken("inet-again-").utf8)
         box.registerSecret(again)
-        let dup = try box.run(["add-internet-password"] + box.unlock
-                              + ["-s", "www.example.com", "-a", "bob", "-r", "htps", "-P", "443", "-p", "/login"],
-                              stdin: again)
+        let dup = try box.run(
+            ["add-internet-password"] + box.unlock
+                + ["-s", "www.example.com", "-a", "bob", "-r", "htps", "-P", "443", "-p", "/login"],
+            stdin: again)
         expectError(dup, 45, mentions: ["www.example.com", "bob", "already exists"])
 
         // Another port or protocol is another item / not found.
@@ -50,10 +56,13 @@ struct InternetPasswordTests {
         expectError(try box.run(["find-internet-password"] + box.unlock + ["-s", "www.example.com", "-r", "ftp"]), 44)
         let other = Array(randomToken("inet-8443-").utf8)
         box.registerSecret(other)
-        expectSuccess(try box.run(["add-internet-password"] + box.unlock
-                                  + ["-s", "www.example.com", "-a", "bob", "-r", "https", "-P", "8443", "-p", "/login"],
-                                  stdin: other))
-        let r8443 = try box.run(["find-internet-password"] + box.unlock + ["-s", "www.example.com", "-P", "8443", "-w"])
+        expectSuccess(
+            try box.run(
+                ["add-internet-password"] + box.unlock
+                    + ["-s", "www.example.com", "-a", "bob", "-r", "https", "-P", "8443", "-p", "/login"],
+                stdin: other))
+        let r8443 = try box.run(
+            ["find-internet-password"] + box.unlock + ["-s", "www.example.com", "-P", "8443", "-w"])
         #expect(r8443.stdout == other + [10])
     }
 

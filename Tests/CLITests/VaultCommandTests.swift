@@ -58,15 +58,18 @@ struct VaultCommandTests {
         let secret = Array(randomToken("s-").utf8)
         expectSuccess(try box.addGeneric(service: "svc", secret: secret))
         let wrong = try box.passphraseFile(named: "wrong", randomToken("wrong-"))
-        for args in [["find-generic-password", "-s", "svc", "-w"], ["find-generic-password", "-s", "svc"],
-                     ["dump-keychain", "-d"], ["delete-generic-password", "-s", "svc"]] {
+        for args in [
+            ["find-generic-password", "-s", "svc", "-w"], ["find-generic-password", "-s", "svc"],
+            ["dump-keychain", "-d"], ["delete-generic-password", "-s", "svc"],
+        ] {
             let r = try box.run([args[0], "--vault", box.vault, "--passphrase-file", wrong] + args.dropFirst())
             expectError(r, 1, mentions: ["passphrase"])
         }
         // add with the wrong passphrase stores nothing (and must not echo the secret).
         let other = Array(randomToken("never-stored-").utf8)
         box.registerSecret(other)
-        let r = try box.run(["add-generic-password", "--vault", box.vault, "--passphrase-file", wrong, "-s", "new"], stdin: other)
+        let r = try box.run(
+            ["add-generic-password", "--vault", box.vault, "--passphrase-file", wrong, "-s", "new"], stdin: other)
         expectError(r, 1, mentions: ["passphrase"])
         expectError(try box.run(["find-generic-password"] + box.unlock + ["-s", "new"]), 44)
         // Nothing was harmed.
@@ -77,9 +80,11 @@ struct VaultCommandTests {
     func missingVault() throws {
         _ = try requireBinary()
         let box = try Sandbox()
-        for args in [["find-generic-password", "-s", "x"], ["add-generic-password", "-s", "x", "-w", "value-not-secret"],
-                     ["delete-generic-password", "-s", "x"], ["dump-keychain"],
-                     ["passwd", "--new-passphrase-file", box.passphraseFile]] {
+        for args in [
+            ["find-generic-password", "-s", "x"], ["add-generic-password", "-s", "x", "-w", "value-not-secret"],
+            ["delete-generic-password", "-s", "x"], ["dump-keychain"],
+            ["passwd", "--new-passphrase-file", box.passphraseFile],
+        ] {
             let r = try box.run([args[0]] + box.unlock + args.dropFirst())
             expectError(r, 1, mentions: ["no vault at", box.vault])
         }
@@ -99,7 +104,8 @@ struct VaultCommandTests {
             let path = box.root + "/\(name).vault"
             try box.writeFile(path, contents)
             for args in [["find-generic-password", "-s", "x"], ["dump-keychain"]] {
-                let r = try box.run([args[0], "--vault", path, "--passphrase-file", box.passphraseFile] + args.dropFirst())
+                let r = try box.run(
+                    [args[0], "--vault", path, "--passphrase-file", box.passphraseFile] + args.dropFirst())
                 expectError(r, 1, mentions: ["not a keychainfs vault"])
             }
             #expect(fileBytes(path) == contents, "\(name) file was modified")
@@ -107,8 +113,9 @@ struct VaultCommandTests {
         // A directory is not a vault either.
         let dir = box.root + "/dir.vault"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
-        expectError(try box.run(["dump-keychain", "--vault", dir, "--passphrase-file", box.passphraseFile]), 1,
-                    mentions: ["not a keychainfs vault"])
+        expectError(
+            try box.run(["dump-keychain", "--vault", dir, "--passphrase-file", box.passphraseFile]), 1,
+            mentions: ["not a keychainfs vault"])
     }
 
     @Test("passwd: the old passphrase stops working, the new one works, items are intact")
@@ -127,10 +134,12 @@ struct VaultCommandTests {
         #expect(r.stdout.isEmpty)
 
         // Old passphrase: refused.
-        expectError(try box.run(["find-generic-password", "-s", "svc1", "-w"] + box.unlock), 1, mentions: ["passphrase"])
+        expectError(
+            try box.run(["find-generic-password", "-s", "svc1", "-w"] + box.unlock), 1, mentions: ["passphrase"])
         // And passwd with a wrong current passphrase is refused too.
         let third = try box.passphraseFile(named: "third", randomToken("third-"))
-        expectError(try box.run(["passwd"] + box.unlock + ["--new-passphrase-file", third]), 1, mentions: ["passphrase"])
+        expectError(
+            try box.run(["passwd"] + box.unlock + ["--new-passphrase-file", third]), 1, mentions: ["passphrase"])
 
         // New passphrase: every item and its exact bytes.
         let withNew = ["--vault", box.vault, "--passphrase-file", newFile]
@@ -152,25 +161,33 @@ struct VaultCommandTests {
         _ = try requireBinary()
         let box = try Sandbox()
         let stdinPass = Array((box.passphrase + "\n").utf8)
-        let r0 = try box.run(["init", "--kdf", "interactive", "--vault", box.vault, "--passphrase-fd", "0"], stdin: stdinPass)
+        let r0 = try box.run(
+            ["init", "--kdf", "interactive", "--vault", box.vault, "--passphrase-fd", "0"], stdin: stdinPass)
         expectSuccess(r0)
         let secret = randomToken("fd0-secret-")
         box.registerSecret(Array(secret.utf8))
-        expectSuccess(try box.run(["add-generic-password", "--vault", box.vault, "--passphrase-fd", "0", "-s", "svc", "-w", secret],
-                                  stdin: stdinPass))
+        expectSuccess(
+            try box.run(
+                ["add-generic-password", "--vault", box.vault, "--passphrase-fd", "0", "-s", "svc", "-w", secret],
+                stdin: stdinPass))
         // Without a trailing newline works the same (one trailing newline is dropped, not required).
-        let r = try box.run(["find-generic-password", "--vault", box.vault, "--passphrase-fd", "0", "-s", "svc", "-w"],
-                            stdin: Array(box.passphrase.utf8))
+        let r = try box.run(
+            ["find-generic-password", "--vault", box.vault, "--passphrase-fd", "0", "-s", "svc", "-w"],
+            stdin: Array(box.passphrase.utf8))
         #expect(r.status == 0)
         #expect(r.stdout == Array((secret + "\n").utf8))
         // The file-based passphrase (same text) opens the same vault.
         #expect(try box.findGenericSecret(service: "svc").1 == Array(secret.utf8))
         // A wrong one on the descriptor fails like a wrong file.
-        expectError(try box.run(["find-generic-password", "--vault", box.vault, "--passphrase-fd", "0", "-s", "svc"],
-                                stdin: Array("not-the-passphrase\n".utf8)), 1, mentions: ["passphrase"])
+        expectError(
+            try box.run(
+                ["find-generic-password", "--vault", box.vault, "--passphrase-fd", "0", "-s", "svc"],
+                stdin: Array("not-the-passphrase\n".utf8)), 1, mentions: ["passphrase"])
         // An empty descriptor is an empty passphrase.
-        expectError(try box.run(["find-generic-password", "--vault", box.vault, "--passphrase-fd", "0", "-s", "svc"],
-                                stdin: []), 1, mentions: ["passphrase"])
+        expectError(
+            try box.run(
+                ["find-generic-password", "--vault", box.vault, "--passphrase-fd", "0", "-s", "svc"],
+                stdin: []), 1, mentions: ["passphrase"])
     }
 
     @Test("--passphrase-fd 3: passphrase on an extra descriptor while the secret comes on stdin")
@@ -181,20 +198,26 @@ struct VaultCommandTests {
         let pass = Array((box.passphrase + "\n").utf8)
         let secret: [UInt8] = Array(randomToken("fd3-secret-").utf8) + [0, 255, 10]
         box.registerSecret(secret)
-        let add = try box.runSpawned(["add-generic-password", "--vault", box.vault, "--passphrase-fd", "3", "-s", "fd3"],
-                              stdin: secret, extraFD: pass, as: 3)
+        let add = try box.runSpawned(
+            ["add-generic-password", "--vault", box.vault, "--passphrase-fd", "3", "-s", "fd3"],
+            stdin: secret, extraFD: pass, as: 3)
         expectSuccess(add)
-        let find = try box.runSpawned(["find-generic-password", "--vault", box.vault, "--passphrase-fd", "3", "-s", "fd3", "-w"],
-                               extraFD: pass, as: 3)
+        let find = try box.runSpawned(
+            ["find-generic-password", "--vault", box.vault, "--passphrase-fd", "3", "-s", "fd3", "-w"],
+            extraFD: pass, as: 3)
         #expect(find.status == 0, "\(find.stderr)")
         #expect(find.stdout == secret + [10])
         // A descriptor that is not open: exit 1, one line.
-        let closed = try box.runSpawned(["find-generic-password", "--vault", box.vault, "--passphrase-fd", "7", "-s", "fd3"],
-                                 extraFD: pass, as: 3)
+        let closed = try box.runSpawned(
+            ["find-generic-password", "--vault", box.vault, "--passphrase-fd", "7", "-s", "fd3"],
+            extraFD: pass, as: 3)
         expectError(closed, 1, mentions: ["descriptor 7"])
         // Both sources at once is a usage error.
-        expectError(try box.run(["find-generic-password", "--vault", box.vault, "--passphrase-fd", "3",
-                                 "--passphrase-file", box.passphraseFile, "-s", "fd3"]), 2)
+        expectError(
+            try box.run([
+                "find-generic-password", "--vault", box.vault, "--passphrase-fd", "3",
+                "--passphrase-file", box.passphraseFile, "-s", "fd3",
+            ]), 2)
     }
 
     @Test("no passphrase source and no terminal: exit 1 with a hint")
@@ -205,7 +228,8 @@ struct VaultCommandTests {
         // Spawned in a new session, so there is no /dev/tty to prompt on even when the
         // suite itself runs in a terminal.
         expectError(try box.runSpawned(["dump-keychain", "--vault", box.vault]), 1, mentions: ["--passphrase-file"])
-        expectError(try box.runSpawned(["init", "--vault", box.root + "/new.vault"]), 1, mentions: ["--passphrase-file"])
+        expectError(
+            try box.runSpawned(["init", "--vault", box.root + "/new.vault"]), 1, mentions: ["--passphrase-file"])
         #expect(!FileManager.default.fileExists(atPath: box.root + "/new.vault"))
     }
 
@@ -230,8 +254,9 @@ struct VaultCommandTests {
         expectSuccess(try box.run(["init", "--kdf", "interactive"] + box.unlock, env: env))
         expectError(try box.run(["find-generic-password"] + box.unlock + ["-s", "env-svc"], env: env), 44)
         // Without the variable the default (XDG) vault is used, and it does not exist.
-        expectError(try box.run(["find-generic-password"] + pp + ["-s", "env-svc"]), 1,
-                    mentions: ["no vault at", box.dataHome + "/keychainfs/default.vault"])
+        expectError(
+            try box.run(["find-generic-password"] + pp + ["-s", "env-svc"]), 1,
+            mentions: ["no vault at", box.dataHome + "/keychainfs/default.vault"])
     }
 
     @Test("default vault: $XDG_DATA_HOME/keychainfs/default.vault, else ~/.local/share/…")
@@ -247,12 +272,15 @@ struct VaultCommandTests {
         box.registerSecret(secret)
         expectSuccess(try box.run(["add-generic-password"] + pp + ["-s", "d"], stdin: secret))
         #expect(try box.run(["find-generic-password"] + pp + ["-s", "d", "-w"]).stdout == secret + [10])
-        #expect(try box.run(["find-generic-password", "--vault", xdgVault] + pp + ["-s", "d", "-w"]).stdout == secret + [10])
+        #expect(
+            try box.run(["find-generic-password", "--vault", xdgVault] + pp + ["-s", "d", "-w"]).stdout == secret + [10]
+        )
 
         // XDG_DATA_HOME unset, or relative (ignored per the XDG spec): $HOME/.local/share.
         let homeVault = box.home + "/.local/share/keychainfs/default.vault"
         expectSuccess(try box.run(["init", "--kdf", "interactive"] + pp, env: ["XDG_DATA_HOME": nil]))
         #expect(fileMode(homeVault) == 0o600)
-        expectError(try box.run(["find-generic-password"] + pp + ["-s", "d"], env: ["XDG_DATA_HOME": "relative/dir"]), 44)
+        expectError(
+            try box.run(["find-generic-password"] + pp + ["-s", "d"], env: ["XDG_DATA_HOME": "relative/dir"]), 44)
     }
 }

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Issue 3, point 6: changes made behind the mount's back show within one second.
@@ -51,10 +51,15 @@ struct ConsistencyTests {
             #expect(deleted != nil, "a delete through the CLI is not visible after 1.5 s")
 
             // Attributes changed behind the mount's back.
-            #expect(try box.sh("getfattr --absolute-names --only-values -n user.keychain.comment \(q(box.mnt + "/genp/cons-new/y"))").status != 0)
+            #expect(
+                try box.sh(
+                    "getfattr --absolute-names --only-values -n user.keychain.comment \(q(box.mnt + "/genp/cons-new/y"))"
+                ).status != 0)
             try box.addGeneric("cons-new", "y", "added", extra: ["-U", "-j", "late comment"])
             let attr = try Self.within {
-                try box.sh("getfattr --absolute-names --only-values -n user.keychain.comment \(q(box.mnt + "/genp/cons-new/y"))").stdout == "late comment"
+                try box.sh(
+                    "getfattr --absolute-names --only-values -n user.keychain.comment \(q(box.mnt + "/genp/cons-new/y"))"
+                ).stdout == "late comment"
             }
             #expect(attr != nil, "an attribute change through the CLI is not visible after 1.5 s")
         }
@@ -64,15 +69,20 @@ struct ConsistencyTests {
     func readsReachTheStore() throws {
         try withMount(setup: { try $0.addGeneric("d", "x", "version-1") }) { box in
             let go = box.root + "/go"
-            let reader = try box.spawn("/usr/bin/python3", ["-c", pythonPrelude + """
-                fd = os.open(sys.argv[1], os.O_RDONLY)
-                print('first', os.pread(fd, 100, 0).decode(), flush=True)
-                for _ in range(1000):
-                    if os.path.exists(sys.argv[2]): break
-                    time.sleep(0.01)
-                print('second', os.pread(fd, 100, 0).decode(), flush=True)
-                os.close(fd)
-                """, box.mnt + "/genp/d/x", go])
+            let reader = try box.spawn(
+                "/usr/bin/python3",
+                [
+                    "-c",
+                    pythonPrelude + """
+                        fd = os.open(sys.argv[1], os.O_RDONLY)
+                        print('first', os.pread(fd, 100, 0).decode(), flush=True)
+                        for _ in range(1000):
+                            if os.path.exists(sys.argv[2]): break
+                            time.sleep(0.01)
+                        print('second', os.pread(fd, 100, 0).decode(), flush=True)
+                        os.close(fd)
+                        """, box.mnt + "/genp/d/x", go,
+                ])
             #expect(waitUntil(10) { reader.stdoutSoFar.contains("first") }, "reader not started")
             try box.addGeneric("d", "x", "version-2, longer", extra: ["-U"])
             FileManager.default.createFile(atPath: go, contents: nil)
@@ -89,7 +99,10 @@ struct ConsistencyTests {
             #expect(try box.sh("printf after > \(q(f))").status == 0)
             #expect(try box.findGeneric("m", "x") == Array("after".utf8))
             #expect(try box.sh("cat \(q(f)); stat -c %s \(q(f))").stdout == "after5\n")
-            #expect(try box.sh("setfattr -n user.keychain.account -v y \(q(f)) && ls \(q(box.mnt + "/genp/m"))").lines == ["y"])
+            #expect(
+                try box.sh("setfattr -n user.keychain.account -v y \(q(f)) && ls \(q(box.mnt + "/genp/m"))").lines == [
+                    "y"
+                ])
             #expect(try box.findGeneric("m", "y") == Array("after".utf8))
         }
     }

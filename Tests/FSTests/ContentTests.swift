@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Issue 3, point 3: content, writes, commits, unlink, rename, modes, sizes, times.
@@ -18,7 +18,8 @@ struct ContentTests {
             try box.addGeneric("bin", "big", big)
             try box.addGeneric("bin", "empty", [])
         }) { box in
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 d = sys.argv[1]
                 t('b', read, d + '/b')
                 t('emptyread', read, d + '/empty')
@@ -35,7 +36,9 @@ struct ContentTests {
             #expect(res["bigsame"] == "OK True", "\(res)")
             #expect(res["pread"] == "OK " + Array(binary[2..<5]).hex, "\(res)")
             #expect(res["preadpastend"] == "OK", "\(res)")
-            let sizes = try box.sh("stat -c '%s' \(q(box.mnt + "/genp/bin/b")) \(q(box.mnt + "/genp/bin/big")) \(q(box.mnt + "/genp/bin/empty"))")
+            let sizes = try box.sh(
+                "stat -c '%s' \(q(box.mnt + "/genp/bin/b")) \(q(box.mnt + "/genp/bin/big")) \(q(box.mnt + "/genp/bin/empty"))"
+            )
             #expect(sizes.lines == ["\(binary.count)", "200000", "0"], "\(sizes.summary)")
         }
     }
@@ -51,7 +54,8 @@ struct ContentTests {
             #expect(try box.sh("echo more >> \(q(f))").status == 0)
             #expect(try box.findGeneric("w", "f") == Array("shortmore\n".utf8))
             // Writes at offsets: inside, and past the end (the gap reads as zeros).
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 p = sys.argv[1]
                 t('inside', wfd, p, os.O_WRONLY, b'XY', 1)
                 t('after1', read, p)
@@ -88,7 +92,8 @@ struct ContentTests {
     @Test("O_EXCL on an existing item is EEXIST; O_CREAT of a new one adds it")
     func exclusiveCreate() throws {
         try withMount(setup: { try $0.addGeneric("x", "exists", "old") }) { box in
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 d = sys.argv[1]
                 t('excl', wfd, d + '/exists', os.O_WRONLY | os.O_CREAT | os.O_EXCL, b'new')
                 t('after', read, d + '/exists')
@@ -106,7 +111,8 @@ struct ContentTests {
     @Test("two handles on a new file: the later close's bytes win, nothing is lost")
     func twoHandlesOnNewFile() throws {
         try withMount { box in
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 p = sys.argv[1]
                 os.mkdir(os.path.dirname(p))
                 def run():
@@ -128,7 +134,8 @@ struct ContentTests {
     @Test("exactly 1 MiB is accepted")
     func oneMiB() throws {
         try withMount { box in
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 p = sys.argv[1]
                 os.mkdir(os.path.dirname(p))
                 data = bytes(range(256)) * 4096
@@ -148,7 +155,8 @@ struct ContentTests {
             try box.addGeneric("big", "ts", "old-ts")
         }) { box in
             // A careful writer: write everything (retrying short writes), then close.
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 def write_all(p, flags, data):
                     fd = os.open(p, flags)
                     err = None
@@ -173,11 +181,17 @@ struct ContentTests {
                 t('newafter', lambda: os.path.exists(d + '/newbig') and len(read(d + '/newbig')))
                 """, [box.mnt + "/genp/big"], timeout: 30)
             #expect(res["rw"] == "EFBIG", "1 MiB + 1 over an existing item (O_RDWR): \(res["rw"] ?? "nil")")
-            #expect(res["rwafter"] == "OK " + "old-rw".hexUTF8, "old secret not intact after a failed O_RDWR write; now \(res["rwafter"] ?? "nil")")
+            #expect(
+                res["rwafter"] == "OK " + "old-rw".hexUTF8,
+                "old secret not intact after a failed O_RDWR write; now \(res["rwafter"] ?? "nil")")
             #expect(res["trunc"] == "EFBIG", "1 MiB + 1 with O_TRUNC: \(res["trunc"] ?? "nil")")
-            #expect(res["truncafter"] == "OK " + "old-trunc".hexUTF8, "old secret not intact after a failed O_TRUNC write; now \(res["truncafter"] ?? "nil")")
+            #expect(
+                res["truncafter"] == "OK " + "old-trunc".hexUTF8,
+                "old secret not intact after a failed O_TRUNC write; now \(res["truncafter"] ?? "nil")")
             #expect(res["new"] == "EFBIG", "\(res["new"] ?? "nil")")
-            #expect(res["newafter"] == "OK False", "a failed new 1 MiB + 1 write left an item behind: \(res["newafter"] ?? "nil")")
+            #expect(
+                res["newafter"] == "OK False",
+                "a failed new 1 MiB + 1 write left an item behind: \(res["newafter"] ?? "nil")")
             // truncate(2) past the limit.
             let tr = try box.sh("truncate -s 1048577 \(q(box.mnt + "/genp/big/ts"))")
             #expect(tr.status != 0 && tr.stderr.contains("File too large"), "\(tr.summary)")
@@ -186,7 +200,8 @@ struct ContentTests {
             // The shell's way.
             let sh = try box.sh("head -c 1048577 /dev/zero > \(q(box.mnt + "/genp/big/ts"))", timeout: 30)
             #expect(sh.status != 0 && sh.stderr.contains("File too large"), "\(sh.summary)")
-            #expect(try box.secretSummary("big", "ts") == "old-ts", "old secret not intact after head -c 1048577 > item")
+            #expect(
+                try box.secretSummary("big", "ts") == "old-ts", "old secret not intact after head -c 1048577 > item")
         }
     }
 
@@ -197,23 +212,30 @@ struct ContentTests {
             // commit at close cannot happen. The writer waits for a go file; no other process
             // holds its descriptor (a forked child's close would flush it early).
             let go = box.root + "/go"
-            let writer = try box.spawn("/usr/bin/python3", ["-c", pythonPrelude + """
-                p = sys.argv[1]
-                fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
-                os.write(fd, b'new-secret')
-                print('ready', flush=True)
-                for _ in range(1000):
-                    if os.path.exists(sys.argv[2]): break
-                    time.sleep(0.01)
-                t('close', os.close, fd)
-                """, box.mnt + "/genp/c/victim", go])
+            let writer = try box.spawn(
+                "/usr/bin/python3",
+                [
+                    "-c",
+                    pythonPrelude + """
+                        p = sys.argv[1]
+                        fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+                        os.write(fd, b'new-secret')
+                        print('ready', flush=True)
+                        for _ in range(1000):
+                            if os.path.exists(sys.argv[2]): break
+                            time.sleep(0.01)
+                        t('close', os.close, fd)
+                        """, box.mnt + "/genp/c/victim", go,
+                ])
             #expect(waitUntil(10) { writer.stdoutSoFar.contains("ready") }, "writer not ready")
             let del = try box.cli(["delete-generic-password"] + box.unlockArgs + ["-s", "c", "-a", "victim"])
             #expect(del.status == 0, "\(del.summary)")
             FileManager.default.createFile(atPath: go, contents: nil)
             let r = writer.wait(timeout: 20)
             let close = r.lines.first { $0.hasPrefix("close ") }
-            #expect(close != nil && close != "close OK", "close(2) returned 0 for a commit that could not happen: \(r.summary)")
+            #expect(
+                close != nil && close != "close OK",
+                "close(2) returned 0 for a commit that could not happen: \(r.summary)")
             #expect(try box.findGeneric("c", "victim") == nil, "the deleted item came back")
         }
     }
@@ -234,7 +256,8 @@ struct ContentTests {
         }
     }
 
-    @Test("rename: changes key attributes, replaces a target atomically, honours RENAME_NOREPLACE, EXDEV across classes")
+    @Test(
+        "rename: changes key attributes, replaces a target atomically, honours RENAME_NOREPLACE, EXDEV across classes")
     func rename() throws {
         try withMount(setup: { box in
             try box.addGeneric("r", "src", "source-secret", extra: ["-j", "keep this comment"])
@@ -247,7 +270,8 @@ struct ContentTests {
             // mv within a service: the account changes, attributes and content travel.
             #expect(try box.sh("mv \(q(g + "/r/src")) \(q(g + "/r/renamed"))").status == 0)
             let items = try box.dump()
-            let moved = try #require(items.first { $0["service"] == "r" && $0["account"] == "renamed" }, "\(items.map(\.attributes))")
+            let moved = try #require(
+                items.first { $0["service"] == "r" && $0["account"] == "renamed" }, "\(items.map(\.attributes))")
             #expect(moved["comment"] == "keep this comment")
             #expect(!items.contains { $0["account"] == "src" })
             #expect(try box.findGeneric("r", "renamed") == Array("source-secret".utf8))
@@ -261,7 +285,8 @@ struct ContentTests {
             _ = try box.sh("mv -n \(q(g + "/r/other")) \(q(g + "/r/target"))")
             #expect(try box.findGeneric("r", "target") == Array("source-secret".utf8))
             #expect(try box.findGeneric("r", "other") == Array("other-secret".utf8))
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 g = sys.argv[1]
                 t('noreplace', renameat2, g + '/r/other', g + '/r/target', 1)
                 t('exchange', renameat2, g + '/r/other', g + '/r/target', 2)
@@ -296,24 +321,34 @@ struct ContentTests {
         }) { box in
             let uid = getuid(), gid = getgid()
             let files = try box.sh("cd \(q(box.mnt)) && stat -c '%a %u %g %s %F' genp/m/a inet/host.example/u")
-            #expect(files.lines == ["600 \(uid) \(gid) 12 regular file", "600 \(uid) \(gid) 4 regular file"], "\(files.summary)")
-            let dirs = try box.sh("cd \(q(box.mnt)) && stat -c '%a %u %g %F' . genp genp/m inet inet/host.example cert keys idnt")
-            #expect(dirs.lines.count == 8 && dirs.lines.allSatisfy { $0 == "700 \(uid) \(gid) directory" }, "\(dirs.summary)")
+            #expect(
+                files.lines == ["600 \(uid) \(gid) 12 regular file", "600 \(uid) \(gid) 4 regular file"],
+                "\(files.summary)")
+            let dirs = try box.sh(
+                "cd \(q(box.mnt)) && stat -c '%a %u %g %F' . genp genp/m inet inet/host.example cert keys idnt")
+            #expect(
+                dirs.lines.count == 8 && dirs.lines.allSatisfy { $0 == "700 \(uid) \(gid) directory" },
+                "\(dirs.summary)")
             // chmod is accepted (editors call it) but the mode stays 0600.
             _ = try box.sh("chmod 644 \(q(box.mnt + "/genp/m/a"))")
             #expect(try box.sh("stat -c %a \(q(box.mnt + "/genp/m/a"))").stdout == "600\n")
             // mtime is the item's modificationDate.
-            let xattr = try box.sh("getfattr --absolute-names --only-values -n user.keychain.modificationDate \(q(box.mnt + "/genp/m/a"))")
+            let xattr = try box.sh(
+                "getfattr --absolute-names --only-values -n user.keychain.modificationDate \(q(box.mnt + "/genp/m/a"))")
             let iso = ISO8601DateFormatter()
-            let mdat = try #require(iso.date(from: xattr.stdout.trimmingCharacters(in: .whitespacesAndNewlines)), "\(xattr.summary)")
-            let mtime = try box.sh("stat -c %Y \(q(box.mnt + "/genp/m/a"))").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let mdat = try #require(
+                iso.date(from: xattr.stdout.trimmingCharacters(in: .whitespacesAndNewlines)), "\(xattr.summary)")
+            let mtime = try box.sh("stat -c %Y \(q(box.mnt + "/genp/m/a"))").stdout.trimmingCharacters(
+                in: .whitespacesAndNewlines)
             #expect(Int(mtime) == Int(mdat.timeIntervalSince1970), "mtime \(mtime) vs modificationDate \(mdat)")
             // A write changes size and mtime.
             usleep(1_100_000)
             #expect(try box.sh("printf 'much longer secret now' > \(q(box.mnt + "/genp/m/a"))").status == 0)
             let after = try box.sh("stat -c '%s %Y' \(q(box.mnt + "/genp/m/a"))").stdout.split(separator: " ")
             #expect(after.first == "22", "\(after)")
-            #expect((Int(after.last?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0) > Int(mdat.timeIntervalSince1970), "mtime did not advance: \(after)")
+            #expect(
+                (Int(after.last?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0)
+                    > Int(mdat.timeIntervalSince1970), "mtime did not advance: \(after)")
         }
     }
 }

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Issue 3, Tests: kill -9 of the daemon during writes. Every write whose close returned 0
@@ -19,23 +19,28 @@ struct CrashTests {
             let dir = box.mnt + "/genp/crash"
             // New items k<i>, and one item overwritten in place each round. A line is printed
             // only after close() returned 0.
-            let writer = try box.spawn("/usr/bin/python3", ["-c", pythonPrelude + """
-                d = sys.argv[1]
-                for i in range(100000):
-                    v = \(Self.valueExpr)
-                    try:
-                        fd = os.open(d + '/k%06d' % i, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                        os.write(fd, v)
-                        os.close(fd)
-                        print('new', i, flush=True)
-                        fd = os.open(d + '/counter', os.O_WRONLY | os.O_TRUNC)
-                        os.write(fd, b'counter-%06d-' % i + v)
-                        os.close(fd)
-                        print('upd', i, flush=True)
-                    except OSError as e:
-                        print('err', i, en(e.errno), flush=True)
-                        break
-                """, dir])
+            let writer = try box.spawn(
+                "/usr/bin/python3",
+                [
+                    "-c",
+                    pythonPrelude + """
+                        d = sys.argv[1]
+                        for i in range(100000):
+                            v = \(Self.valueExpr)
+                            try:
+                                fd = os.open(d + '/k%06d' % i, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                                os.write(fd, v)
+                                os.close(fd)
+                                print('new', i, flush=True)
+                                fd = os.open(d + '/counter', os.O_WRONLY | os.O_TRUNC)
+                                os.write(fd, b'counter-%06d-' % i + v)
+                                os.close(fd)
+                                print('upd', i, flush=True)
+                            except OSError as e:
+                                print('err', i, en(e.errno), flush=True)
+                                break
+                        """, dir,
+                ])
             // Let it get going, then kill the daemon mid-stream.
             let started = waitUntil(15) { writer.stdoutSoFar.split(separator: "\n").count >= 40 }
             #expect(started, "the writer made no progress: \(writer.stdoutSoFar.suffix(200))")
@@ -52,7 +57,8 @@ struct CrashTests {
             let u = try box.run("/usr/bin/fusermount3", ["-u", "-z", box.mnt], timeout: 10)
             #expect(u.status == 0, "\(u.summary)")
             try box.mount()
-            let check = try box.py("""
+            let check = try box.py(
+                """
                 d = sys.argv[1]
                 for name in sorted(os.listdir(d)):
                     data = read(d + '/' + name)
@@ -78,20 +84,29 @@ struct CrashTests {
                 let f = line.split(separator: " ").map(String.init)
                 if f[0] == "item", f.count == 3, let i = Int(f[1]) { present[i] = f[2] }
                 if f[0] == "counter" { counter = f[1] }
-                if f[0] == "stray" { Issue.record("stray entry after the crash: \(f.dropFirst().joined(separator: " "))") }
+                if f[0] == "stray" {
+                    Issue.record("stray entry after the crash: \(f.dropFirst().joined(separator: " "))")
+                }
             }
             for i in acknowledgedNew {
-                #expect(present[i] == "ok", "write k\(i) was acknowledged (close returned 0) but after remount it is \(present[i] ?? "missing")")
+                #expect(
+                    present[i] == "ok",
+                    "write k\(i) was acknowledged (close returned 0) but after remount it is \(present[i] ?? "missing")"
+                )
             }
             let half = present.filter { $0.value != "ok" }
-            #expect(half.isEmpty, "half-written items after kill -9: \(half.sorted { $0.key < $1.key }.map { "k\($0.key)=\($0.value)" })")
+            #expect(
+                half.isEmpty,
+                "half-written items after kill -9: \(half.sorted { $0.key < $1.key }.map { "k\($0.key)=\($0.value)" })")
             let lastUpd = acknowledgedUpd.max() ?? -1
             if let counter, let n = Int(counter) {
                 #expect(n >= lastUpd, "the counter item went back to \(n) though update \(lastUpd) was acknowledged")
             } else {
                 Issue.record("the overwritten item is \(counter ?? "missing") after kill -9")
             }
-            #expect(acknowledgedNew.count >= 20, "too few writes before the kill to mean anything (\(acknowledgedNew.count))")
+            #expect(
+                acknowledgedNew.count >= 20,
+                "too few writes before the kill to mean anything (\(acknowledgedNew.count))")
         }
     }
 
@@ -99,7 +114,8 @@ struct CrashTests {
     func killWithOpenWriters() throws {
         try withMount(setup: { try $0.addGeneric("open", "existing", "old-secret") }) { box in
             let pid = try #require(box.daemonPid)
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 d = sys.argv[1]
                 fd1 = os.open(d + '/inflight', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 os.write(fd1, b'never closed')
@@ -114,10 +130,13 @@ struct CrashTests {
             #expect(waitUntil(5) { !box.isAlive(pid) })
             let u = try box.run("/usr/bin/fusermount3", ["-u", "-z", box.mnt], timeout: 10)
             #expect(u.status == 0, "\(u.summary)")
-            #expect(try box.findGeneric("open", "existing") == Array("old-secret".utf8), "the old secret did not survive")
+            #expect(
+                try box.findGeneric("open", "existing") == Array("old-secret".utf8), "the old secret did not survive")
             let items = try box.dump()
             let inflight = items.first { $0["account"] == "inflight" }
-            #expect(inflight == nil, "a file created but never closed is an item after kill -9 (an empty, half-written secret)")
+            #expect(
+                inflight == nil,
+                "a file created but never closed is an item after kill -9 (an empty, half-written secret)")
             try box.mount()
             let ls = try box.sh("ls \(q(box.mnt + "/genp/open"))")
             #expect(ls.lines == ["existing"], "\(ls.summary)")

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Issue 3, point 7: the errno table (docs/errors.md), seen by real callers.
@@ -15,7 +15,8 @@ struct ErrnoTests {
             try box.addGeneric("t", "a", "alpha")
             try box.addGeneric("t", "b", "beta")
         }) { box in
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 d = sys.argv[1]; m = sys.argv[2]
                 t('notfound', read, d + '/missing')
                 t('notfoundsvc', os.listdir, m + '/genp/nosvc')
@@ -32,7 +33,9 @@ struct ErrnoTests {
                 t('after', read, d + '/a')
                 """, [box.mnt + "/genp/t", box.mnt])
             #expect(res["notfound"] == "ENOENT" && res["notfoundsvc"] == "ENOENT", "\(res)")
-            #expect(res["duplicate"] == "EEXIST" && res["duplicatemove"] == "EEXIST" && res["noreplace"] == "EEXIST", "\(res)")
+            #expect(
+                res["duplicate"] == "EEXIST" && res["duplicatemove"] == "EEXIST" && res["noreplace"] == "EEXIST",
+                "\(res)")
             #expect(res["badparam"] == "EINVAL" && res["badname"] == "EINVAL", "\(res)")
             #expect(res["nosuchattr"] == "ENODATA", "\(res)")
             #expect(res["readonly"] == "EPERM", "\(res)")
@@ -50,7 +53,8 @@ struct ErrnoTests {
             try box.addGeneric("acc", "plain", "plain-secret")
         }) { box in
             // No way to prompt in the daemon: the data is refused, the attributes are not.
-            let p = try box.pyResults("""
+            let p = try box.pyResults(
+                """
                 d = sys.argv[1]
                 t('read', read, d + '/presence')
                 t('write', wfd, d + '/presence', os.O_WRONLY | os.O_TRUNC, b'overwrite')
@@ -75,7 +79,8 @@ struct ErrnoTests {
             }
 
             // Another user: the mount is private to the mounting user.
-            let other = try box.sh("setpriv --reuid=65534 --regid=65534 --clear-groups cat \(q(box.mnt + "/genp/acc/plain"))")
+            let other = try box.sh(
+                "setpriv --reuid=65534 --regid=65534 --clear-groups cat \(q(box.mnt + "/genp/acc/plain"))")
             #expect(other.status != 0 && other.stderr.contains("Permission denied"), "\(other.summary)")
         }
     }
@@ -89,7 +94,8 @@ struct ErrnoTests {
         }) { box in
             let victim = try #require(try box.dump().first { $0["account"] == "victim" })
             // Flip one bit of the sealed data in the vault file, behind the daemon's back.
-            let flip = try box.py("""
+            let flip = try box.py(
+                """
                 import sqlite3
                 c = sqlite3.connect(sys.argv[1], timeout=10)
                 row = c.execute('select data from items where id = ?', (int(sys.argv[2]),)).fetchone()
@@ -105,7 +111,9 @@ struct ErrnoTests {
             #expect(log.contains("item \(victim.id)"), "the log does not name item \(victim.id): \(log)")
             #expect(!log.contains(secret) && !log.contains("fine-secret"), "the log contains a secret")
             let cat = try box.sh("cat \(q(box.mnt + "/genp/tamper/victim"))")
-            #expect(cat.status != 0 && cat.stderr.contains("Input/output error") && !cat.stdout.contains(secret), "\(cat.summary)")
+            #expect(
+                cat.status != 0 && cat.stderr.contains("Input/output error") && !cat.stdout.contains(secret),
+                "\(cat.summary)")
         }
     }
 }

@@ -3,7 +3,7 @@ import Testing
 @_exported import TestSupport
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 // What the FUSE integration tests add to TestSupport (the sandbox, `withMount`, the runner,
@@ -27,12 +27,15 @@ extension TestSandbox {
         let r = try cli(["dump-keychain", "--json"] + unlockArgs)
         try #require(r.status == 0, "dump-keychain failed: \(r.summary)", sourceLocation: sourceLocation)
         let object = try JSONSerialization.jsonObject(with: Data(r.stdoutBytes))
-        let array = try #require(object as? [[String: Any]], "dump --json is not an array", sourceLocation: sourceLocation)
+        let array = try #require(
+            object as? [[String: Any]], "dump --json is not an array", sourceLocation: sourceLocation)
         return array.map { d in
             let attrs = (d["attributes"] as? [String: Any]) ?? [:]
             var strings: [String: String] = [:]
             for (k, v) in attrs { strings[k] = "\(v)" }
-            return DumpedItem(itemClass: d["class"] as? String ?? "?", id: (d["id"] as? NSNumber)?.int64Value ?? -1, attributes: strings)
+            return DumpedItem(
+                itemClass: d["class"] as? String ?? "?", id: (d["id"] as? NSNumber)?.int64Value ?? -1,
+                attributes: strings)
         }
     }
 

@@ -14,7 +14,8 @@ struct LayoutTests {
             let kinds = try box.sh("cd \(q(box.mnt)) && stat -c '%n %F' genp inet cert keys idnt")
             #expect(kinds.lines.allSatisfy { $0.hasSuffix(" directory") }, "\(kinds.stdout)")
             // Nothing else exists at the root, and nothing can be made there.
-            let bad = try box.pyResults("""
+            let bad = try box.pyResults(
+                """
                 t('stat', os.stat, sys.argv[1] + '/nope')
                 t('create', wfd, sys.argv[1] + '/nope', os.O_WRONLY | os.O_CREAT, b'x')
                 t('mkdir', os.mkdir, sys.argv[1] + '/nope')
@@ -41,16 +42,21 @@ struct LayoutTests {
             #expect(Set(ls.lines) == Set([".", ".."] + cases.map(\.spelled)), "listing: \(ls.lines)")
             for (i, c) in cases.enumerated() {
                 let r = try box.sh("cat \(q(box.mnt + "/genp/esc/" + c.spelled))")
-                #expect(r.status == 0 && r.stdout == "secret-\(i)", "account \(c.account.debugDescription) as \(c.spelled): \(r.summary)")
+                #expect(
+                    r.status == 0 && r.stdout == "secret-\(i)",
+                    "account \(c.account.debugDescription) as \(c.spelled): \(r.summary)")
             }
             let services = try box.sh("ls \(q(box.mnt + "/genp"))")
-            #expect(services.lines.contains("svc%2Fwith%2Fslashes") && services.lines.contains("%2Edotsvc"), "\(services.lines)")
+            #expect(
+                services.lines.contains("svc%2Fwith%2Fslashes") && services.lines.contains("%2Edotsvc"),
+                "\(services.lines)")
             #expect(try box.sh("cat \(q(box.mnt + "/genp/svc%2Fwith%2Fslashes/x"))").stdout == "in-slashed-service")
             #expect(try box.sh("cat \(q(box.mnt + "/genp/%2Edotsvc/y"))").stdout == "in-dot-service")
 
             // Writing through the mount under escaped names stores the unescaped attributes.
             let dir = box.mnt + "/genp/esc"
-            let w = try box.sh("""
+            let w = try box.sh(
+                """
                 cd \(q(dir)) && printf one > 'new%2Fslash' && printf two > '100%25' && printf three > '%2Edot' \
                 && mkdir ../'new%2Fservice' && printf four > ../'new%2Fservice/%'
                 """)
@@ -59,7 +65,9 @@ struct LayoutTests {
             #expect(try box.findGeneric("esc", "100%") == Array("two".utf8))
             #expect(try box.findGeneric("esc", ".dot") == Array("three".utf8))
             let items = try box.dump()
-            #expect(items.contains { $0["service"] == "new/service" && $0["account"] == "" }, "dump: \(items.map(\.attributes))")
+            #expect(
+                items.contains { $0["service"] == "new/service" && $0["account"] == "" },
+                "dump: \(items.map(\.attributes))")
         }
     }
 
@@ -67,7 +75,8 @@ struct LayoutTests {
     func badNames() throws {
         try withMount(setup: { try $0.addGeneric("svc", "a", "x") }) { box in
             let before = try box.dump().count
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 d = sys.argv[1]
                 t('badescape', wfd, d + '/a%zz', os.O_WRONLY | os.O_CREAT, b'x')
                 t('lowerescape', wfd, d + '/a%2fb', os.O_WRONLY | os.O_CREAT, b'x')
@@ -101,7 +110,8 @@ struct LayoutTests {
         try withMount(setup: { try $0.addGeneric("svc", "a", "x") }) { box in
             let name255 = String(repeating: "n", count: 255)
             let name256 = String(repeating: "n", count: 256)
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 d = sys.argv[1]
                 t('create255', wfd, d + '/' + sys.argv[2], os.O_WRONLY | os.O_CREAT, b'long-ok')
                 t('read255', read, d + '/' + sys.argv[2])
@@ -130,7 +140,8 @@ struct LayoutTests {
             let ls = try box.sh("ls \(q(box.mnt + "/genp/long"))")
             let names = ls.lines
             #expect(names.count == 2, "\(names)")
-            #expect(names.allSatisfy { $0.utf8.count <= 255 }, "names longer than 255 bytes: \(names.map(\.utf8.count))")
+            #expect(
+                names.allSatisfy { $0.utf8.count <= 255 }, "names longer than 255 bytes: \(names.map(\.utf8.count))")
             #expect(Set(names).count == 2, "two long accounts share one spelling")
             var contents = Set<String>()
             for n in names { contents.insert(try box.sh("cat \(q(box.mnt + "/genp/long/" + n))").stdout) }
@@ -150,13 +161,17 @@ struct LayoutTests {
         try withMount(setup: { box in
             try box.addInternet(["-s", "github.com", "-a", "octo", "-r", "https", "-P", "8443"], "ghp-1")
             try box.addInternet(["-s", "example.org", "-a", "plain"], "plain-pw")
-            try box.addInternet(["-s", "example.org", "-a", "u2", "-r", "ftp", "-p", "/pub", "-d", "dom", "-t", "form"], "ftp-pw")
+            try box.addInternet(
+                ["-s", "example.org", "-a", "u2", "-r", "ftp", "-p", "/pub", "-d", "dom", "-t", "form"], "ftp-pw")
             try box.addInternet(["-s", "ftp", "-a", "u3", "-P", "21"], "host-named-ftp")
             try box.addInternet(["-s", "::1", "-a", "u4", "-r", "ssh", "-P", "22"], "ipv6-pw")
         }) { box in
             let ls = try box.sh("ls \(q(box.mnt + "/inet"))")
-            #expect(Set(ls.lines) == ["https:github.com:8443", "example.org", "ftp:example.org", "%66tp:21", "ssh:[::1]:22"],
-                    "inet: \(ls.lines)")
+            #expect(
+                Set(ls.lines) == [
+                    "https:github.com:8443", "example.org", "ftp:example.org", "%66tp:21", "ssh:[::1]:22",
+                ],
+                "inet: \(ls.lines)")
             let expected: [(String, String)] = [
                 ("https:github.com:8443/octo", "ghp-1"),
                 ("example.org/plain", "plain-pw"),
@@ -169,18 +184,25 @@ struct LayoutTests {
                 #expect(r.status == 0 && r.stdout == secret, "\(path): \(r.summary)")
             }
             // A new server directory and item through the mount.
-            let w = try box.sh("mkdir \(q(box.mnt + "/inet/https:new.example.com:444")) && printf np > \(q(box.mnt + "/inet/https:new.example.com:444/me"))")
+            let w = try box.sh(
+                "mkdir \(q(box.mnt + "/inet/https:new.example.com:444")) && printf np > \(q(box.mnt + "/inet/https:new.example.com:444/me"))"
+            )
             #expect(w.status == 0, "\(w.summary)")
-            let f = try box.cli(["find-internet-password"] + box.unlockArgs + ["-s", "new.example.com", "-a", "me", "-r", "https", "-P", "444", "-w"])
+            let f = try box.cli(
+                ["find-internet-password"] + box.unlockArgs + [
+                    "-s", "new.example.com", "-a", "me", "-r", "https", "-P", "444", "-w",
+                ])
             #expect(f.status == 0 && f.stdout == "np\n", "\(f.summary)")
             // Spellings that name nothing canonical are refused.
-            let bad = try box.pyResults("""
+            let bad = try box.pyResults(
+                """
                 d = sys.argv[1]
                 t('threeparts', os.mkdir, d + '/bogus:x:y')
                 t('badport', os.mkdir, d + '/example.com:0')
                 t('codeasname', os.mkdir, d + '/htps:example.com')
                 """, [box.mnt + "/inet"])
-            #expect(bad["threeparts"] == "EINVAL" && bad["badport"] == "EINVAL" && bad["codeasname"] == "EINVAL", "\(bad)")
+            #expect(
+                bad["threeparts"] == "EINVAL" && bad["badport"] == "EINVAL" && bad["codeasname"] == "EINVAL", "\(bad)")
         }
     }
 
@@ -188,7 +210,8 @@ struct LayoutTests {
     func mkdirRmdir() throws {
         try withMount(setup: { try $0.addGeneric("full", "a", "x") }) { box in
             let g = box.mnt + "/genp"
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 g = sys.argv[1]
                 t('mkdir', os.mkdir, g + '/empty')
                 t('listed', lambda: 'empty' in os.listdir(g))
@@ -212,7 +235,8 @@ struct LayoutTests {
             #expect(res["unlinkdir"] == "EISDIR" || res["unlinkdir"] == "EPERM", "\(res)")
             #expect(try box.findGeneric("full", "a") == Array("x".utf8), "rmdir of a full directory lost its item")
             // A service directory made with mkdir and then filled is a real service.
-            let w = try box.sh("mkdir \(q(g + "/later")) && printf filled > \(q(g + "/later/acct")) && rmdir \(q(g + "/later"))")
+            let w = try box.sh(
+                "mkdir \(q(g + "/later")) && printf filled > \(q(g + "/later/acct")) && rmdir \(q(g + "/later"))")
             #expect(w.status != 0 && w.stderr.contains("Directory not empty"), "\(w.summary)")
             #expect(try box.findGeneric("later", "acct") == Array("filled".utf8))
         }

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Issue 3, point 1: mount, unmount, SIGTERM, stale mounts, one daemon per vault.
@@ -132,7 +132,9 @@ struct MountTests {
         try withSandbox { box in
             try box.addGeneric("svc", "a", "via-fd")
             guard let bin = fsBinary else { return }
-            let r = try box.sh("exec \(q(bin)) mount \(q(box.vault)) \(q(box.mnt)) --passphrase-fd 3 3<\(q(box.passphraseFile))", timeout: 8)
+            let r = try box.sh(
+                "exec \(q(bin)) mount \(q(box.vault)) \(q(box.mnt)) --passphrase-fd 3 3<\(q(box.passphraseFile))",
+                timeout: 8)
             #expect(!r.timedOut, "mount --passphrase-fd 3 hung (killed after 8 s): \(r.summary)")
             #expect(r.status == 0, "\(r.summary)")
             if box.isMounted {
@@ -152,10 +154,14 @@ struct MountTests {
             guard let bin = fsBinary else { return }
             let path = (bin as NSString).deletingLastPathComponent
             // -f: fake, exits 0 without mounting.
-            let fake = try box.sh("PATH=\(q(path)):$PATH exec sh \(q(helper)) \(q(box.vault)) \(q(box.mnt)) -f -o rw,passphrase_file=\(q(box.passphraseFile))")
+            let fake = try box.sh(
+                "PATH=\(q(path)):$PATH exec sh \(q(helper)) \(q(box.vault)) \(q(box.mnt)) -f -o rw,passphrase_file=\(q(box.passphraseFile))"
+            )
             #expect(fake.status == 0 && !box.isMounted, "\(fake.summary)")
             // What mount -t keychainfs and an fstab line run.
-            let r = try box.sh("PATH=\(q(path)):$PATH exec sh \(q(helper)) \(q(box.vault)) \(q(box.mnt)) -n -o rw,nosuid,nodev,noauto,passphrase_file=\(q(box.passphraseFile))", timeout: 15)
+            let r = try box.sh(
+                "PATH=\(q(path)):$PATH exec sh \(q(helper)) \(q(box.vault)) \(q(box.mnt)) -n -o rw,nosuid,nodev,noauto,passphrase_file=\(q(box.passphraseFile))",
+                timeout: 15)
             #expect(r.status == 0, "\(r.summary)")
             #expect(box.isMounted, "the helper did not mount")
             if box.isMounted {
@@ -173,9 +179,11 @@ struct MountTests {
             let r = try box.cli(["mount", box.vault, box.mnt, "--passphrase-file", wrong], timeout: 10)
             #expect(r.status != 0 && r.stderr.hasPrefix("keychainfs: error:"), "\(r.summary)")
             #expect(!box.isMounted)
-            let missing = try box.cli(["mount", box.vault, box.root + "/nope", "--passphrase-file", box.passphraseFile], timeout: 10)
+            let missing = try box.cli(
+                ["mount", box.vault, box.root + "/nope", "--passphrase-file", box.passphraseFile], timeout: 10)
             #expect(missing.status != 0 && missing.stderr.contains("not a directory"), "\(missing.summary)")
-            let opt = try box.cli(["mount", box.vault, box.mnt, "--passphrase-file", box.passphraseFile, "-o", "bogus"], timeout: 10)
+            let opt = try box.cli(
+                ["mount", box.vault, box.mnt, "--passphrase-file", box.passphraseFile, "-o", "bogus"], timeout: 10)
             #expect(opt.status == 2 && opt.stderr.contains("unknown mount option"), "\(opt.summary)")
             #expect(!box.isMounted)
             #expect(box.ownDaemons().isEmpty, "a daemon outlived a failed mount")

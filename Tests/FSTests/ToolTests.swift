@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Issue 3, point 5: real tools on a real mount.
@@ -50,7 +50,9 @@ struct ToolTests {
             #expect(entries.count == 6, "\(ls.stdout)")
             #expect(entries.allSatisfy { $0.hasPrefix("-rw------- 1 ") }, "\(ls.stdout)")
             let me = String(cString: getpwuid(getuid())!.pointee.pw_name)
-            #expect(entries.allSatisfy { $0.split(separator: " ", omittingEmptySubsequences: true)[2] == me }, "\(ls.stdout)")
+            #expect(
+                entries.allSatisfy { $0.split(separator: " ", omittingEmptySubsequences: true)[2] == me },
+                "\(ls.stdout)")
             let lsRoot = try box.sh("ls -l \(q(m))")
             #expect(lsRoot.lines.filter { $0.hasPrefix("drwx------") }.count == 5, "\(lsRoot.stdout)")
 
@@ -59,17 +61,23 @@ struct ToolTests {
 
             let find = try box.sh("cd \(q(m)) && find . -type f | sort")
             #expect(find.status == 0, "\(find.summary)")
-            #expect(find.lines == ["./genp/tools/copied", "./genp/tools/copied-p", "./genp/tools/echoed", "./genp/tools/existing",
-                                   "./genp/tools/moved", "./genp/tools/moved-in"], "\(find.stdout)")
+            #expect(
+                find.lines == [
+                    "./genp/tools/copied", "./genp/tools/copied-p", "./genp/tools/echoed", "./genp/tools/existing",
+                    "./genp/tools/moved", "./genp/tools/moved-in",
+                ], "\(find.stdout)")
             let findDirs = try box.sh("cd \(q(m)) && find . -type d | sort")
-            #expect(findDirs.lines == [".", "./cert", "./genp", "./genp/tools", "./idnt", "./inet", "./keys"], "\(findDirs.stdout)")
+            #expect(
+                findDirs.lines == [".", "./cert", "./genp", "./genp/tools", "./idnt", "./inet", "./keys"],
+                "\(findDirs.stdout)")
         }
     }
 
     @Test("python3 open(), os.getxattr, os.listxattr")
     func python() throws {
         try withMount(setup: { try $0.addGeneric("py", "acct", "python-secret", extra: ["-l", "Py Label"]) }) { box in
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 p = sys.argv[1]
                 with open(p) as f: print('text', f.read())
                 with open(p, 'a') as f: f.write('+more')
@@ -83,8 +91,11 @@ struct ToolTests {
             #expect(res["bytes"] == "python-secret+more".hexUTF8, "\(res)")
             #expect(res["label"] == "Py Label", "\(res)")
             let names = Set((res["names"] ?? "").split(separator: ",").map(String.init))
-            #expect(names.isSuperset(of: ["user.keychain.service", "user.keychain.account", "user.keychain.label",
-                                          "user.keychain.creationDate", "user.keychain.accessible"]), "\(names)")
+            #expect(
+                names.isSuperset(of: [
+                    "user.keychain.service", "user.keychain.account", "user.keychain.label",
+                    "user.keychain.creationDate", "user.keychain.accessible",
+                ]), "\(names)")
             #expect(res["created"] == "created by python", "\(res)")
             #expect(try box.findGeneric("py", "new") == Array("created by python".utf8))
         }
@@ -94,7 +105,9 @@ struct ToolTests {
     func getfattrSetfattr() throws {
         try withMount(setup: { try $0.addGeneric("gs", "acct", "x") }) { box in
             let f = box.mnt + "/genp/gs/acct"
-            let s = try box.sh("setfattr -n user.keychain.label -v 'set by setfattr' \(q(f)) && getfattr --absolute-names -n user.keychain.label \(q(f))")
+            let s = try box.sh(
+                "setfattr -n user.keychain.label -v 'set by setfattr' \(q(f)) && getfattr --absolute-names -n user.keychain.label \(q(f))"
+            )
             #expect(s.status == 0 && s.stdout.contains("user.keychain.label=\"set by setfattr\""), "\(s.summary)")
             let d = try box.sh("getfattr --absolute-names -d -m - \(q(f))")
             #expect(d.status == 0 && d.stdout.contains("user.keychain.label=\"set by setfattr\""), "\(d.summary)")
@@ -105,7 +118,8 @@ struct ToolTests {
     @Test("sed -i: one updated item, no stray items, attributes kept")
     func sedInPlace() throws {
         try withMount(setup: { box in
-            try box.addGeneric("sed", "target", "hello world", extra: ["-j", "keep me", "--accessible", "whenUnlockedThisDeviceOnly"])
+            try box.addGeneric(
+                "sed", "target", "hello world", extra: ["-j", "keep me", "--accessible", "whenUnlockedThisDeviceOnly"])
             try box.addGeneric("sed", "neighbour", "untouched")
         }) { box in
             let before = try box.dump()
@@ -116,12 +130,15 @@ struct ToolTests {
             let after = try box.dump()
             let keys = after.map { "\($0.itemClass)/\($0["service"] ?? "")/\($0["account"] ?? "")" }.sorted()
             #expect(keys == ["genp/sed/neighbour", "genp/sed/target"], "stray items after sed -i: \(keys)")
-            #expect(try box.sh("ls -a \(q(box.mnt + "/genp/sed"))").lines.sorted() == [".", "..", "neighbour", "target"])
+            #expect(
+                try box.sh("ls -a \(q(box.mnt + "/genp/sed"))").lines.sorted() == [".", "..", "neighbour", "target"])
             let updated = try #require(after.first { $0["account"] == "target" })
             #expect(updated["comment"] == "keep me", "sed -i dropped the item's comment: \(updated.attributes)")
-            #expect(updated["accessible"] == "whenUnlockedThisDeviceOnly",
-                    "sed -i changed the item's accessibility to \(updated["accessible"] ?? "nil")")
-            #expect(updated["creationDate"] == original["creationDate"], "sed -i replaced the item (creationDate changed)")
+            #expect(
+                updated["accessible"] == "whenUnlockedThisDeviceOnly",
+                "sed -i changed the item's accessibility to \(updated["accessible"] ?? "nil")")
+            #expect(
+                updated["creationDate"] == original["creationDate"], "sed -i replaced the item (creationDate changed)")
             #expect(try box.findGeneric("sed", "neighbour") == Array("untouched".utf8))
         }
     }
@@ -135,7 +152,9 @@ struct ToolTests {
             let r = try box.sh("vim -Es -u NONE -i NONE -c '%s/one/two/' -c 'wq' \(q(f))")
             #expect(r.status == 0, "\(r.summary)")
             #expect(try box.findGeneric("vim", "notes") == Array("line two\n".utf8))
-            let r2 = try box.sh("vim -Es -u NONE -i NONE -c 'set nocompatible backup writebackup' -c 'normal Goline three' -c 'wq' \(q(f))")
+            let r2 = try box.sh(
+                "vim -Es -u NONE -i NONE -c 'set nocompatible backup writebackup' -c 'normal Goline three' -c 'wq' \(q(f))"
+            )
             #expect(r2.status == 0, "\(r2.summary)")
             #expect(try box.findGeneric("vim", "notes") == Array("line two\nline three\n".utf8))
             #expect(try box.sh("ls -a \(q(box.mnt + "/genp/vim"))").lines.sorted() == [".", "..", "notes"])
@@ -145,7 +164,9 @@ struct ToolTests {
             // largest id before them (ids are never reused).
             try box.addGeneric("vim", "probe", "p")
             let probe = try #require(try box.dump().first { $0["account"] == "probe" })
-            #expect(probe.id == maxID + 1, "vim's swap/backup/temp files became keychain items (ids \(maxID + 1)…\(probe.id - 1) used)")
+            #expect(
+                probe.id == maxID + 1,
+                "vim's swap/backup/temp files became keychain items (ids \(maxID + 1)…\(probe.id - 1) used)")
         }
     }
 
@@ -172,17 +193,21 @@ struct ToolTests {
     func opensslAndIdentity() throws {
         try withMount { box in
             let cert = box.root + "/cert.pem", key = box.root + "/key.pem"
-            let gen = try box.sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout \(q(key)) -out \(q(cert)) -subj /CN=keychainfs-test -days 2")
+            let gen = try box.sh(
+                "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout \(q(key)) -out \(q(cert)) -subj /CN=keychainfs-test -days 2"
+            )
             try #require(gen.status == 0, "\(gen.summary)")
             let stored = box.mnt + "/cert/mycert"
             let cp = try box.sh("cp \(q(cert)) \(q(stored))")
             #expect(cp.status == 0, "\(cp.summary)")
             let s = try box.sh("openssl x509 -noout -subject -in \(q(stored))")
             #expect(s.status == 0 && s.stdout.contains("CN = keychainfs-test"), "\(s.summary)")
-            #expect(try box.sh("cmp \(q(cert)) \(q(stored))").status == 0, "the PEM read back differs from the PEM written")
+            #expect(
+                try box.sh("cmp \(q(cert)) \(q(stored))").status == 0, "the PEM read back differs from the PEM written")
             // Not a certificate: refused, nothing stored.
-            let junk = try box.pyResults("t('junk', wfd, sys.argv[1], os.O_WRONLY | os.O_CREAT, b'not a certificate')",
-                                         [box.mnt + "/cert/junk"])
+            let junk = try box.pyResults(
+                "t('junk', wfd, sys.argv[1], os.O_WRONLY | os.O_CREAT, b'not a certificate')",
+                [box.mnt + "/cert/junk"])
             #expect(junk["junk"] == "EINVAL", "writing a non-certificate to /cert: \(junk)")
             #expect(try box.sh("ls \(q(box.mnt + "/cert"))").lines == ["mycert"])
 
@@ -193,8 +218,11 @@ struct ToolTests {
             let idnt = box.mnt + "/idnt/mycert"
             let content = try box.sh("cat \(q(idnt))")
             let certText = (try? String(contentsOfFile: cert, encoding: .utf8)) ?? "?"
-            #expect(content.status == 0 && content.stdout.hasPrefix(certText) && content.stdout.contains("PRIVATE KEY"), "\(content.summary)")
-            let res = try box.pyResults("""
+            #expect(
+                content.status == 0 && content.stdout.hasPrefix(certText) && content.stdout.contains("PRIVATE KEY"),
+                "\(content.summary)")
+            let res = try box.pyResults(
+                """
                 p = sys.argv[1]; d = os.path.dirname(p)
                 t('write', wfd, p, os.O_WRONLY, b'x')
                 t('trunc', wfd, p, os.O_WRONLY | os.O_TRUNC, b'')

@@ -11,7 +11,9 @@ struct XattrTests {
         for line in text.split(separator: "\n") where !line.hasPrefix("#") {
             guard let eq = line.firstIndex(of: "=") else { continue }
             var value = String(line[line.index(after: eq)...])
-            if value.hasPrefix("\"") && value.hasSuffix("\"") && value.count >= 2 { value = String(value.dropFirst().dropLast()) }
+            if value.hasPrefix("\"") && value.hasSuffix("\"") && value.count >= 2 {
+                value = String(value.dropFirst().dropLast())
+            }
             out[String(line[..<eq])] = value
         }
         return out
@@ -20,7 +22,9 @@ struct XattrTests {
     @Test("getfattr -d shows every attribute as readable text")
     func getfattrDump() throws {
         try withMount(setup: { box in
-            try box.addGeneric("xsvc", "xacct", "s", extra: ["-l", "My Label", "-j", "a comment", "-D", "kind text", "--accessible", "afterFirstUnlock"])
+            try box.addGeneric(
+                "xsvc", "xacct", "s",
+                extra: ["-l", "My Label", "-j", "a comment", "-D", "kind text", "--accessible", "afterFirstUnlock"])
             try box.addInternet(["-s", "x.example", "-a", "u", "-r", "https", "-P", "8443", "-p", "/login"], "p")
         }) { box in
             let r = try box.sh("getfattr --absolute-names -d \(q(box.mnt + "/genp/xsvc/xacct"))")
@@ -39,7 +43,8 @@ struct XattrTests {
             #expect((x["user.keychain.modificationDate"] ?? "").wholeMatch(of: isoRE) != nil, "\(x)")
             #expect(x.keys.allSatisfy { $0.hasPrefix("user.keychain.") }, "\(x.keys.sorted())")
 
-            let i = try box.sh("getfattr --absolute-names -d \(q(box.mnt + "/inet/https:x.example:8443/u;path=%2Flogin"))")
+            let i = try box.sh(
+                "getfattr --absolute-names -d \(q(box.mnt + "/inet/https:x.example:8443/u;path=%2Flogin"))")
             #expect(i.status == 0, "\(i.summary)")
             let ix = Self.parseGetfattr(i.stdout)
             #expect(ix["user.keychain.server"] == "x.example")
@@ -51,7 +56,9 @@ struct XattrTests {
             // The CLI's view agrees with the xattrs.
             let dumped = try #require(try box.dump().first { $0.itemClass == "genp" })
             for (name, value) in dumped.attributes where name != "synchronizable" {
-                #expect(x["user.keychain." + name] == value, "\(name): xattr \(x["user.keychain." + name] ?? "nil") vs dump \(value)")
+                #expect(
+                    x["user.keychain." + name] == value,
+                    "\(name): xattr \(x["user.keychain." + name] ?? "nil") vs dump \(value)")
             }
             // Directories have no attributes.
             let d = try box.sh("getfattr --absolute-names -d \(q(box.mnt + "/genp/xsvc"))")
@@ -66,7 +73,8 @@ struct XattrTests {
             try box.addInternet(["-s", "h.example", "-a", "u", "-r", "ftp"], "p")
         }) { box in
             for path in [box.mnt + "/genp/p/a", box.mnt + "/inet/ftp:h.example/u"] {
-                let res = try box.pyResults("""
+                let res = try box.pyResults(
+                    """
                     p = sys.argv[1]
                     names = os.listxattr(p)
                     print('count', len(names))
@@ -116,15 +124,21 @@ struct XattrTests {
         }) { box in
             let f = box.mnt + "/genp/s/a"
             #expect(try box.sh("setfattr -n user.keychain.comment -v 'new comment' \(q(f))").status == 0)
-            #expect(try box.sh("getfattr --absolute-names --only-values -n user.keychain.comment \(q(f))").stdout == "new comment")
+            #expect(
+                try box.sh("getfattr --absolute-names --only-values -n user.keychain.comment \(q(f))").stdout
+                    == "new comment")
             #expect(try box.dump().first { $0["account"] == "a" }?["comment"] == "new comment")
-            #expect(try box.sh("setfattr -n user.keychain.accessible -v whenUnlockedThisDeviceOnly \(q(f))").status == 0)
-            #expect(try box.sh("getfattr --absolute-names --only-values -n user.keychain.accessible \(q(f))").stdout == "whenUnlockedThisDeviceOnly")
+            #expect(
+                try box.sh("setfattr -n user.keychain.accessible -v whenUnlockedThisDeviceOnly \(q(f))").status == 0)
+            #expect(
+                try box.sh("getfattr --absolute-names --only-values -n user.keychain.accessible \(q(f))").stdout
+                    == "whenUnlockedThisDeviceOnly")
             #expect(try box.sh("cat \(q(f))").stdout == "moving-secret", "re-sealed data unreadable")
             // account: the file moves within the service.
             let mv1 = try box.sh("setfattr -n user.keychain.account -v b \(q(f))")
             #expect(mv1.status == 0, "\(mv1.summary)")
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 d = sys.argv[1]
                 t('oldgone', os.stat, d + '/s/a')
                 t('newthere', read, d + '/s/b')
@@ -137,10 +151,12 @@ struct XattrTests {
             #expect(try box.findGeneric("elsewhere", "b") == Array("moving-secret".utf8))
             #expect(try box.findGeneric("s", "a") == nil)
             // Onto an existing key: EEXIST, nothing changes.
-            let dup = try box.pyResults("t('dup', os.setxattr, sys.argv[1], 'user.keychain.service', b's')",
-                                        [box.mnt + "/genp/elsewhere/b"])
-            let dup2 = try box.pyResults("t('dup', os.setxattr, sys.argv[1], 'user.keychain.account', b'taken')",
-                                         [box.mnt + "/genp/s/b"])
+            let dup = try box.pyResults(
+                "t('dup', os.setxattr, sys.argv[1], 'user.keychain.service', b's')",
+                [box.mnt + "/genp/elsewhere/b"])
+            let dup2 = try box.pyResults(
+                "t('dup', os.setxattr, sys.argv[1], 'user.keychain.account', b'taken')",
+                [box.mnt + "/genp/s/b"])
             #expect(dup["dup"] == "OK", "moving to a free key: \(dup)")
             #expect(dup2["dup"] == "EEXIST", "moving onto an existing item: \(dup2)")
             #expect(try box.findGeneric("s", "taken") == Array("other".utf8))
@@ -154,7 +170,8 @@ struct XattrTests {
             try box.addGeneric("e", "a", "s", extra: ["-j", "c"])
             try box.addInternet(["-s", "h.example", "-a", "u"], "p")
         }) { box in
-            let res = try box.pyResults("""
+            let res = try box.pyResults(
+                """
                 p = sys.argv[1]; i = sys.argv[2]
                 t('cdat', os.setxattr, p, 'user.keychain.creationDate', b'2020-01-01T00:00:00Z')
                 t('mdat', os.setxattr, p, 'user.keychain.modificationDate', b'2020-01-01T00:00:00Z')
@@ -177,18 +194,23 @@ struct XattrTests {
                 t('dirset', os.setxattr, os.path.dirname(p), 'user.keychain.comment', b'x')
                 """, [box.mnt + "/genp/e/a", box.mnt + "/inet/h.example/u"])
             #expect(res["cdat"] == "EPERM" && res["mdat"] == "EPERM", "read-only: \(res)")
-            #expect(res["badaccessible"] == "EINVAL" && res["badsync"] == "EINVAL" && res["badutf8"] == "EINVAL", "\(res)")
+            #expect(
+                res["badaccessible"] == "EINVAL" && res["badsync"] == "EINVAL" && res["badutf8"] == "EINVAL", "\(res)")
             #expect(res["badport"] == "EINVAL" && res["badprotocol"] == "EINVAL", "\(res)")
             #expect(res["unknown"] == "ENODATA" && res["otherclass"] == "ENODATA", "\(res)")
-            #expect(res["usernotkc"] == "EOPNOTSUPP" && res["security"] == "EOPNOTSUPP" && res["trusted"] == "EOPNOTSUPP", "\(res)")
+            #expect(
+                res["usernotkc"] == "EOPNOTSUPP" && res["security"] == "EOPNOTSUPP" && res["trusted"] == "EOPNOTSUPP",
+                "\(res)")
             #expect(res["create"] == "EEXIST" && res["replace"] == "ENODATA", "\(res)")
             #expect(res["remove"] == "EPERM", "\(res)")
             #expect(res["removeother"] == "EOPNOTSUPP" || res["removeother"] == "ENODATA", "\(res)")
-            #expect(res["after"] == "OK " + "c".hexUTF8 && res["afteraccessible"] == "OK " + "whenUnlocked".hexUTF8,
-                    "a refused set changed the item: \(res)")
+            #expect(
+                res["after"] == "OK " + "c".hexUTF8 && res["afteraccessible"] == "OK " + "whenUnlocked".hexUTF8,
+                "a refused set changed the item: \(res)")
             #expect(res["dirset"] != "OK", "\(res)")
             // setfattr reports the same.
-            let s = try box.sh("setfattr -n user.keychain.creationDate -v 2020-01-01T00:00:00Z \(q(box.mnt + "/genp/e/a"))")
+            let s = try box.sh(
+                "setfattr -n user.keychain.creationDate -v 2020-01-01T00:00:00Z \(q(box.mnt + "/genp/e/a"))")
             #expect(s.status != 0 && s.stderr.contains("Operation not permitted"), "\(s.summary)")
             let g = try box.sh("getfattr --absolute-names -n user.other \(q(box.mnt + "/genp/e/a"))")
             #expect(g.status != 0 && g.stderr.contains("No such attribute"), "\(g.summary)")

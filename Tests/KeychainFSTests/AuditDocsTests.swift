@@ -15,9 +15,11 @@ import KeychainAccess
         let paragraph = String(docs[start.upperBound..<end.lowerBound])
         let named = Set(paragraph.matches(of: /`([a-z<>-]+)`/).map { String($0.output.1) })
         let written = Set(AuditOperation.documentedSpellings)
-        #expect(written.subtracting(named).isEmpty, "written but not documented: \(written.subtracting(named).sorted())")
-        #expect(named.subtracting(written).subtracting(["allow", "deny"]).isEmpty,
-                "documented but never written: \(named.subtracting(written).sorted())")
+        #expect(
+            written.subtracting(named).isEmpty, "written but not documented: \(written.subtracting(named).sorted())")
+        #expect(
+            named.subtracting(written).subtracting(["allow", "deny"]).isEmpty,
+            "documented but never written: \(named.subtracting(written).sorted())")
     }
 
     @Test("an attribute change is logged as set-<attribute name>")

@@ -15,7 +15,9 @@ struct InodeTests {
         for itemClass in Inode.classes {
             for id in [Int64(1), 2, 255, 256, 65_535, 1 << 32, Self.maxID - 1, Self.maxID] {
                 let ino = Inode.item(itemClass, id: id)
-                #expect(Inode.decodeItem(ino).map { $0.0 == itemClass && $0.1 == id } == true, "\(itemClass) #\(id) → \(ino)")
+                #expect(
+                    Inode.decodeItem(ino).map { $0.0 == itemClass && $0.1 == id } == true,
+                    "\(itemClass) #\(id) → \(ino)")
             }
         }
         let input = Generator { rng in
@@ -25,7 +27,9 @@ struct InodeTests {
             let (itemClass, id) = pair
             let ino = Inode.item(itemClass, id: id)
             let decoded = Inode.decodeItem(ino)
-            #expect(decoded?.0 == itemClass && decoded?.1 == id, "\(itemClass) #\(id) → \(ino) → \(String(describing: decoded))")
+            #expect(
+                decoded?.0 == itemClass && decoded?.1 == id,
+                "\(itemClass) #\(id) → \(ino) → \(String(describing: decoded))")
             #expect(!Inode.isScratch(ino), "item inode \(ino) reads as scratch")
             #expect(Inode.classOf(directory: ino) == nil, "item inode \(ino) reads as a class directory")
             #expect(ino != Inode.root && ino > UInt64(Inode.classes.count) + 1)
@@ -57,7 +61,9 @@ struct InodeTests {
             inodes.insert(ino)
         }
         #expect(inodes.count == ItemClass.allCases.count)
-        for ino: UInt64 in [Inode.root, 0, UInt64(ItemClass.allCases.count) + 2, Inode.firstDirectory, Inode.firstDirectory + 12_345] {
+        for ino: UInt64 in [
+            Inode.root, 0, UInt64(ItemClass.allCases.count) + 2, Inode.firstDirectory, Inode.firstDirectory + 12_345,
+        ] {
             #expect(Inode.classOf(directory: ino) == nil, "\(ino) reads as a class directory")
             #expect(Inode.decodeItem(ino) == nil, "\(ino) reads as an item")
         }
@@ -67,7 +73,9 @@ struct InodeTests {
     func scratchInodes() async {
         for n: UInt64 in [0, 1, 2, (1 << 40) - 1] {
             let ino = Inode.scratch(n)
-            #expect(Inode.isScratch(ino) && Inode.decodeItem(ino) == nil && Inode.classOf(directory: ino) == nil, "scratch \(n)")
+            #expect(
+                Inode.isScratch(ino) && Inode.decodeItem(ino) == nil && Inode.classOf(directory: ino) == nil,
+                "scratch \(n)")
         }
         await propertyCheck(count: 5000, input: Gen.uint64(in: 0...((1 << 40) - 1))) { n in
             let ino = Inode.scratch(n)

@@ -23,11 +23,11 @@ enum Names {
         switch Int.random(in: 0..<100, using: &rng) {
         case 0..<35: return tricky.randomElement(using: &rng)!
         case 35..<60: return Unicode.Scalar(UInt8.random(in: 0x20...0x7E, using: &rng))
-        case 60..<70: return Unicode.Scalar(UInt32.random(in: 0x300...0x36F, using: &rng))!   // combining marks
+        case 60..<70: return Unicode.Scalar(UInt32.random(in: 0x300...0x36F, using: &rng))!  // combining marks
         case 70..<85: return Unicode.Scalar(UInt32.random(in: 0xA0...0x2FFF, using: &rng))!
         case 85..<95:
             let v = UInt32.random(in: 0x3000...0xFFFD, using: &rng)
-            return Unicode.Scalar(v) ?? "\u{3000}"                                               // skips surrogates
+            return Unicode.Scalar(v) ?? "\u{3000}"  // skips surrogates
         default: return Unicode.Scalar(UInt32.random(in: 0x10000...0x10FFFF, using: &rng))!
         }
     }
@@ -49,8 +49,10 @@ enum Names {
         case 78..<84: return "." + string(Int.random(in: 0...8, using: &rng), &rng)
         case 84..<90: return string(Int.random(in: 0...8, using: &rng), &rng) + "~"
         default:
-            let word = ["caf\u{E9}", "cafe\u{301}", "\u{C5}ngstr\u{F6}m", "\u{212B}ngstro\u{308}m", "\u{AC00}",
-                        "\u{1100}\u{1161}", "a\u{37E}b", "a;b", "x;accessGroup=team", "x\u{37E}accessGroup=team"]
+            let word = [
+                "caf\u{E9}", "cafe\u{301}", "\u{C5}ngstr\u{F6}m", "\u{212B}ngstro\u{308}m", "\u{AC00}",
+                "\u{1100}\u{1161}", "a\u{37E}b", "a;b", "x;accessGroup=team", "x\u{37E}accessGroup=team",
+            ]
             return word.randomElement(using: &rng)!
         }
     }
@@ -105,5 +107,6 @@ func stringBytes(_ attributes: Attributes?, _ attribute: Attribute) -> [UInt8]? 
 
 /// A readable, unambiguous rendering of a name for failure messages: scalars as U+XXXX.
 func scalars(_ s: String) -> String {
-    s.unicodeScalars.map { $0.value < 0x80 && $0.value >= 0x20 ? String($0) : String(format: "<U+%04X>", $0.value) }.joined()
+    s.unicodeScalars.map { $0.value < 0x80 && $0.value >= 0x20 ? String($0) : String(format: "<U+%04X>", $0.value) }
+        .joined()
 }

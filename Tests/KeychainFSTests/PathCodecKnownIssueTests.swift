@@ -16,17 +16,23 @@ import Testing
 @Suite("PathCodec: known issues (graphemes where the layout speaks of bytes)")
 struct PathCodecKnownIssueTests {
     func genp(_ service: String, _ account: String, group: String = Caller.defaultAccessGroup) -> Attributes {
-        [Schema.service: .string(service), Schema.account: .string(account),
-         Schema.accessGroup: .string(group), Schema.synchronizable: .bool(false)]
+        [
+            Schema.service: .string(service), Schema.account: .string(account),
+            Schema.accessGroup: .string(group), Schema.synchronizable: .bool(false),
+        ]
     }
 
-    func expectLeafRoundTrip(_ attributes: Attributes, _ itemClass: ItemClass = .genericPassword,
-                             in directory: Attributes = [:]) {
+    func expectLeafRoundTrip(
+        _ attributes: Attributes, _ itemClass: ItemClass = .genericPassword,
+        in directory: Attributes = [:]
+    ) {
         let leaf = PathCodec.leaf(of: itemClass, attributes)
         let parsed = PathCodec.parseLeaf(itemClass, leaf, in: directory)
         #expect(parsed != nil, "leaf \"\(scalars(leaf))\" does not parse")
         for attribute in [Schema.account, Schema.label, Schema.accessGroup] where attributes[attribute] != nil {
-            #expect(stringBytes(parsed, attribute) == stringBytes(attributes, attribute), "\(attribute) of \"\(scalars(leaf))\"")
+            #expect(
+                stringBytes(parsed, attribute) == stringBytes(attributes, attribute),
+                "\(attribute) of \"\(scalars(leaf))\"")
         }
     }
 
@@ -51,8 +57,10 @@ struct PathCodecKnownIssueTests {
             let parsed = PathCodec.parseLeaf(.genericPassword, name, in: [:])
             if let parsed {
                 let again = PathCodec.leaf(of: .genericPassword, parsed)
-                #expect(Array(again.utf8) == Array(name.utf8),
-                        "\"\(scalars(name))\" resolves to the item spelled \"\(scalars(again))\" (account \(stringBytes(parsed, Schema.account).map { scalars($0.utf8Text) } ?? "?"))")
+                #expect(
+                    Array(again.utf8) == Array(name.utf8),
+                    "\"\(scalars(name))\" resolves to the item spelled \"\(scalars(again))\" (account \(stringBytes(parsed, Schema.account).map { scalars($0.utf8Text) } ?? "?"))"
+                )
             }
             #expect(stringBytes(parsed, Schema.account) == Array(name.utf8), "the name does not name its own item")
         }
@@ -70,8 +78,10 @@ struct PathCodecKnownIssueTests {
     func combiningMarkAfterProtocolColon() {
         // "https:" + U+0301 + "x": ":" + U+0301 is one Character, so the directory name is not
         // split into protocol and server; parseDirectory returns nil and the item is unreachable.
-        let attributes: Attributes = [Schema.server: .string("\u{301}x"), Schema.protocolAttribute: .string("htps"),
-                                      Schema.port: .number(0)]
+        let attributes: Attributes = [
+            Schema.server: .string("\u{301}x"), Schema.protocolAttribute: .string("htps"),
+            Schema.port: .number(0),
+        ]
         let directory = PathCodec.directory(of: .internetPassword, attributes)
         #expect(directory.map { Array($0.utf8) } == Array("https:\u{301}x".utf8))
         withKnownIssue("bug: PathCodec.parseDirectory splits inet names on Character \":\"") {

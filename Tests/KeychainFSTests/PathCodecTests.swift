@@ -12,10 +12,11 @@ import Testing
 /// One random item's path-relevant attributes.
 struct PathItem: CustomStringConvertible, Sendable {
     var itemClass: ItemClass
-    var service = ""                  // genp
-    var server = "", protocolCode = "", port: Int64 = 0, path = "", securityDomain = "", authenticationType = ""  // inet
-    var account = ""                  // genp, inet
-    var label = ""                    // cert, keys, idnt
+    var service = ""  // genp
+    // inet
+    var server = "", protocolCode = "", port: Int64 = 0, path = "", securityDomain = "", authenticationType = ""
+    var account = ""  // genp, inet
+    var label = ""  // cert, keys, idnt
     var accessGroup = Caller.defaultAccessGroup
     var synchronizable = false
 
@@ -50,12 +51,16 @@ struct PathItem: CustomStringConvertible, Sendable {
 
     /// Identity of the item as bytes: two items are the same iff their keys are equal.
     var key: [[UInt8]] {
-        [Array(itemClass.rawValue.utf8), Array(String(itemClass == .internetPassword ? port : 0).utf8), [synchronizable ? 1 : 0]]
+        [
+            Array(itemClass.rawValue.utf8), Array(String(itemClass == .internetPassword ? port : 0).utf8),
+            [synchronizable ? 1 : 0],
+        ]
             + strings.map { Array($0.utf8) }
     }
 
     var description: String {
-        "\(itemClass) " + zip(["s0", "s1", "s2", "s3", "s4", "s5", "s6"], strings).map { "\($0)=\"\(scalars($1))\"" }
+        "\(itemClass) "
+            + zip(["s0", "s1", "s2", "s3", "s4", "s5", "s6"], strings).map { "\($0)=\"\(scalars($1))\"" }
             .joined(separator: " ") + " port=\(port) sync=\(synchronizable)"
     }
 
@@ -66,12 +71,13 @@ struct PathItem: CustomStringConvertible, Sendable {
         item.account = Names.name(&rng)
         item.label = Names.name(&rng)
         item.service = Names.name(&rng)
-        item.server = Int.random(in: 0..<10, using: &rng) == 0
-            ? InternetProtocol.table.randomElement(using: &rng)!.name      // the `%66tp:21` case
+        item.server =
+            Int.random(in: 0..<10, using: &rng) == 0
+            ? InternetProtocol.table.randomElement(using: &rng)!.name  // the `%66tp:21` case
             : Names.name(&rng)
         switch Int.random(in: 0..<4, using: &rng) {
         case 0: item.protocolCode = ""
-        case 1: item.protocolCode = Names.string(Int.random(in: 1...4, using: &rng), &rng)   // a code with no name
+        case 1: item.protocolCode = Names.string(Int.random(in: 1...4, using: &rng), &rng)  // a code with no name
         default: item.protocolCode = InternetProtocol.table.randomElement(using: &rng)!.code
         }
         item.port = Bool.random(using: &rng) ? 0 : Int64.random(in: 1...65535, using: &rng)
@@ -87,7 +93,8 @@ struct PathItem: CustomStringConvertible, Sendable {
     }
 
     static func generator(_ classes: [ItemClass], where keep: @escaping @Sendable (PathItem) -> Bool = { _ in true })
-        -> Generator<PathItem, Shrink.None<PathItem>> {
+        -> Generator<PathItem, Shrink.None<PathItem>>
+    {
         Generator { rng in
             while true {
                 let item = random(classes.randomElement(using: &rng)!, &rng)
@@ -105,7 +112,9 @@ enum Spec {
         if b.isEmpty { return Array("%".utf8) }
         var out: [UInt8] = []
         for (i, c) in b.enumerated() {
-            if c == 0x25 || c == 0x2F || c == 0 || extra.contains(c) || (i == 0 && c == 0x2E) || (i == b.count - 1 && c == 0x7E) {
+            if c == 0x25 || c == 0x2F || c == 0 || extra.contains(c) || (i == 0 && c == 0x2E)
+                || (i == b.count - 1 && c == 0x7E)
+            {
                 out += Array(String(format: "%%%02X", c).utf8)
             } else {
                 out.append(c)
@@ -123,8 +132,11 @@ enum Spec {
         case .genericPassword: out = escape(item.account, semicolon)
         case .internetPassword:
             out = escape(item.account, semicolon)
-            suffix = [("path", item.path), ("securityDomain", item.securityDomain), ("authenticationType", item.authenticationType)]
-                .filter { !$0.1.isEmpty }
+            suffix = [
+                ("path", item.path), ("securityDomain", item.securityDomain),
+                ("authenticationType", item.authenticationType),
+            ]
+            .filter { !$0.1.isEmpty }
             if !item.protocolCode.isEmpty && InternetProtocol.name(for: item.protocolCode) == nil {
                 suffix.append(("protocol", item.protocolCode))
             }
@@ -147,7 +159,8 @@ enum Spec {
                 out += [0x5B] + escape(item.server, [0x5B, 0x5D]) + [0x5D]
             } else {
                 var host = escape(item.server, [0x3A, 0x5B, 0x5D])
-                if name == nil, item.port != 0, InternetProtocol.table.contains(where: { Array($0.name.utf8) == host }) {
+                if name == nil, item.port != 0, InternetProtocol.table.contains(where: { Array($0.name.utf8) == host })
+                {
                     host = Array(String(format: "%%%02X", host[0]).utf8) + host.dropFirst()
                 }
                 out += host
@@ -160,32 +173,52 @@ enum Spec {
 
     /// The 255-byte rule: the spelling itself, or a prefix of it (not cut inside an escape or
     /// a UTF-8 sequence), `%~` and 16 hex digits.
-    static func check(_ spelled: String, against full: [UInt8], _ item: PathItem, _ what: String,
-                      sourceLocation: SourceLocation = #_sourceLocation) {
+    static func check(
+        _ spelled: String, against full: [UInt8], _ item: PathItem, _ what: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         let got = Array(spelled.utf8)
-        #expect(!got.contains(0x2F) && !got.contains(0), "\(what) holds / or NUL: \(item)", sourceLocation: sourceLocation)
-        #expect(got.count <= PathCodec.maxComponentBytes, "\(what) has \(got.count) bytes: \(item)", sourceLocation: sourceLocation)
+        #expect(
+            !got.contains(0x2F) && !got.contains(0), "\(what) holds / or NUL: \(item)", sourceLocation: sourceLocation)
+        #expect(
+            got.count <= PathCodec.maxComponentBytes, "\(what) has \(got.count) bytes: \(item)",
+            sourceLocation: sourceLocation)
         if full.count <= PathCodec.maxComponentBytes {
-            #expect(got == full, "\(what) \"\(scalars(spelled))\" is not the documented \"\(scalars(full.utf8Text))\": \(item)",
-                    sourceLocation: sourceLocation)
-            #expect(!PathCodec.isLongSpelling(spelled), "short \(what) reads as a long spelling: \(item)", sourceLocation: sourceLocation)
+            #expect(
+                got == full,
+                "\(what) \"\(scalars(spelled))\" is not the documented \"\(scalars(full.utf8Text))\": \(item)",
+                sourceLocation: sourceLocation)
+            #expect(
+                !PathCodec.isLongSpelling(spelled), "short \(what) reads as a long spelling: \(item)",
+                sourceLocation: sourceLocation)
             return
         }
-        #expect(PathCodec.isLongSpelling(spelled), "over-long \(what) is not in the long form: \(item)", sourceLocation: sourceLocation)
-        guard got.count >= 18 else { Issue.record("long \(what) too short: \(item)", sourceLocation: sourceLocation); return }
+        #expect(
+            PathCodec.isLongSpelling(spelled), "over-long \(what) is not in the long form: \(item)",
+            sourceLocation: sourceLocation)
+        guard got.count >= 18 else {
+            Issue.record("long \(what) too short: \(item)", sourceLocation: sourceLocation); return
+        }
         let cut = got.count - 18
         let marker = Array(got[cut...])
-        #expect(Array(marker.prefix(2)) == Array("%~".utf8) && marker.dropFirst(2).allSatisfy { Array("0123456789abcdef".utf8).contains($0) },
-                "long \(what) does not end in %~ and 16 hex digits: \(scalars(spelled))", sourceLocation: sourceLocation)
-        #expect(Array(full.prefix(cut)) == Array(got.prefix(cut)), "long \(what) is not a prefix of the full spelling: \(item)",
-                sourceLocation: sourceLocation)
+        #expect(
+            Array(marker.prefix(2)) == Array("%~".utf8)
+                && marker.dropFirst(2).allSatisfy { Array("0123456789abcdef".utf8).contains($0) },
+            "long \(what) does not end in %~ and 16 hex digits: \(scalars(spelled))", sourceLocation: sourceLocation)
+        #expect(
+            Array(full.prefix(cut)) == Array(got.prefix(cut)),
+            "long \(what) is not a prefix of the full spelling: \(item)",
+            sourceLocation: sourceLocation)
         if cut < full.count {
-            #expect(full[cut] & 0xC0 != 0x80, "long \(what) cut inside a UTF-8 sequence: \(item)", sourceLocation: sourceLocation)
+            #expect(
+                full[cut] & 0xC0 != 0x80, "long \(what) cut inside a UTF-8 sequence: \(item)",
+                sourceLocation: sourceLocation)
         }
         // Inside an escape: one of the two bytes before the cut is the `%` of a `%XX`.
         let escapeStarts = Set(escapePositions(full))
-        #expect(!escapeStarts.contains(cut - 1) && !escapeStarts.contains(cut - 2),
-                "long \(what) cut inside a %XX escape: \(item)", sourceLocation: sourceLocation)
+        #expect(
+            !escapeStarts.contains(cut - 1) && !escapeStarts.contains(cut - 2),
+            "long \(what) cut inside a %XX escape: \(item)", sourceLocation: sourceLocation)
     }
 
     /// Where the `%XX` escapes of a spelling start (a lone `%`, the empty string, is none).
@@ -194,7 +227,11 @@ enum Spec {
         var i = 0
         let hex = Array("0123456789ABCDEF".utf8)
         while i < b.count {
-            if b[i] == 0x25, i + 2 < b.count, hex.contains(b[i + 1]), hex.contains(b[i + 2]) { out.append(i); i += 3 } else { i += 1 }
+            if b[i] == 0x25, i + 2 < b.count, hex.contains(b[i + 1]), hex.contains(b[i + 2]) {
+                out.append(i); i += 3
+            } else {
+                i += 1
+            }
         }
         return out
     }
@@ -216,9 +253,10 @@ struct PathCodecTests {
                 return
             }
             Spec.check(directory, against: full, item, "directory", sourceLocation: sourceLocation)
-            guard !PathCodec.isLongSpelling(directory) else { return }   // resolved by listing, not parsing
+            guard !PathCodec.isLongSpelling(directory) else { return }  // resolved by listing, not parsing
             guard let parsed = PathCodec.parseDirectory(item.itemClass, directory) else {
-                Issue.record("directory \"\(scalars(directory))\" does not parse: \(item)", sourceLocation: sourceLocation)
+                Issue.record(
+                    "directory \"\(scalars(directory))\" does not parse: \(item)", sourceLocation: sourceLocation)
                 return
             }
             directoryAttributes = parsed
@@ -232,16 +270,21 @@ struct PathCodecTests {
         }
         for (attribute, value) in attributes {
             if case .string(let s) = value {
-                #expect(stringBytes(parsed, attribute) == Array(s.utf8),
-                        "\(attribute) came back as \"\(stringBytes(parsed, attribute).map { scalars($0.utf8Text) } ?? "nil")\": \(item)",
-                        sourceLocation: sourceLocation)
+                #expect(
+                    stringBytes(parsed, attribute) == Array(s.utf8),
+                    "\(attribute) came back as \"\(stringBytes(parsed, attribute).map { scalars($0.utf8Text) } ?? "nil")\": \(item)",
+                    sourceLocation: sourceLocation)
             } else {
-                #expect(parsed[attribute] == value, "\(attribute) came back as \(String(describing: parsed[attribute])): \(item)",
-                        sourceLocation: sourceLocation)
+                #expect(
+                    parsed[attribute] == value,
+                    "\(attribute) came back as \(String(describing: parsed[attribute])): \(item)",
+                    sourceLocation: sourceLocation)
             }
         }
-        #expect(Set(parsed.keys) == Set(attributes.keys), "parsed attributes \(parsed.keys.map(\.name).sorted()) for \(item)",
-                sourceLocation: sourceLocation)
+        #expect(
+            Set(parsed.keys) == Set(attributes.keys),
+            "parsed attributes \(parsed.keys.map(\.name).sorted()) for \(item)",
+            sourceLocation: sourceLocation)
     }
 
     @Test("round trip: spelling → parse → the item's own attributes, byte-exact (every class, 3,000 items)")
@@ -261,20 +304,25 @@ struct PathCodecTests {
             twin.server = Names.twin(item.server)
             guard twin.graphemeSafe else { return }
             expectRoundTrip(twin)
-            let a = PathCodec.leaf(of: item.itemClass, item.attributes), b = PathCodec.leaf(of: twin.itemClass, twin.attributes)
-            let da = PathCodec.directory(of: item.itemClass, item.attributes), db = PathCodec.directory(of: twin.itemClass, twin.attributes)
+            let a = PathCodec.leaf(of: item.itemClass, item.attributes),
+                b = PathCodec.leaf(of: twin.itemClass, twin.attributes)
+            let da = PathCodec.directory(of: item.itemClass, item.attributes),
+                db = PathCodec.directory(of: twin.itemClass, twin.attributes)
             if item.key != twin.key {
-                #expect(Array(a.utf8) != Array(b.utf8) || da.map { Array($0.utf8) } != db.map { Array($0.utf8) },
-                        "\(item) and its twin share a spelling")
+                #expect(
+                    Array(a.utf8) != Array(b.utf8) || da.map { Array($0.utf8) } != db.map { Array($0.utf8) },
+                    "\(item) and its twin share a spelling")
             }
         }
     }
 
     @Test("known names: é / e+U+0301, Å / U+212B, Hangul, empty account, 300 bytes")
     func knownNames() {
-        for name in ["caf\u{E9}", "cafe\u{301}", "\u{C5}", "\u{212B}", "A\u{30A}", "\u{AC00}", "\u{1100}\u{1161}", "",
-                     ".hidden", "x~", "50%", "a/b", "a;b", "[::1]", String(repeating: "\u{E9}", count: 150),
-                     String(repeating: "e\u{301}", count: 100), String(repeating: "%", count: 100)] {
+        for name in [
+            "caf\u{E9}", "cafe\u{301}", "\u{C5}", "\u{212B}", "A\u{30A}", "\u{AC00}", "\u{1100}\u{1161}", "",
+            ".hidden", "x~", "50%", "a/b", "a;b", "[::1]", String(repeating: "\u{E9}", count: 150),
+            String(repeating: "e\u{301}", count: 100), String(repeating: "%", count: 100),
+        ] {
             for itemClass in Self.classes {
                 var item = PathItem(itemClass: itemClass)
                 item.account = name; item.service = name; item.label = name; item.server = name
@@ -282,7 +330,9 @@ struct PathCodecTests {
             }
         }
         #expect(PathCodec.leaf(of: .genericPassword, [Schema.account: .string("")]) == "%")
-        #expect(PathCodec.directory(of: .internetPassword, [Schema.server: .string("ftp"), Schema.port: .number(21)]) == "%66tp:21")
+        #expect(
+            PathCodec.directory(of: .internetPassword, [Schema.server: .string("ftp"), Schema.port: .number(21)])
+                == "%66tp:21")
     }
 
     @Test("uniqueness: two different items of a class never share a spelling (20,000 items with near twins)")
@@ -327,7 +377,9 @@ struct PathCodecTests {
         let input = Generator { rng -> (ItemClass, String) in
             let itemClass = Self.classes.randomElement(using: &rng)!
             var name = Names.string(Int.random(in: 0...20, using: &rng), &rng)
-            if Bool.random(using: &rng) { name += ";accessGroup=" + Names.string(Int.random(in: 0...6, using: &rng), &rng) }
+            if Bool.random(using: &rng) {
+                name += ";accessGroup=" + Names.string(Int.random(in: 0...6, using: &rng), &rng)
+            }
             if Int.random(in: 0..<4, using: &rng) == 0 { name += ";synchronizable=true" }
             return (itemClass, name)
         }
@@ -336,13 +388,16 @@ struct PathCodecTests {
             guard Names.isGraphemeSafe(name) else { return }
             if let parsed = PathCodec.parseLeaf(itemClass, name, in: [:]) {
                 let again = PathCodec.leaf(of: itemClass, parsed)
-                #expect(Array(again.utf8) == Array(name.utf8),
-                        "\"\(scalars(name))\" parsed although the item's spelling is \"\(scalars(again))\"")
+                #expect(
+                    Array(again.utf8) == Array(name.utf8),
+                    "\"\(scalars(name))\" parsed although the item's spelling is \"\(scalars(again))\"")
             }
             if let parsed = PathCodec.parseDirectory(itemClass, name),
-               let again = PathCodec.directory(of: itemClass, parsed) {
-                #expect(Array(again.utf8) == Array(name.utf8),
-                        "directory \"\(scalars(name))\" parsed although its spelling is \"\(scalars(again))\"")
+                let again = PathCodec.directory(of: itemClass, parsed)
+            {
+                #expect(
+                    Array(again.utf8) == Array(name.utf8),
+                    "directory \"\(scalars(name))\" parsed although its spelling is \"\(scalars(again))\"")
             }
         }
     }

@@ -14,8 +14,10 @@ let tableClasses: [ItemClass] = [.genericPassword, .internetPassword, .certifica
 /// Every (class, attribute) of the schema table.
 let schemaAttributes: [(ItemClass, Attribute)] = tableClasses.flatMap { c in Schema.attributes(of: c).map { (c, $0) } }
 
-let accessControlFlags: [AccessControlFlags] = [.userPresence, .biometryAny, .biometryCurrentSet, .devicePasscode, .or, .and,
-                                                .privateKeyUsage, .applicationPassword]
+let accessControlFlags: [AccessControlFlags] = [
+    .userPresence, .biometryAny, .biometryCurrentSet, .devicePasscode, .or, .and,
+    .privateKeyUsage, .applicationPassword,
+]
 
 /// Equality as the store sees it: strings by their UTF-8 bytes, the rest by value.
 func sameValue(_ a: AttributeValue, _ b: AttributeValue) -> Bool {
@@ -48,24 +50,31 @@ enum Values {
         case .bool: return .bool(Bool.random(using: &rng))
         case .date:
             // Whole seconds (the text form's precision), 1906 to 2096.
-            return .date(Date(timeIntervalSince1970: Double(Int64.random(in: -2_000_000_000...4_000_000_000, using: &rng))))
+            return .date(
+                Date(timeIntervalSince1970: Double(Int64.random(in: -2_000_000_000...4_000_000_000, using: &rng))))
         case .accessibility: return .accessibility(Accessibility.allCases.randomElement(using: &rng)!)
         case .accessControl:
             var flags: AccessControlFlags = []
             for f in accessControlFlags where Bool.random(using: &rng) { flags.insert(f) }
-            return .accessControl(AccessControl(protection: Accessibility.allCases.randomElement(using: &rng)!, flags: flags))
+            return .accessControl(
+                AccessControl(protection: Accessibility.allCases.randomElement(using: &rng)!, flags: flags))
         }
     }
 
     /// Text the attribute's type cannot parse.
     static func malformed(_ attribute: Attribute, _ rng: inout any SeededRandomNumberGenerator) -> [UInt8]? {
-        let invalidUTF8: [[UInt8]] = [[0xFF], [0xC3], [0x61, 0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0xC0, 0xAF], [0x80]]
-        let junk = ["x", "maybe", "1.5", "0x10", "--", "9223372036854775808", "2026-13-01T00:00:00Z", "yesterday",
-                    "whenever", "userPresence,faceScan", "gopher", "zz", "abc", "true false", "\u{E9}"]
+        let invalidUTF8: [[UInt8]] = [
+            [0xFF], [0xC3], [0x61, 0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0xC0, 0xAF], [0x80],
+        ]
+        let junk = [
+            "x", "maybe", "1.5", "0x10", "--", "9223372036854775808", "2026-13-01T00:00:00Z", "yesterday",
+            "whenever", "userPresence,faceScan", "gopher", "zz", "abc", "true false", "\u{E9}",
+        ]
         switch attribute.type {
-        case .data where ["generic", "applicationTag"].contains(attribute.name): return nil   // raw bytes: anything goes
+        case .data where ["generic", "applicationTag"].contains(attribute.name): return nil  // raw bytes: anything goes
         case .string where attribute != Schema.protocolAttribute:
-            return invalidUTF8.randomElement(using: &rng)! + Array(Names.string(Int.random(in: 0...4, using: &rng), &rng).utf8)
+            return invalidUTF8.randomElement(using: &rng)!
+                + Array(Names.string(Int.random(in: 0...4, using: &rng), &rng).utf8)
         default:
             if Bool.random(using: &rng) { return invalidUTF8.randomElement(using: &rng)! }
             let text = junk.randomElement(using: &rng)! + (Bool.random(using: &rng) ? Names.string(2, &rng) + "!" : "")
@@ -85,7 +94,8 @@ struct XattrTextTests {
         await propertyCheck(count: 200 * schemaAttributes.count, input: input) { triple in
             let (itemClass, attribute, value) = triple
             let text = AttributeText.render(attribute, value)
-            let protection: Accessibility = if case .accessControl(let ac) = value { ac.protection } else { .whenUnlocked }
+            let protection: Accessibility =
+                if case .accessControl(let ac) = value { ac.protection } else { .whenUnlocked }
             do {
                 let back = try AttributeText.parse(attribute, text, currentProtection: protection)
                 #expect(sameValue(back, value), "\(itemClass).\(attribute): \(value) → \"\(text.utf8Text)\" → \(back)")
@@ -101,18 +111,26 @@ struct XattrTextTests {
             var values: [AttributeValue] = []
             switch attribute.type {
             case .string:
-                values = attribute == Schema.protocolAttribute
+                values =
+                    attribute == Schema.protocolAttribute
                     ? [.string("")] + InternetProtocol.table.map { .string($0.code) }
-                    : [.string(""), .string(" "), .string("caf\u{E9}"), .string("cafe\u{301}"), .string("\u{37E}"), .string("a\nb"),
-                       .string(String(repeating: "\u{1F600}", count: 300))]
+                    : [
+                        .string(""), .string(" "), .string("caf\u{E9}"), .string("cafe\u{301}"), .string("\u{37E}"),
+                        .string("a\nb"),
+                        .string(String(repeating: "\u{1F600}", count: 300)),
+                    ]
             case .data: values = [.data([]), .data([0]), .data(Array(0...255))]
             case .number: values = [.number(0), .number(.min), .number(.max), .number(-1)]
             case .bool: values = [.bool(true), .bool(false)]
-            case .date: values = [.date(Date(timeIntervalSince1970: 0)), .date(Date(timeIntervalSince1970: 4_102_444_799))]
+            case .date:
+                values = [.date(Date(timeIntervalSince1970: 0)), .date(Date(timeIntervalSince1970: 4_102_444_799))]
             case .accessibility: values = Accessibility.allCases.map { .accessibility($0) }
             case .accessControl:
-                values = [.accessControl(AccessControl(protection: .whenUnlocked, flags: [])),
-                          .accessControl(AccessControl(protection: .whenUnlocked, flags: AccessControlFlags(accessControlFlags)))]
+                values = [
+                    .accessControl(AccessControl(protection: .whenUnlocked, flags: [])),
+                    .accessControl(
+                        AccessControl(protection: .whenUnlocked, flags: AccessControlFlags(accessControlFlags))),
+                ]
             }
             for value in values {
                 let text = AttributeText.render(attribute, value)
@@ -144,7 +162,8 @@ struct XattrTextTests {
 
     @Test("empty text is refused where the type has no empty value (number, bool, date, accessibility)")
     func emptyText() {
-        for (itemClass, attribute) in schemaAttributes where [.number, .bool, .date, .accessibility].contains(attribute.type) {
+        for (itemClass, attribute) in schemaAttributes
+        where [.number, .bool, .date, .accessibility].contains(attribute.type) {
             do {
                 let value = try AttributeText.parse(attribute, [])
                 Issue.record("\(itemClass).\(attribute) accepted empty text as \(value)")

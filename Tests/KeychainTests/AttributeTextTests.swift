@@ -4,17 +4,21 @@ import Testing
 
 @Suite("AttributeText")
 struct AttributeTextTests {
-    private func parse(_ name: String, _ text: String, in itemClass: ItemClass = .genericPassword) throws -> AttributeValue {
+    private func parse(_ name: String, _ text: String, in itemClass: ItemClass = .genericPassword) throws
+        -> AttributeValue
+    {
         try AttributeText.parse(try Schema.attribute(named: name, in: itemClass), Array(text.utf8))
     }
 
-    private func render(_ name: String, _ value: AttributeValue, in itemClass: ItemClass = .genericPassword) throws -> String {
+    private func render(_ name: String, _ value: AttributeValue, in itemClass: ItemClass = .genericPassword) throws
+        -> String
+    {
         AttributeText.renderString(try Schema.attribute(named: name, in: itemClass), value)
     }
 
     @Test("dates render as ISO 8601 UTC and parse back, with or without fractional seconds")
     func dates() throws {
-        let date = Date(timeIntervalSince1970: 1_769_860_800) // 2026-01-31T12:00:00Z
+        let date = Date(timeIntervalSince1970: 1_769_860_800)  // 2026-01-31T12:00:00Z
         #expect(try render("creationDate", .date(date)) == "2026-01-31T12:00:00Z")
         #expect(try parse("creationDate", "2026-01-31T12:00:00Z") == .date(date))
         #expect(try parse("modificationDate", "2026-01-31T13:00:00+01:00") == .date(date))
@@ -102,7 +106,8 @@ struct AttributeTextTests {
         let ac = AccessControl(protection: .afterFirstUnlock, flags: [.userPresence, .or, .devicePasscode])
         let text = AttributeText.renderString(attr, .accessControl(ac))
         #expect(text == "userPresence,devicePasscode,or")
-        #expect(try AttributeText.parse(attr, Array(text.utf8), currentProtection: .afterFirstUnlock) == .accessControl(ac))
+        #expect(
+            try AttributeText.parse(attr, Array(text.utf8), currentProtection: .afterFirstUnlock) == .accessControl(ac))
         expectError(.param) { try AttributeText.parse(attr, Array("userPresence,faceScan".utf8)) }
     }
 }

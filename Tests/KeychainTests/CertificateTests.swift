@@ -6,18 +6,22 @@ import Testing
 /// and ssh-keygen in each test.
 /// Runs a tool and fails the test on a non-zero exit.
 func runTool(_ tool: String, _ args: [String], in dir: String) throws {
-        let p = try runProcess(tool, args, env: childEnvironment(), cwd: dir)
-        try #require(p.status == 0, "\(tool) \(args.joined(separator: " ")) failed")
+    let p = try runProcess(tool, args, env: childEnvironment(), cwd: dir)
+    try #require(p.status == 0, "\(tool) \(args.joined(separator: " ")) failed")
 }
 
 func readFile(_ path: String) throws -> [UInt8] { Array(try Data(contentsOf: URL(fileURLWithPath: path))) }
 
 /// A self-signed certificate and its key, made by openssl: (cert PEM, key PEM).
 func makeCertificate(_ dir: String, name: String, keyType: String = "ed25519") throws -> ([UInt8], [UInt8]) {
-        let curve = keyType == "ec" ? ["-pkeyopt", "ec_paramgen_curve:prime256v1"] : []
-        try runTool("/usr/bin/openssl", ["req", "-x509", "-newkey", keyType] + curve + ["-keyout", "\(name).key", "-out", "\(name).crt",
-                                     "-days", "2", "-nodes", "-subj", "/CN=\(name)"], in: dir)
-        return (try readFile("\(dir)/\(name).crt"), try readFile("\(dir)/\(name).key"))
+    let curve = keyType == "ec" ? ["-pkeyopt", "ec_paramgen_curve:prime256v1"] : []
+    try runTool(
+        "/usr/bin/openssl",
+        ["req", "-x509", "-newkey", keyType] + curve + [
+            "-keyout", "\(name).key", "-out", "\(name).crt",
+            "-days", "2", "-nodes", "-subj", "/CN=\(name)",
+        ], in: dir)
+    return (try readFile("\(dir)/\(name).crt"), try readFile("\(dir)/\(name).key"))
 }
 
 @Suite("Certificates, keys and identities")
@@ -36,19 +40,24 @@ struct CertificateTests {
             let caller = Caller(accessGroups: ["default", "g2"])
             try kc.add(.certificate, [Schema.accessGroup: .string("g2")], data: a, caller: caller)
             try kc.add(.certificate, [Schema.synchronizable: .bool(true)], data: a, caller: caller)
-            expectError(.duplicateItem) { try kc.add(.certificate, [Schema.accessGroup: .string("g2")], data: a, caller: caller) }
+            expectError(.duplicateItem) {
+                try kc.add(.certificate, [Schema.accessGroup: .string("g2")], data: a, caller: caller)
+            }
             #expect(try kc.itemCount() == 4)
         }
     }
 
-    @Test("a PEM certificate is stored as DER with Apple's derived attributes; label defaults to the CN",
-          arguments: ["ed25519", "rsa:2048", "ec:prime256v1"])
+    @Test(
+        "a PEM certificate is stored as DER with Apple's derived attributes; label defaults to the CN",
+        arguments: ["ed25519", "rsa:2048", "ec:prime256v1"])
     func derivedAttributes(keyType: String) throws {
         try withVault { v in
-            let (pem, _) = try makeCertificate(v.dir, name: "host.example", keyType: keyType == "ec:prime256v1" ? "ec" : keyType)
+            let (pem, _) = try makeCertificate(
+                v.dir, name: "host.example", keyType: keyType == "ec:prime256v1" ? "ec" : keyType)
             let item = try v.keychain.add(.certificate, [:], data: pem)
             #expect(item.string(Schema.label) == "host.example")
-            let found = try v.keychain.find(Query(.certificate, [Schema.label: .string("host.example")], returnData: true))
+            let found = try v.keychain.find(
+                Query(.certificate, [Schema.label: .string("host.example")], returnData: true))
             let der = try #require(found.data)
             #expect(der.first == 0x30, "stored as DER")
             #expect(CertificateData.pem(der) == pem, "PEM round trip is exact")
@@ -73,11 +82,17 @@ struct CertificateTests {
         }
     }
 
-    @Test("data that is not a certificate is errSecParam and nothing is stored",
-          arguments: [Array("hello".utf8), Array("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".utf8), [0x30, 0x03, 0x02, 0x01, 0x01], []])
+    @Test(
+        "data that is not a certificate is errSecParam and nothing is stored",
+        arguments: [
+            Array("hello".utf8), Array("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".utf8),
+            [0x30, 0x03, 0x02, 0x01, 0x01], [],
+        ])
     func malformed(data: [UInt8]) throws {
         try withVault { v in
-            expectError(.param, containing: ["not a certificate"]) { try v.keychain.add(.certificate, [Schema.label: .string("x")], data: data) }
+            expectError(.param, containing: ["not a certificate"]) {
+                try v.keychain.add(.certificate, [Schema.label: .string("x")], data: data)
+            }
             expectError(.itemNotFound) { try v.keychain.copyMatching(Query(.certificate, matchLimit: .all)) }
         }
     }
@@ -88,13 +103,19 @@ struct CertificateTests {
             let (pem, _) = try makeCertificate(v.dir, name: "ro", keyType: "ed25519")
             try v.keychain.add(.certificate, [:], data: pem)
             expectError(.readOnlyAttr) {
-                try v.keychain.update(Query(.certificate, [Schema.label: .string("ro")]), attributes: [Schema.named("serialNumber"): .data([1])])
+                try v.keychain.update(
+                    Query(.certificate, [Schema.label: .string("ro")]),
+                    attributes: [Schema.named("serialNumber"): .data([1])])
             }
         }
     }
 
-    @Test("private keys get keyClass, keyType, keySizeInBits and applicationLabel",
-          arguments: [("ed25519", Int64?.none, Int64(256)), ("rsa:2048", Int64?.some(42), Int64(2048)), ("ec", Int64?.some(73), Int64(256))])
+    @Test(
+        "private keys get keyClass, keyType, keySizeInBits and applicationLabel",
+        arguments: [
+            ("ed25519", Int64?.none, Int64(256)), ("rsa:2048", Int64?.some(42), Int64(2048)),
+            ("ec", Int64?.some(73), Int64(256)),
+        ])
     func keyAttributes(keyType: String, expectedType: Int64?, bits: Int64) throws {
         try withVault { v in
             let (_, key) = try makeCertificate(v.dir, name: "k", keyType: keyType == "ec" ? "ec" : keyType)
@@ -102,7 +123,9 @@ struct CertificateTests {
             #expect(item[Schema.named("keyClass")] == .number(1))
             #expect(item[Schema.named("keySizeInBits")] == .number(bits))
             if let expectedType { #expect(item[Schema.named("keyType")] == .number(expectedType)) }
-            guard case .data(let label)? = item[Schema.named("applicationLabel")] else { Issue.record("no applicationLabel"); return }
+            guard case .data(let label)? = item[Schema.named("applicationLabel")] else {
+                Issue.record("no applicationLabel"); return
+            }
             #expect(label.count == 20)
             let back = try v.keychain.find(Query(.key, [Schema.label: .string("k")], returnData: true))
             #expect(back.data == key, "the bytes written are the bytes read")
@@ -120,7 +143,9 @@ struct CertificateTests {
         }
     }
 
-    @Test("identities: a certificate joins its private key; a key without a certificate and a certificate without a key are no identity")
+    @Test(
+        "identities: a certificate joins its private key; a key without a certificate and a certificate without a key are no identity"
+    )
     func identities() throws {
         try withVault { v in
             let (certA, keyA) = try makeCertificate(v.dir, name: "a", keyType: "rsa:2048")
@@ -128,8 +153,10 @@ struct CertificateTests {
             let (_, keyC) = try makeCertificate(v.dir, name: "c", keyType: "ec")
             try v.keychain.add(.certificate, [:], data: certA)
             try v.keychain.add(.certificate, [:], data: certB)
-            try v.keychain.add(.key, [Schema.label: .string("a"), Schema.named("applicationTag"): .data([1])], data: keyA)
-            try v.keychain.add(.key, [Schema.label: .string("c"), Schema.named("applicationTag"): .data([2])], data: keyC)
+            try v.keychain.add(
+                .key, [Schema.label: .string("a"), Schema.named("applicationTag"): .data([1])], data: keyA)
+            try v.keychain.add(
+                .key, [Schema.label: .string("c"), Schema.named("applicationTag"): .data([2])], data: keyC)
             let ids = try v.keychain.identities()
             #expect(ids.map(\.label) == ["a"])
             let full = try v.keychain.identity(certificateID: ids[0].id, withData: true)

@@ -15,29 +15,33 @@ struct ConcurrencyTests {
             let errors = ErrorBox()
             let perWriter = 500
             let writers: [(String, Keychain)] = [("one", first), ("two", second)]
-            runOnThreads(writers.map { name, kc in
-                { @Sendable in
-                    for i in 0..<perWriter {
-                        do {
-                            try kc.add(.genericPassword, genp("svc-\(name)", "acct-\(i)"), data: bytes("\(name)-\(i)"))
-                        } catch {
-                            errors.add(error, "\(name) #\(i)")
+            runOnThreads(
+                writers.map { name, kc in
+                    { @Sendable in
+                        for i in 0..<perWriter {
+                            do {
+                                try kc.add(
+                                    .genericPassword, genp("svc-\(name)", "acct-\(i)"), data: bytes("\(name)-\(i)"))
+                            } catch {
+                                errors.add(error, "\(name) #\(i)")
+                            }
                         }
                     }
-                }
-            })
+                })
             #expect(errors.all.isEmpty, "\(errors.all.prefix(5))")
             #expect(try first.itemCount() == 2 * perWriter)
 
             let fresh = try v.openUnlocked()
             try fresh.verifyIntegrity()
             for name in ["one", "two"] {
-                let items = try fresh.copyMatching(Query(.genericPassword, genp("svc-\(name)"), matchLimit: .all, returnData: true))
+                let items = try fresh.copyMatching(
+                    Query(.genericPassword, genp("svc-\(name)"), matchLimit: .all, returnData: true))
                 #expect(items.count == perWriter)
                 #expect(Set(items.compactMap { $0.string(A.account) }).count == perWriter)
                 #expect(items.allSatisfy { $0.data == bytes("\(name)-" + $0.string(A.account)!.dropFirst(5)) })
             }
-            #expect(Set(try fresh.copyMatching(Query(.genericPassword, matchLimit: .all)).map(\.id)).count == 2 * perWriter)
+            #expect(
+                Set(try fresh.copyMatching(Query(.genericPassword, matchLimit: .all)).map(\.id)).count == 2 * perWriter)
         }
     }
 
@@ -59,9 +63,12 @@ struct ConcurrencyTests {
                             guard try secret(target, "t\(t)", "a\(i)") == bytes("\(t)/\(i)") else {
                                 errors.add(KeychainError(.decode, "read back wrong data"), "t\(t) #\(i)"); continue
                             }
-                            try target.update(Query(.genericPassword, genp("shared", "counter")), attributes: [A.label: .string("t\(t) i\(i)")])
+                            try target.update(
+                                Query(.genericPassword, genp("shared", "counter")),
+                                attributes: [A.label: .string("t\(t) i\(i)")])
                             if i % 3 == 0 { try target.delete(Query(.genericPassword, genp("t\(t)", "a\(i)"))) }
-                            _ = try target.copyMatching(Query(.genericPassword, genp("t\((t + 1) % threads)"), matchLimit: .all))
+                            _ = try target.copyMatching(
+                                Query(.genericPassword, genp("t\((t + 1) % threads)"), matchLimit: .all))
                         } catch KeychainStatus.itemNotFound {
                             // The neighbour may not have added anything yet.
                         } catch {
@@ -85,20 +92,21 @@ struct ConcurrencyTests {
             let one = v.keychain, two = try v.openUnlocked()
             let wins = ErrorBox(), losses = ErrorBox(), errors = ErrorBox()
             let rounds = 50
-            runOnThreads([one, two].enumerated().map { n, kc in
-                { @Sendable in
-                    for i in 0..<rounds {
-                        do {
-                            try kc.add(.genericPassword, genp("race", "r\(i)"), data: bytes("writer \(n)"))
-                            wins.add(KeychainError(.success, ""), "r\(i)")
-                        } catch KeychainStatus.duplicateItem {
-                            losses.add(KeychainError(.duplicateItem, ""), "r\(i)")
-                        } catch {
-                            errors.add(error, "writer \(n) r\(i)")
+            runOnThreads(
+                [one, two].enumerated().map { n, kc in
+                    { @Sendable in
+                        for i in 0..<rounds {
+                            do {
+                                try kc.add(.genericPassword, genp("race", "r\(i)"), data: bytes("writer \(n)"))
+                                wins.add(KeychainError(.success, ""), "r\(i)")
+                            } catch KeychainStatus.duplicateItem {
+                                losses.add(KeychainError(.duplicateItem, ""), "r\(i)")
+                            } catch {
+                                errors.add(error, "writer \(n) r\(i)")
+                            }
                         }
                     }
-                }
-            })
+                })
             #expect(errors.all.isEmpty, "\(errors.all.prefix(5))")
             #expect(wins.all.count == rounds)
             #expect(losses.all.count == rounds)
@@ -124,7 +132,11 @@ struct IntegrityUnderLoadTests {
                     for i in 0..<200 {
                         do {
                             try writer.add(.genericPassword, genp("load", "a\(i)"), data: bytes("\(i)"))
-                            if i % 4 == 3 { try writer.update(Query(.genericPassword, genp("load", "a\(i - 1)")), attributes: [:], data: bytes("u")) }
+                            if i % 4 == 3 {
+                                try writer.update(
+                                    Query(.genericPassword, genp("load", "a\(i - 1)")), attributes: [:],
+                                    data: bytes("u"))
+                            }
                             if i % 5 == 4 { try writer.delete(Query(.genericPassword, genp("load", "a\(i - 2)"))) }
                         } catch { errors.add(error, "writer #\(i)") }
                     }

@@ -26,7 +26,7 @@ final class CountingPresence: PresenceVerifier {
 }
 
 private let presenceRequired: Attributes = [
-    Schema.accessControl: .accessControl(AccessControl(protection: .whenUnlocked, flags: .userPresence)),
+    Schema.accessControl: .accessControl(AccessControl(protection: .whenUnlocked, flags: .userPresence))
 ]
 
 @Suite("Core API: rules the faces share")
@@ -39,18 +39,27 @@ struct CoreAPITests {
             let kc = v.keychain
             let presence = CountingPresence()
             let caller = Caller(presence: presence)
-            let guarded = try kc.add(.genericPassword, genp("svc", "guarded", presenceRequired), data: bytes("s1"), caller: caller)
-            let other = try kc.add(.genericPassword, genp("svc", "other", presenceRequired), data: bytes("s2"), caller: caller)
+            let guarded = try kc.add(
+                .genericPassword, genp("svc", "guarded", presenceRequired), data: bytes("s1"), caller: caller)
+            let other = try kc.add(
+                .genericPassword, genp("svc", "other", presenceRequired), data: bytes("s2"), caller: caller)
 
-            #expect(try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: caller).data == bytes("s1"))
+            #expect(
+                try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: caller).data
+                    == bytes("s1"))
             #expect(presence.askedIDs == [guarded.id], "an ungranted read asks")
 
             let granted = caller.granting(presenceFor: guarded.id)
             #expect(granted.presenceGrants == [guarded.id])
             #expect(caller.presenceGrants.isEmpty, "granting returns a copy")
-            #expect(try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: granted).data == bytes("s1"))
-            #expect(try kc.find(Query(.genericPassword, genp("svc", "guarded"), returnData: true, authenticationUI: .fail),
-                                caller: granted).data == bytes("s1"))
+            #expect(
+                try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: granted).data
+                    == bytes("s1"))
+            #expect(
+                try kc.find(
+                    Query(.genericPassword, genp("svc", "guarded"), returnData: true, authenticationUI: .fail),
+                    caller: granted
+                ).data == bytes("s1"))
             #expect(presence.count == 1, "a granted read does not ask")
 
             expectError(.interactionRequired) {
@@ -61,7 +70,9 @@ struct CoreAPITests {
             expectError(.interactionNotAllowed) {
                 try kc.item(id: other.id, itemClass: .genericPassword, withData: true, caller: noPrompt)
             }
-            #expect(try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: noPrompt).data == bytes("s1"))
+            #expect(
+                try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: noPrompt).data
+                    == bytes("s1"))
             #expect(presence.count == 1)
         }
     }
@@ -72,33 +83,48 @@ struct CoreAPITests {
             let kc = v.keychain
             let refusing = CountingPresence(refusing: .userCanceled)
             let caller = Caller(presence: refusing)
-            let item = try kc.add(.genericPassword, genp("svc", "a", presenceRequired), data: bytes("s"), caller: caller)
-            expectError(.userCanceled) { try kc.item(id: item.id, itemClass: .genericPassword, withData: true, caller: caller) }
-            #expect(try kc.item(id: item.id, itemClass: .genericPassword, withData: true,
-                                caller: caller.granting(presenceFor: item.id)).data == bytes("s"))
-            expectError(.userCanceled) { try kc.item(id: item.id, itemClass: .genericPassword, withData: true, caller: caller) }
+            let item = try kc.add(
+                .genericPassword, genp("svc", "a", presenceRequired), data: bytes("s"), caller: caller)
+            expectError(.userCanceled) {
+                try kc.item(id: item.id, itemClass: .genericPassword, withData: true, caller: caller)
+            }
+            #expect(
+                try kc.item(
+                    id: item.id, itemClass: .genericPassword, withData: true,
+                    caller: caller.granting(presenceFor: item.id)
+                ).data == bytes("s"))
+            expectError(.userCanceled) {
+                try kc.item(id: item.id, itemClass: .genericPassword, withData: true, caller: caller)
+            }
             #expect(refusing.count == 2)
         }
     }
 
-    @Test("update asks once per protected item, before its transaction, and re-sealing the kept data does not ask again")
+    @Test(
+        "update asks once per protected item, before its transaction, and re-sealing the kept data does not ask again")
     func updateAsksOnce() throws {
         try withVault { v in
             let kc = v.keychain
             let presence = CountingPresence()
             let caller = Caller(presence: presence)
-            let item = try kc.add(.genericPassword, genp("svc", "a", presenceRequired), data: bytes("kept"), caller: caller)
+            let item = try kc.add(
+                .genericPassword, genp("svc", "a", presenceRequired), data: bytes("kept"), caller: caller)
             // A new protection class re-seals the data, which needs the old data opened.
             let newControl = AccessControl(protection: .afterFirstUnlock, flags: .userPresence)
-            try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [Schema.accessControl: .accessControl(newControl)],
-                          caller: caller)
+            try kc.update(
+                Query(.genericPassword, genp("svc", "a")),
+                attributes: [Schema.accessControl: .accessControl(newControl)],
+                caller: caller)
             #expect(presence.askedIDs == [item.id])
-            let back = try kc.item(id: item.id, itemClass: .genericPassword, withData: true,
-                                   caller: caller.granting(presenceFor: item.id))
+            let back = try kc.item(
+                id: item.id, itemClass: .genericPassword, withData: true,
+                caller: caller.granting(presenceFor: item.id))
             #expect(back.data == bytes("kept"))
             #expect(back.accessibility == .afterFirstUnlock)
             // A relabel does not touch the data: it never asks.
-            try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [Schema.label: .string("new label")], caller: caller)
+            try kc.update(
+                Query(.genericPassword, genp("svc", "a")), attributes: [Schema.label: .string("new label")],
+                caller: caller)
             #expect(presence.count == 1)
         }
     }
@@ -109,14 +135,22 @@ struct CoreAPITests {
             let kc = v.keychain
             let presence = CountingPresence()
             let caller = Caller(presence: presence)
-            let target = try kc.add(.genericPassword, genp("svc", "target", presenceRequired), data: bytes("old"), caller: caller)
-            let source = try kc.add(.genericPassword, genp("svc", "source", presenceRequired), data: bytes("new"), caller: caller)
-            try kc.replaceData(of: Query(.genericPassword, persistentReference: target.id),
-                               withDataOf: Query(.genericPassword, persistentReference: source.id), caller: caller)
+            let target = try kc.add(
+                .genericPassword, genp("svc", "target", presenceRequired), data: bytes("old"), caller: caller)
+            let source = try kc.add(
+                .genericPassword, genp("svc", "source", presenceRequired), data: bytes("new"), caller: caller)
+            try kc.replaceData(
+                of: Query(.genericPassword, persistentReference: target.id),
+                withDataOf: Query(.genericPassword, persistentReference: source.id), caller: caller)
             #expect(presence.askedIDs.sorted() == [target.id, source.id].sorted())
-            #expect(try kc.item(id: target.id, itemClass: .genericPassword, withData: true,
-                                caller: caller.granting(presenceFor: target.id)).data == bytes("new"))
-            expectError(.itemNotFound) { try kc.item(id: source.id, itemClass: .genericPassword, withData: false, caller: caller) }
+            #expect(
+                try kc.item(
+                    id: target.id, itemClass: .genericPassword, withData: true,
+                    caller: caller.granting(presenceFor: target.id)
+                ).data == bytes("new"))
+            expectError(.itemNotFound) {
+                try kc.item(id: source.id, itemClass: .genericPassword, withData: false, caller: caller)
+            }
         }
     }
 
@@ -128,9 +162,10 @@ struct CoreAPITests {
             let source = try kc.add(.genericPassword, genp("svc", "source"), data: bytes("new"))
             let before = try snapshot(kc, caller: Caller(presence: CountingPresence()))
             expectError(.authFailed) {
-                try kc.replaceData(of: Query(.genericPassword, persistentReference: target.id),
-                                   withDataOf: Query(.genericPassword, persistentReference: source.id),
-                                   caller: Caller(presence: CountingPresence(refusing: .authFailed)))
+                try kc.replaceData(
+                    of: Query(.genericPassword, persistentReference: target.id),
+                    withDataOf: Query(.genericPassword, persistentReference: source.id),
+                    caller: Caller(presence: CountingPresence(refusing: .authFailed)))
             }
             #expect(try snapshot(kc, caller: Caller(presence: CountingPresence())) == before)
         }
@@ -152,13 +187,19 @@ struct CoreAPITests {
             let hidden = try kc.add(.genericPassword, genp("svc", "x"), data: bytes("s"), caller: owner)
             #expect(hidden.accessGroup == "c")
             expectError(.itemNotFound) { try kc.find(Query(.genericPassword, genp("svc", "x")), caller: caller) }
-            expectError(.itemNotFound) { try kc.item(id: hidden.id, itemClass: .genericPassword, withData: false, caller: caller) }
-            expectError(.itemNotFound) { try kc.authorizeRead(id: hidden.id, itemClass: .genericPassword, caller: caller) }
-            expectError(.missingEntitlement) {
-                try kc.find(Query(.genericPassword, genp("svc", "x", [Schema.accessGroup: .string("c")])), caller: caller)
+            expectError(.itemNotFound) {
+                try kc.item(id: hidden.id, itemClass: .genericPassword, withData: false, caller: caller)
+            }
+            expectError(.itemNotFound) {
+                try kc.authorizeRead(id: hidden.id, itemClass: .genericPassword, caller: caller)
             }
             expectError(.missingEntitlement) {
-                try kc.add(.genericPassword, genp("svc", "y", [Schema.accessGroup: .string("c")]), data: [], caller: caller)
+                try kc.find(
+                    Query(.genericPassword, genp("svc", "x", [Schema.accessGroup: .string("c")])), caller: caller)
+            }
+            expectError(.missingEntitlement) {
+                try kc.add(
+                    .genericPassword, genp("svc", "y", [Schema.accessGroup: .string("c")]), data: [], caller: caller)
             }
             #expect(try !kc.hasItems(.genericPassword, grouping: .string("svc"), caller: caller))
             #expect(try kc.hasItems(.genericPassword, grouping: .string("svc"), caller: owner))
@@ -179,7 +220,8 @@ struct CoreAPITests {
             #expect(one.id != two.id)
             expectError(.duplicateItem) { try kc.add(.key, [Schema.label: .string("one")], data: key) }
             // A tag given explicitly is kept.
-            let three = try kc.add(.key, [Schema.label: .string("three"), Schema.applicationTag: .data([1, 2])], data: key)
+            let three = try kc.add(
+                .key, [Schema.label: .string("three"), Schema.applicationTag: .data([1, 2])], data: key)
             #expect(three[Schema.applicationTag] == .data([1, 2]))
             // No label: no tag beyond the empty default.
             let unnamed = try kc.add(.key, [:], data: key)
@@ -211,7 +253,9 @@ struct CoreAPITests {
             let bundle = try kc.identityBundle(certificateID: certificate.id)
             #expect(bundle == CertificateData.pem(try CertificateData.der(from: cert)) + key)
             #expect(bundle == cert + key, "openssl's PEM and ours agree")
-            expectError(.itemNotFound) { try kc.identityBundle(certificateID: certificate.id, caller: Caller(accessGroups: ["other"])) }
+            expectError(.itemNotFound) {
+                try kc.identityBundle(certificateID: certificate.id, caller: Caller(accessGroups: ["other"]))
+            }
             expectError(.itemNotFound) { try kc.identityBundle(certificateID: certificate.id + 1000) }
             kc.lock()
             expectError(.interactionNotAllowed) { try kc.identityBundle(certificateID: certificate.id) }
@@ -228,10 +272,12 @@ struct CoreAPITests {
             keyAttributes[Schema.label] = .string("p")
             let keyItem = try kc.add(.key, keyAttributes, data: key)
             let presence = CountingPresence()
-            #expect(try kc.identityBundle(certificateID: certificate.id, caller: Caller(presence: presence)) == cert + key)
+            #expect(
+                try kc.identityBundle(certificateID: certificate.id, caller: Caller(presence: presence)) == cert + key)
             #expect(presence.askedIDs == [keyItem.id])
             expectError(.userCanceled) {
-                try kc.identityBundle(certificateID: certificate.id, caller: Caller(presence: CountingPresence(refusing: .userCanceled)))
+                try kc.identityBundle(
+                    certificateID: certificate.id, caller: Caller(presence: CountingPresence(refusing: .userCanceled)))
             }
         }
     }
@@ -243,17 +289,21 @@ struct CoreAPITests {
         try withVault { v in
             let kc = v.keychain
             let neighbour = try kc.add(.genericPassword, genp("svc", "other"), data: bytes("untouched"))
-            let first = try kc.addOrUpdate(.genericPassword, genp("svc", "acct", [Schema.named("comment"): .string("c1")]),
-                                           data: bytes("one"))
+            let first = try kc.addOrUpdate(
+                .genericPassword, genp("svc", "acct", [Schema.named("comment"): .string("c1")]),
+                data: bytes("one"))
             #expect(first.added)
-            let second = try kc.addOrUpdate(.genericPassword, genp("svc", "acct", [Schema.named("comment"): .string("c2")]),
-                                            data: bytes("two"))
+            let second = try kc.addOrUpdate(
+                .genericPassword, genp("svc", "acct", [Schema.named("comment"): .string("c2")]),
+                data: bytes("two"))
             #expect(!second.added)
             #expect(second.item.id == first.item.id)
             #expect(second.item.string(Schema.named("comment")) == "c2")
             #expect(try secret(kc, "svc", "acct") == bytes("two"))
             #expect(try secret(kc, "svc", "other") == bytes("untouched"))
-            #expect(try kc.item(id: neighbour.id, itemClass: .genericPassword, withData: false).string(Schema.named("comment")) == nil)
+            #expect(
+                try kc.item(id: neighbour.id, itemClass: .genericPassword, withData: false).string(
+                    Schema.named("comment")) == nil)
             #expect(try kc.itemCount() == 2)
             // Attributes not given keep their values.
             let third = try kc.addOrUpdate(.genericPassword, genp("svc", "acct"), data: bytes("three"))
@@ -268,19 +318,26 @@ struct CoreAPITests {
             let kc = v.keychain
             let caller = Caller(accessGroups: ["g1", "g2"])
             let inG1 = try kc.add(.genericPassword, genp("svc"), data: bytes("g1"), caller: caller)
-            let inG2 = try kc.add(.genericPassword, genp("svc", nil, [Schema.accessGroup: .string("g2")]), data: bytes("g2"), caller: caller)
-            let synced = try kc.add(.genericPassword, genp("svc", nil, [Schema.synchronizable: .bool(true)]), data: bytes("sync"),
-                                    caller: caller)
+            let inG2 = try kc.add(
+                .genericPassword, genp("svc", nil, [Schema.accessGroup: .string("g2")]), data: bytes("g2"),
+                caller: caller)
+            let synced = try kc.add(
+                .genericPassword, genp("svc", nil, [Schema.synchronizable: .bool(true)]), data: bytes("sync"),
+                caller: caller)
             let updated = try kc.addOrUpdate(.genericPassword, genp("svc", ""), data: bytes("g1 new"), caller: caller)
             #expect(!updated.added && updated.item.id == inG1.id)
-            let updated2 = try kc.addOrUpdate(.genericPassword, genp("svc", nil, [Schema.accessGroup: .string("g2")]),
-                                              data: bytes("g2 new"), caller: caller)
+            let updated2 = try kc.addOrUpdate(
+                .genericPassword, genp("svc", nil, [Schema.accessGroup: .string("g2")]),
+                data: bytes("g2 new"), caller: caller)
             #expect(!updated2.added && updated2.item.id == inG2.id)
-            let updated3 = try kc.addOrUpdate(.genericPassword, genp("svc", nil, [Schema.synchronizable: .bool(true)]),
-                                              data: bytes("sync new"), caller: caller)
+            let updated3 = try kc.addOrUpdate(
+                .genericPassword, genp("svc", nil, [Schema.synchronizable: .bool(true)]),
+                data: bytes("sync new"), caller: caller)
             #expect(!updated3.added && updated3.item.id == synced.id)
-            let all = try kc.copyMatching(Query(.genericPassword, matchLimit: .all, returnData: true, synchronizableAny: true), caller: caller)
-            #expect(Dictionary(uniqueKeysWithValues: all.map { ($0.id, $0.data ?? []) })
+            let all = try kc.copyMatching(
+                Query(.genericPassword, matchLimit: .all, returnData: true, synchronizableAny: true), caller: caller)
+            #expect(
+                Dictionary(uniqueKeysWithValues: all.map { ($0.id, $0.data ?? []) })
                     == [inG1.id: bytes("g1 new"), inG2.id: bytes("g2 new"), synced.id: bytes("sync new")])
         }
     }
@@ -309,9 +366,11 @@ struct CoreAPITests {
         try withVault { v in
             let kc = v.keychain
             let item = try kc.add(.genericPassword, genp("svc", "a"), data: bytes("s"))
-            for (id, itemClass, caller) in [(item.id, ItemClass.internetPassword, Caller.default),
-                                            (item.id, .genericPassword, Caller(accessGroups: ["other"])),
-                                            (item.id + 1, .genericPassword, Caller.default)] {
+            for (id, itemClass, caller) in [
+                (item.id, ItemClass.internetPassword, Caller.default),
+                (item.id, .genericPassword, Caller(accessGroups: ["other"])),
+                (item.id + 1, .genericPassword, Caller.default),
+            ] {
                 expectError(.itemNotFound, containing: ["item \(id)"]) {
                     try kc.item(id: id, itemClass: itemClass, withData: false, caller: caller)
                 }
@@ -333,7 +392,8 @@ struct CoreAPITests {
     func itemByIDSynchronizable() throws {
         try withVault { v in
             let kc = v.keychain
-            let synced = try kc.add(.genericPassword, genp("svc", "a", [Schema.synchronizable: .bool(true)]), data: bytes("s"))
+            let synced = try kc.add(
+                .genericPassword, genp("svc", "a", [Schema.synchronizable: .bool(true)]), data: bytes("s"))
             expectError(.itemNotFound) { try kc.item(id: synced.id, itemClass: .genericPassword, withData: false) }
             expectError(.itemNotFound) { try kc.find(Query(.genericPassword, persistentReference: synced.id)) }
             #expect(try kc.authorizeRead(id: synced.id, itemClass: .genericPassword).dataLength == 1)
@@ -347,18 +407,30 @@ struct CoreAPITests {
             let plain = try kc.add(.genericPassword, genp("svc", "plain"), data: bytes("p"))
             let guarded = try kc.add(.genericPassword, genp("svc", "guarded", presenceRequired), data: bytes("g"))
             let caller = Caller(presence: CountingPresence())
-            expectError(.itemNotFound) { try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: caller, ui: .skip) }
+            expectError(.itemNotFound) {
+                try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: caller, ui: .skip)
+            }
             expectError(.interactionRequired) {
                 try kc.item(id: guarded.id, itemClass: .genericPassword, withData: true, caller: caller, ui: .fail)
             }
-            expectError(.interactionRequired) { try kc.authorizeRead(id: guarded.id, itemClass: .genericPassword, caller: caller, ui: .fail) }
-            #expect(try kc.item(id: guarded.id, itemClass: .genericPassword, withData: false, caller: caller, ui: .fail).dataLength == 1)
+            expectError(.interactionRequired) {
+                try kc.authorizeRead(id: guarded.id, itemClass: .genericPassword, caller: caller, ui: .fail)
+            }
+            #expect(
+                try kc.item(id: guarded.id, itemClass: .genericPassword, withData: false, caller: caller, ui: .fail)
+                    .dataLength == 1)
             kc.lock()
-            #expect(try kc.item(id: plain.id, itemClass: .genericPassword, withData: false).string(Schema.account) == "plain")
-            expectError(.interactionNotAllowed) { try kc.item(id: plain.id, itemClass: .genericPassword, withData: true) }
+            #expect(
+                try kc.item(id: plain.id, itemClass: .genericPassword, withData: false).string(Schema.account)
+                    == "plain")
+            expectError(.interactionNotAllowed) {
+                try kc.item(id: plain.id, itemClass: .genericPassword, withData: true)
+            }
             expectError(.interactionNotAllowed) { try kc.authorizeRead(id: plain.id, itemClass: .genericPassword) }
             let fresh = try v.open()
-            expectError(.interactionNotAllowed) { try fresh.item(id: plain.id, itemClass: .genericPassword, withData: false) }
+            expectError(.interactionNotAllowed) {
+                try fresh.item(id: plain.id, itemClass: .genericPassword, withData: false)
+            }
         }
     }
 

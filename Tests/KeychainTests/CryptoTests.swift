@@ -30,9 +30,13 @@ struct PassphraseTests {
         try withVault { v throws in
             let kc = v.keychain
             try kc.add(.genericPassword, genp("svc", "a"), data: bytes("secret a"))
-            try kc.add(.genericPassword, genp("svc", "tdo", [A.accessible: .accessibility(.whenUnlockedThisDeviceOnly)]), data: bytes("tdo"))
+            try kc.add(
+                .genericPassword, genp("svc", "tdo", [A.accessible: .accessibility(.whenUnlockedThisDeviceOnly)]),
+                data: bytes("tdo"))
             let before = try snapshot(kc)
-            expectError(.authFailed) { try kc.changePassphrase(old: try secure("wrong"), new: try secure("new passphrase")) }
+            expectError(.authFailed) {
+                try kc.changePassphrase(old: try secure("wrong"), new: try secure("new passphrase"))
+            }
             try kc.changePassphrase(old: try secure(testPassphrase), new: try secure("new passphrase"))
 
             let fresh = try v.open()
@@ -50,14 +54,18 @@ struct PassphraseTests {
         try withVault { v throws in
             let kc = v.keychain
             try kc.add(.genericPassword, genp("svc", "a"), data: bytes("x"))
-            let newParameters = PasswordHashParameters(opsLimit: PasswordHashParameters.interactive.opsLimit + 1,
-                                                       memLimit: PasswordHashParameters.interactive.memLimit)
-            try kc.changePassphrase(old: try secure(testPassphrase), new: try secure("new passphrase"), parameters: newParameters)
+            let newParameters = PasswordHashParameters(
+                opsLimit: PasswordHashParameters.interactive.opsLimit + 1,
+                memLimit: PasswordHashParameters.interactive.memLimit)
+            try kc.changePassphrase(
+                old: try secure(testPassphrase), new: try secure("new passphrase"), parameters: newParameters)
             #expect(kc.kdfParameters == newParameters)
             kc.lock()
             expectError(.authFailed) { try kc.unlock(passphrase: try secure(testPassphrase)) }
             #expect(throws: Never.self) { try kc.unlock(passphrase: try secure("new passphrase")) }
-            #expect(throws: Never.self) { try kc.changePassphrase(old: try secure("new passphrase"), new: try secure("third")) }
+            #expect(throws: Never.self) {
+                try kc.changePassphrase(old: try secure("new passphrase"), new: try secure("third"))
+            }
             #expect(try v.open().kdfParameters == newParameters)
         }
     }
@@ -80,7 +88,9 @@ struct PassphraseTests {
     func emptyPassphraseIsNotNUL() throws {
         try withTempDir { dir throws in
             expectError(.param) {
-                try Keychain.create(at: dir + "/v.vault", passphrase: try secure(""), parameters: .interactive, deviceKeyPath: dir + "/dk")
+                try Keychain.create(
+                    at: dir + "/v.vault", passphrase: try secure(""), parameters: .interactive,
+                    deviceKeyPath: dir + "/dk")
             }
             #expect(!FileManager.default.fileExists(atPath: dir + "/v.vault"))
         }
@@ -96,13 +106,16 @@ struct PassphraseTests {
         try withTempDir { dir throws in
             let weak = PasswordHashParameters(opsLimit: 1, memLimit: PasswordHashParameters.interactive.memLimit)
             expectError(.param) {
-                try Keychain.create(at: dir + "/v.vault", passphrase: try secure("p"), parameters: weak, deviceKeyPath: dir + "/dk")
+                try Keychain.create(
+                    at: dir + "/v.vault", passphrase: try secure("p"), parameters: weak, deviceKeyPath: dir + "/dk")
             }
             #expect(!FileManager.default.fileExists(atPath: dir + "/v.vault"))
         }
         try withVault { v throws in
             let weak = PasswordHashParameters(opsLimit: PasswordHashParameters.interactive.opsLimit, memLimit: 8192)
-            expectError(.param) { try v.keychain.changePassphrase(old: try secure(testPassphrase), new: try secure("n"), parameters: weak) }
+            expectError(.param) {
+                try v.keychain.changePassphrase(old: try secure(testPassphrase), new: try secure("n"), parameters: weak)
+            }
             try v.openUnlocked().verifyIntegrity()
         }
     }
@@ -110,8 +123,9 @@ struct PassphraseTests {
 
 @Suite("Tampering with item rows")
 struct RowTamperTests {
-    @Test("a flipped byte in an item's blob column is errSecDecode on read and fails the manifest",
-          arguments: ["attrs", "item_key", "data"], ["first", "middle", "last"])
+    @Test(
+        "a flipped byte in an item's blob column is errSecDecode on read and fails the manifest",
+        arguments: ["attrs", "item_key", "data"], ["first", "middle", "last"])
     func flippedByte(_ column: String, _ position: String) throws {
         try withVault { v throws in
             let kc = v.keychain
@@ -120,7 +134,11 @@ struct RowTamperTests {
             try kc.verifyIntegrity()
 
             try v.raw().flipByte(column, id: target.id) { count in
-                switch position { case "first": 0; case "middle": count / 2; default: count - 1 }
+                switch position {
+                case "first": 0;
+                case "middle": count / 2;
+                default: count - 1
+                }
             }
 
             expectError(.decode, containing: ["tampered"]) { try secret(kc, "target", "a") }
@@ -137,8 +155,9 @@ struct RowTamperTests {
         }
     }
 
-    @Test("altered version, data generation, class or index columns fail the manifest",
-          arguments: ["version", "data_gen", "class", "pidx", "sidx"])
+    @Test(
+        "altered version, data generation, class or index columns fail the manifest",
+        arguments: ["version", "data_gen", "class", "pidx", "sidx"])
     func alteredColumns(_ column: String) throws {
         try withVault { v throws in
             let kc = v.keychain
@@ -242,7 +261,8 @@ struct RowTamperTests {
             var copy = try db.itemRow(id: a.id)
             copy[1] = .blob([1, 2, 3])
             let columns = RawDB.itemColumns.joined(separator: ", ")
-            try db.query("INSERT INTO items(id, \(columns)) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)", [.integer(a.id + 1)] + copy)
+            try db.query(
+                "INSERT INTO items(id, \(columns)) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)", [.integer(a.id + 1)] + copy)
             expectError(.decode, containing: ["manifest"]) { try kc.verifyIntegrity() }
             expectError(.decode, containing: ["manifest"]) { try v.openUnlocked() }
         }
@@ -256,7 +276,8 @@ struct RowTamperTests {
             try kc.add(.genericPassword, genp("svc", "b"), data: bytes("b"))
             let db = try v.raw()
             let old = try db.itemRow(id: a.id)
-            try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [A.label: s("new")], data: bytes("new secret"))
+            try kc.update(
+                Query(.genericPassword, genp("svc", "a")), attributes: [A.label: s("new")], data: bytes("new secret"))
             #expect(try secret(kc, "svc", "a") == bytes("new secret"))
             try kc.verifyIntegrity()
             try db.writeItemRow(id: a.id, old)
@@ -297,8 +318,9 @@ struct HeaderTamperTests {
         (interactive.opsLimit, sensitive.memLimit * 4 + 1),
     ]
 
-    @Test("KDF parameters outside the accepted range are refused with errSecDecode before deriving",
-          arguments: outOfRange)
+    @Test(
+        "KDF parameters outside the accepted range are refused with errSecDecode before deriving",
+        arguments: outOfRange)
     func outOfRangeParameters(_ ops: UInt64, _ mem: UInt64) throws {
         try withVault { v throws in
             let db = try v.raw()
@@ -307,7 +329,9 @@ struct HeaderTamperTests {
             let kc = try v.open()
             #expect(kc.kdfParameters == PasswordHashParameters(opsLimit: ops, memLimit: mem))
             // Refused before any Argon2id work: the 2^50-byte case would otherwise be errSecAllocate.
-            expectError(.decode, containing: ["Argon2id parameters"]) { try kc.unlock(passphrase: try secure(testPassphrase)) }
+            expectError(.decode, containing: ["Argon2id parameters"]) {
+                try kc.unlock(passphrase: try secure(testPassphrase))
+            }
             #expect(kc.lockState == .neverUnlocked)
         }
     }
@@ -322,9 +346,11 @@ struct HeaderTamperTests {
         }
     }
 
-    @Test("altered salt, wrapped master key or vault id: errSecAuthFailed, never a wrong key", arguments: [
-        "kdf_salt", "master_key", "vault_id",
-    ])
+    @Test(
+        "altered salt, wrapped master key or vault id: errSecAuthFailed, never a wrong key",
+        arguments: [
+            "kdf_salt", "master_key", "vault_id",
+        ])
     func alteredHeaderField(_ name: String) throws {
         try withVault { v throws in
             try v.keychain.add(.genericPassword, genp("svc", "a"), data: bytes("x"))
@@ -361,7 +387,10 @@ struct HeaderTamperTests {
     func classKeys() throws {
         try withVault { v throws in
             let db = try v.raw()
-            guard case .blob(var wrapped)? = try db.query("SELECT wrapped FROM class_keys WHERE protection = 'ak'").first?.first else {
+            guard
+                case .blob(var wrapped)? = try db.query("SELECT wrapped FROM class_keys WHERE protection = 'ak'").first?
+                    .first
+            else {
                 Issue.record("no class key for ak"); return
             }
             wrapped[30] ^= 0x80
@@ -375,10 +404,13 @@ struct HeaderTamperTests {
 
 @Suite("Files that are not vaults")
 struct NotAVaultTests {
-    enum Kind: String, CaseIterable, Sendable { case randomBytes, emptyFile, otherSQLite, directory, sqliteHeaderGarbage }
+    enum Kind: String, CaseIterable, Sendable {
+        case randomBytes, emptyFile, otherSQLite, directory, sqliteHeaderGarbage
+    }
 
-    @Test("opening something that is not a vault is errSecDecode 'not a keychainfs vault', and leaves it untouched",
-          arguments: Kind.allCases)
+    @Test(
+        "opening something that is not a vault is errSecDecode 'not a keychainfs vault', and leaves it untouched",
+        arguments: Kind.allCases)
     func notAVault(_ kind: Kind) throws {
         try withTempDir { dir throws in
             let path = dir + "/thing"
@@ -400,14 +432,17 @@ struct NotAVaultTests {
                 #expect(FileManager.default.createFile(atPath: path, contents: Data(data)))
             }
             let before = kind == .directory ? nil : FileManager.default.contents(atPath: path)
-            expectError(.decode, containing: ["not a keychainfs vault"]) { try Keychain.open(at: path, deviceKeyPath: dir + "/dk") }
+            expectError(.decode, containing: ["not a keychainfs vault"]) {
+                try Keychain.open(at: path, deviceKeyPath: dir + "/dk")
+            }
             if kind != .directory {
                 #expect(FileManager.default.contents(atPath: path) == before)
             }
             #expect(!FileManager.default.fileExists(atPath: dir + "/dk"))
             // Creating over it is refused too.
             expectError(.duplicateKeychain) {
-                try Keychain.create(at: path, passphrase: try secure("p"), parameters: .interactive, deviceKeyPath: dir + "/dk")
+                try Keychain.create(
+                    at: path, passphrase: try secure("p"), parameters: .interactive, deviceKeyPath: dir + "/dk")
             }
             if kind != .directory { #expect(FileManager.default.contents(atPath: path) == before) }
         }
@@ -417,7 +452,9 @@ struct NotAVaultTests {
     func missingFile() throws {
         try withTempDir { dir throws in
             expectError(.noSuchKeychain) { try Keychain.open(at: dir + "/absent.vault", deviceKeyPath: dir + "/dk") }
-            expectError(.noSuchKeychain) { try Keychain.open(at: dir + "/no/such/dir/absent.vault", deviceKeyPath: dir + "/dk") }
+            expectError(.noSuchKeychain) {
+                try Keychain.open(at: dir + "/no/such/dir/absent.vault", deviceKeyPath: dir + "/dk")
+            }
             #expect(try FileManager.default.contentsOfDirectory(atPath: dir).isEmpty)
         }
     }
@@ -435,7 +472,9 @@ struct NotAVaultTests {
         try withVault { v throws in
             try v.keychain.add(.genericPassword, genp("svc", "a"), data: bytes("keep me"))
             expectError(.duplicateKeychain) {
-                try Keychain.create(at: v.path, passphrase: try secure("other"), parameters: .interactive, deviceKeyPath: v.deviceKeyPath)
+                try Keychain.create(
+                    at: v.path, passphrase: try secure("other"), parameters: .interactive,
+                    deviceKeyPath: v.deviceKeyPath)
             }
             #expect(try secret(try v.openUnlocked(), "svc", "a") == bytes("keep me"))
         }
@@ -444,27 +483,38 @@ struct NotAVaultTests {
 
 @Suite("Device binding")
 struct DeviceBindingTests {
-    @Test("ThisDeviceOnly data is unreadable with another device key; other items still read",
-          arguments: ["absent", "different"])
+    @Test(
+        "ThisDeviceOnly data is unreadable with another device key; other items still read",
+        arguments: ["absent", "different"])
     func otherDevice(_ otherKey: String) throws {
         try withVault { v throws in
             let kc = v.keychain
             try kc.add(.genericPassword, genp("svc", "plain"), data: bytes("plain secret"))
-            try kc.add(.genericPassword, genp("svc", "bound", [A.accessible: .accessibility(.whenUnlockedThisDeviceOnly)]), data: bytes("bound secret"))
-            try kc.add(.genericPassword, genp("svc", "bound-afu", [A.accessible: .accessibility(.afterFirstUnlockThisDeviceOnly)]), data: bytes("afu"))
+            try kc.add(
+                .genericPassword, genp("svc", "bound", [A.accessible: .accessibility(.whenUnlockedThisDeviceOnly)]),
+                data: bytes("bound secret"))
+            try kc.add(
+                .genericPassword,
+                genp("svc", "bound-afu", [A.accessible: .accessibility(.afterFirstUnlockThisDeviceOnly)]),
+                data: bytes("afu"))
             let otherPath = v.dir + "/other-machine/device.key"
             if otherKey == "different" {
-                try FileManager.default.createDirectory(atPath: v.dir + "/other-machine", withIntermediateDirectories: true)
+                try FileManager.default.createDirectory(
+                    atPath: v.dir + "/other-machine", withIntermediateDirectories: true)
                 #expect(FileManager.default.createFile(atPath: otherPath, contents: Data(Sodium.randomBytes(32))))
             }
             let elsewhere = try v.openUnlocked(deviceKeyPath: otherPath)
             #expect(try secret(elsewhere, "svc", "plain") == bytes("plain secret"))
             expectError(.interactionNotAllowed, containing: ["device key"]) { try secret(elsewhere, "svc", "bound") }
-            expectError(.interactionNotAllowed, containing: ["device key"]) { try secret(elsewhere, "svc", "bound-afu") }
+            expectError(.interactionNotAllowed, containing: ["device key"]) {
+                try secret(elsewhere, "svc", "bound-afu")
+            }
             // Attributes are still listed.
             #expect(try elsewhere.copyMatching(Query(.genericPassword, genp("svc"), matchLimit: .all)).count == 3)
             expectError(.interactionNotAllowed) {
-                try elsewhere.add(.genericPassword, genp("svc", "new", [A.accessible: .accessibility(.whenUnlockedThisDeviceOnly)]), data: [])
+                try elsewhere.add(
+                    .genericPassword, genp("svc", "new", [A.accessible: .accessibility(.whenUnlockedThisDeviceOnly)]),
+                    data: [])
             }
             try elsewhere.verifyIntegrity()
             // Opening elsewhere does not create a device key there.

@@ -10,7 +10,9 @@ private func s(_ v: String) -> AttributeValue { .string(v) }
 
 /// Asserts the vault holds exactly `before` and that its manifest still verifies, on this
 /// keychain and on a fresh open.
-private func expectUnchanged(_ v: TestVault, _ before: [ItemSnapshot], sourceLocation: SourceLocation = #_sourceLocation) throws {
+private func expectUnchanged(
+    _ v: TestVault, _ before: [ItemSnapshot], sourceLocation: SourceLocation = #_sourceLocation
+) throws {
     #expect(try snapshot(v.keychain) == before, sourceLocation: sourceLocation)
     #expect(try v.keychain.itemCount() == before.count, sourceLocation: sourceLocation)
     #expect(throws: Never.self, sourceLocation: sourceLocation) { try v.keychain.verifyIntegrity() }
@@ -31,7 +33,9 @@ struct InputTests {
             let kc = v.keychain
             for (i, name) in Self.oddNames.enumerated() {
                 try kc.add(.genericPassword, genp(name, name, [A.label: s(name)]), data: bytes("secret \(i)"))
-                try kc.add(.internetPassword, [A.server: s(name), A.account: s(name), A.path: s(name)], data: bytes("inet \(i)"))
+                try kc.add(
+                    .internetPassword, [A.server: s(name), A.account: s(name), A.path: s(name)],
+                    data: bytes("inet \(i)"))
             }
             #expect(try kc.itemCount() == 2 * Self.oddNames.count)
             for (i, name) in Self.oddNames.enumerated() {
@@ -45,14 +49,18 @@ struct InputTests {
                 #expect(byService.map(\.id) == [item.id], "service \(i)")
                 let byLabel = try kc.copyMatching(Query(.genericPassword, [A.label: s(name)], matchLimit: .all))
                 #expect(byLabel.map(\.id) == [item.id], "label \(i)")
-                let inet = try kc.find(Query(.internetPassword, [A.server: s(name), A.account: s(name), A.path: s(name)], returnData: true))
+                let inet = try kc.find(
+                    Query(
+                        .internetPassword, [A.server: s(name), A.account: s(name), A.path: s(name)], returnData: true))
                 #expect(inet.data == bytes("inet \(i)"))
             }
             // Messages name the item on one line, whatever its name holds.
             for name in Self.oddNames {
                 let e = expectError(.duplicateItem) { try kc.add(.genericPassword, genp(name, name), data: []) }
-                #expect(e.map { !$0.message.contains("\n") && !$0.message.contains("\r") && !$0.message.contains("\u{0}") } ?? false,
-                        "one-line message for \(Array(name.utf8).prefix(20))")
+                #expect(
+                    e.map { !$0.message.contains("\n") && !$0.message.contains("\r") && !$0.message.contains("\u{0}") }
+                        ?? false,
+                    "one-line message for \(Array(name.utf8).prefix(20))")
             }
             // NUL does not truncate: "a\0b", "a\0", "\0" are not "a" or "".
             expectError(.itemNotFound) { try kc.find(Query(.genericPassword, genp("a", "a"))) }
@@ -72,11 +80,15 @@ struct InputTests {
             // Primary-index path: exact bytes.
             expectError(.itemNotFound) { try kc.find(Query(.genericPassword, genp("nfc", nfd))) }
             // Scan path (account only): must agree with the index path and match bytes exactly.
-            let byAccount = try kc.copyMatching(Query(.genericPassword, [A.account: s(nfc)], matchLimit: .all, returnData: true))
-            #expect(byAccount.compactMap(\.data) == [bytes("nfc")], "a query for the NFC account also returned the NFD item")
+            let byAccount = try kc.copyMatching(
+                Query(.genericPassword, [A.account: s(nfc)], matchLimit: .all, returnData: true))
+            #expect(
+                byAccount.compactMap(\.data) == [bytes("nfc")], "a query for the NFC account also returned the NFD item"
+            )
             // Same for update and delete: they must not touch the NFD item.
             expectError(.itemNotFound) { try kc.delete(Query(.genericPassword, [A.account: s("no such account")])) }
-            #expect(try kc.update(Query(.genericPassword, [A.account: s(nfc)]), attributes: [A.label: s("touched")]) == 1)
+            #expect(
+                try kc.update(Query(.genericPassword, [A.account: s(nfc)]), attributes: [A.label: s("touched")]) == 1)
             #expect(try kc.delete(Query(.genericPassword, [A.account: s(nfc)])) == 1)
             let nfdItem = try kc.find(Query(.genericPassword, genp("nfd", nfd), returnData: true))
             #expect(nfdItem.data == bytes("nfd"))
@@ -114,13 +126,16 @@ struct InputTests {
             try expectUnchanged(v, before)
             // Multi-byte characters count in bytes: 21846 × 3 bytes = 65538.
             expectError(.dataTooLarge) {
-                try kc.add(.genericPassword, genp("svc", "over", [A.label: s(String(repeating: "€", count: 21846))]), data: [])
+                try kc.add(
+                    .genericPassword, genp("svc", "over", [A.label: s(String(repeating: "€", count: 21846))]), data: [])
             }
             expectError(.dataTooLarge) {
                 try kc.add(.genericPassword, genp(max + "x", "over"), data: [])
             }
             expectError(.dataTooLarge) {
-                try kc.add(.genericPassword, genp("svc", "over", [.named("generic"): .data([UInt8](repeating: 1, count: 65537))]), data: [])
+                try kc.add(
+                    .genericPassword,
+                    genp("svc", "over", [.named("generic"): .data([UInt8](repeating: 1, count: 65537))]), data: [])
             }
             expectError(.dataTooLarge) {
                 try kc.update(Query(.genericPassword, genp("svc", "max")), attributes: [A.label: s(max + "L")])
@@ -156,7 +171,9 @@ struct InputTests {
             }
             try expectUnchanged(v, before)
             // The secret message never contains the secret.
-            let e = expectError(.dataTooLarge) { try kc.add(.genericPassword, genp("svc", "x"), data: bytes("SECRETMARK") + big) }
+            let e = expectError(.dataTooLarge) {
+                try kc.add(.genericPassword, genp("svc", "x"), data: bytes("SECRETMARK") + big)
+            }
             #expect(e.map { !$0.message.contains("SECRETMARK") } ?? false)
 
             // Replacing with exactly 1 MiB works.
@@ -174,9 +191,13 @@ struct InputTests {
             let before = try snapshot(kc)
             expectError(.duplicateItem) { try kc.add(.genericPassword, genp("svc", "a"), data: bytes("other")) }
             expectError(.noSuchAttr) { try kc.add(.genericPassword, genp("svc", "b", [A.server: s("h")]), data: []) }
-            expectError(.missingEntitlement) { try kc.add(.genericPassword, genp("svc", "b", [A.accessGroup: s("x")]), data: []) }
+            expectError(.missingEntitlement) {
+                try kc.add(.genericPassword, genp("svc", "b", [A.accessGroup: s("x")]), data: [])
+            }
             expectError(.param) { try kc.delete(Query(.genericPassword, matchLimit: .all)) }
-            expectError(.readOnlyAttr) { try kc.update(Query(.genericPassword, genp("svc")), attributes: [A.creationDate: .date(Date())]) }
+            expectError(.readOnlyAttr) {
+                try kc.update(Query(.genericPassword, genp("svc")), attributes: [A.creationDate: .date(Date())])
+            }
             try expectUnchanged(v, before)
         }
     }

@@ -19,7 +19,9 @@ struct AddTests {
             try kc.add(.genericPassword, genp("svc", "alice"), data: bytes("one"))
             expectError(.duplicateItem) { try kc.add(.genericPassword, genp("svc", "alice"), data: bytes("two")) }
             expectError(.duplicateItem) {
-                try kc.add(.genericPassword, genp("svc", "alice", [A.label: s("another label"), .named("comment"): s("c")]), data: bytes("three"))
+                try kc.add(
+                    .genericPassword, genp("svc", "alice", [A.label: s("another label"), .named("comment"): s("c")]),
+                    data: bytes("three"))
             }
             try kc.add(.genericPassword, genp("svc", "bob"), data: bytes("b"))
             try kc.add(.genericPassword, genp("svc2", "alice"), data: bytes("c"))
@@ -48,9 +50,11 @@ struct AddTests {
     func internetPasswordKey() throws {
         try withVault { v throws in
             let kc = v.keychain
-            let base: Attributes = [A.server: s("example.com"), A.account: s("alice"), A.protocolAttribute: s("htps"),
-                                    A.port: .number(443), A.path: s("/repo"), A.securityDomain: s("realm"),
-                                    A.authenticationType: s("dflt")]
+            let base: Attributes = [
+                A.server: s("example.com"), A.account: s("alice"), A.protocolAttribute: s("htps"),
+                A.port: .number(443), A.path: s("/repo"), A.securityDomain: s("realm"),
+                A.authenticationType: s("dflt"),
+            ]
             try kc.add(.internetPassword, base, data: bytes("base"))
             expectError(.duplicateItem) { try kc.add(.internetPassword, base, data: bytes("again")) }
             var withLabel = base
@@ -75,24 +79,33 @@ struct AddTests {
             // Missing key attributes are their empty values: no port is port 0, no path is "".
             try kc.add(.internetPassword, [A.server: s("bare.example"), A.account: s("a")], data: [])
             expectError(.duplicateItem) {
-                try kc.add(.internetPassword, [A.server: s("bare.example"), A.account: s("a"), A.port: .number(0),
-                                               A.path: s(""), A.protocolAttribute: s("")], data: [])
+                try kc.add(
+                    .internetPassword,
+                    [
+                        A.server: s("bare.example"), A.account: s("a"), A.port: .number(0),
+                        A.path: s(""), A.protocolAttribute: s(""),
+                    ], data: [])
             }
         }
     }
 
     // Certificates: see CertificateTests.certificateKey (their key comes from real DER).
-    @Test("access group and synchronizable are part of every class's key", arguments: [
-        ItemClass.genericPassword, .internetPassword, .key,
-    ])
+    @Test(
+        "access group and synchronizable are part of every class's key",
+        arguments: [
+            ItemClass.genericPassword, .internetPassword, .key,
+        ])
     func groupAndSyncInEveryKey(_ itemClass: ItemClass) throws {
         let caller = Caller(accessGroups: ["g1", "g2"])
         let base: Attributes
         switch itemClass {
         case .genericPassword: base = genp("svc", "acct")
         case .internetPassword: base = [A.server: s("host"), A.account: s("acct")]
-        default: base = [.named("keyClass"): .number(1), .named("applicationLabel"): .data([9, 9]),
-                         .named("keyType"): .number(73)]
+        default:
+            base = [
+                .named("keyClass"): .number(1), .named("applicationLabel"): .data([9, 9]),
+                .named("keyType"): .number(73),
+            ]
         }
         try withVault { v throws in
             let kc = v.keychain
@@ -105,8 +118,10 @@ struct AddTests {
             for attrs in [g1, g2, g1Sync, base] {
                 expectError(.duplicateItem) { try kc.add(itemClass, attrs, data: bytes("dup"), caller: caller) }
             }
-            let all = try kc.copyMatching(Query(itemClass, matchLimit: .all, returnData: true, synchronizableAny: true), caller: caller)
-            #expect(Set(all.compactMap { $0.data.map { String(decoding: $0, as: UTF8.self) } }) == ["g1", "g2", "g1-sync"])
+            let all = try kc.copyMatching(
+                Query(itemClass, matchLimit: .all, returnData: true, synchronizableAny: true), caller: caller)
+            #expect(
+                Set(all.compactMap { $0.data.map { String(decoding: $0, as: UTF8.self) } }) == ["g1", "g2", "g1-sync"])
         }
     }
 
@@ -114,11 +129,13 @@ struct AddTests {
     func keyClassKey() throws {
         try withVault { v throws in
             let kc = v.keychain
-            let base: Attributes = [.named("keyClass"): .number(1), .named("applicationLabel"): .data([1]),
-                                    .named("applicationTag"): .data(bytes("tag")), .named("keyType"): .number(42),
-                                    .named("keySizeInBits"): .number(2048), .named("effectiveKeySize"): .number(2048),
-                                    .named("creator"): .number(7), .named("startDate"): .date(Date(timeIntervalSince1970: 1000)),
-                                    .named("endDate"): .date(Date(timeIntervalSince1970: 2000))]
+            let base: Attributes = [
+                .named("keyClass"): .number(1), .named("applicationLabel"): .data([1]),
+                .named("applicationTag"): .data(bytes("tag")), .named("keyType"): .number(42),
+                .named("keySizeInBits"): .number(2048), .named("effectiveKeySize"): .number(2048),
+                .named("creator"): .number(7), .named("startDate"): .date(Date(timeIntervalSince1970: 1000)),
+                .named("endDate"): .date(Date(timeIntervalSince1970: 2000)),
+            ]
             try kc.add(.key, base, data: bytes("k"))
             var labelled = base; labelled[A.label] = s("label is not key")
             expectError(.duplicateItem) { try kc.add(.key, labelled, data: []) }
@@ -146,9 +163,19 @@ struct AddTests {
             expectError(.noSuchAttr, containing: ["service"]) {
                 try kc.add(.internetPassword, [A.server: s("host"), A.service: s("svc")], data: [])
             }
-            expectError(.noSuchAttr) { try kc.add(.genericPassword, genp("svc", "a", [.named("keyType"): .number(42)]), data: []) }
-            expectError(.noSuchAttr) { try kc.add(.genericPassword, genp("svc", "a", [.named("generic"): .data([1])]).merging([.named("issuer"): .data([1])]) { a, _ in a }, data: []) }
-            expectError(.noSuchAttr) { try kc.add(.genericPassword, genp("svc", "a", [Schema.itemClassPseudoAttribute: s("inet")]), data: []) }
+            expectError(.noSuchAttr) {
+                try kc.add(.genericPassword, genp("svc", "a", [.named("keyType"): .number(42)]), data: [])
+            }
+            expectError(.noSuchAttr) {
+                try kc.add(
+                    .genericPassword,
+                    genp("svc", "a", [.named("generic"): .data([1])]).merging([.named("issuer"): .data([1])]) { a, _ in
+                        a
+                    }, data: [])
+            }
+            expectError(.noSuchAttr) {
+                try kc.add(.genericPassword, genp("svc", "a", [Schema.itemClassPseudoAttribute: s("inet")]), data: [])
+            }
             #expect(try kc.itemCount() == 0)
         }
     }
@@ -159,7 +186,8 @@ struct AddTests {
             let kc = v.keychain
             let caller = Caller(accessGroups: ["mine"])
             expectError(.missingEntitlement, containing: ["theirs"]) {
-                try kc.add(.genericPassword, genp("svc", "a", [A.accessGroup: s("theirs")]), data: bytes("x"), caller: caller)
+                try kc.add(
+                    .genericPassword, genp("svc", "a", [A.accessGroup: s("theirs")]), data: bytes("x"), caller: caller)
             }
             expectError(.missingEntitlement) {
                 try kc.add(.genericPassword, genp("svc", "a"), data: bytes("x"), caller: Caller(accessGroups: []))
@@ -179,7 +207,8 @@ struct AddTests {
             #expect(added.accessGroup == "team.first")
             let found = try kc.find(Query(.genericPassword, genp("svc", "a")), caller: caller)
             #expect(found.accessGroup == "team.first")
-            let second = try kc.add(.genericPassword, genp("svc", "a", [A.accessGroup: s("team.second")]), data: bytes("y"), caller: caller)
+            let second = try kc.add(
+                .genericPassword, genp("svc", "a", [A.accessGroup: s("team.second")]), data: bytes("y"), caller: caller)
             #expect(second.accessGroup == "team.second")
             // The default caller is in "default".
             #expect(try kc.add(.genericPassword, genp("svc", "a"), data: []).accessGroup == Caller.defaultAccessGroup)
@@ -237,7 +266,9 @@ struct AddTests {
     func wrongType() throws {
         try withVault { v throws in
             expectError(.param) { try v.keychain.add(.genericPassword, [A.service: .number(1)], data: []) }
-            expectError(.param) { try v.keychain.add(.internetPassword, [A.server: s("h"), A.port: s("443")], data: []) }
+            expectError(.param) {
+                try v.keychain.add(.internetPassword, [A.server: s("h"), A.port: s("443")], data: [])
+            }
             #expect(try v.keychain.itemCount() == 0)
         }
     }
@@ -251,7 +282,9 @@ struct CopyMatchingTests {
     func matchLimits() throws {
         try withVault { v throws in
             let kc = v.keychain
-            for account in ["a", "b", "c"] { try kc.add(.genericPassword, genp("svc", account), data: bytes("secret-" + account)) }
+            for account in ["a", "b", "c"] {
+                try kc.add(.genericPassword, genp("svc", account), data: bytes("secret-" + account))
+            }
             try kc.add(.genericPassword, genp("other", "a"), data: bytes("other"))
             let q = Query(.genericPassword, genp("svc"))
             #expect(try kc.copyMatching(q).count == 1)
@@ -286,10 +319,12 @@ struct CopyMatchingTests {
         }
     }
 
-    @Test("matching is case-sensitive unless caseInsensitive is set", arguments: [
-        // (query attributes) covering the primary-index, secondary-index and scan paths
-        ["service": "github.com", "account": "alice"], ["service": "github.com"], ["account": "ALICE"],
-    ])
+    @Test(
+        "matching is case-sensitive unless caseInsensitive is set",
+        arguments: [
+            // (query attributes) covering the primary-index, secondary-index and scan paths
+            ["service": "github.com", "account": "alice"], ["service": "github.com"], ["account": "ALICE"],
+        ])
     func caseInsensitive(_ query: [String: String]) throws {
         try withVault { v throws in
             let kc = v.keychain
@@ -298,7 +333,8 @@ struct CopyMatchingTests {
             for (name, value) in query { attrs[.named(name)] = s(value) }
             expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, attrs)) }
             expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, attrs, caseInsensitive: false)) }
-            let found = try kc.copyMatching(Query(.genericPassword, attrs, matchLimit: .all, caseInsensitive: true, returnData: true))
+            let found = try kc.copyMatching(
+                Query(.genericPassword, attrs, matchLimit: .all, caseInsensitive: true, returnData: true))
             #expect(found.count == 1)
             #expect(found.first?.data == bytes("pw"))
         }
@@ -316,16 +352,22 @@ struct CopyMatchingTests {
             }
             #expect(try accounts(Query(.genericPassword, genp("svc"))) == ["local"])
             #expect(try accounts(Query(.genericPassword)) == ["local"])
-            #expect(try accounts(Query(.genericPassword, genp("svc", nil, [A.synchronizable: .bool(false)]))) == ["local"])
-            #expect(try accounts(Query(.genericPassword, genp("svc", nil, [A.synchronizable: .bool(true)]))) == ["cloud"])
+            #expect(
+                try accounts(Query(.genericPassword, genp("svc", nil, [A.synchronizable: .bool(false)]))) == ["local"])
+            #expect(
+                try accounts(Query(.genericPassword, genp("svc", nil, [A.synchronizable: .bool(true)]))) == ["cloud"])
             #expect(try accounts(Query(.genericPassword, genp("svc"), synchronizableAny: true)) == ["local", "cloud"])
             #expect(try accounts(Query(.genericPassword, synchronizableAny: true)) == ["local", "cloud"])
             // Full primary key, without the sync flag: not found; with synchronizableAny: found.
             expectError(.itemNotFound) { try kc.find(Query(.genericPassword, genp("svc", "cloud"))) }
-            #expect(try kc.find(Query(.genericPassword, genp("svc", "cloud"), returnData: true, synchronizableAny: true)).data == bytes("c"))
+            #expect(
+                try kc.find(Query(.genericPassword, genp("svc", "cloud"), returnData: true, synchronizableAny: true))
+                    .data == bytes("c"))
             // The same applies to delete and update.
             expectError(.itemNotFound) { try kc.delete(Query(.genericPassword, genp("svc", "cloud"))) }
-            expectError(.itemNotFound) { try kc.update(Query(.genericPassword, genp("svc", "cloud")), attributes: [A.label: s("x")]) }
+            expectError(.itemNotFound) {
+                try kc.update(Query(.genericPassword, genp("svc", "cloud")), attributes: [A.label: s("x")])
+            }
             #expect(try kc.itemCount() == 2)
         }
     }
@@ -339,9 +381,13 @@ struct CopyMatchingTests {
             #expect(item.data == bytes("x"))
             #expect(item.string(A.service) == "svc")
             expectError(.itemNotFound) { try kc.item(id: added.id, itemClass: .internetPassword, withData: false) }
-            expectError(.itemNotFound) { try kc.item(id: added.id + 1000, itemClass: .genericPassword, withData: false) }
             expectError(.itemNotFound) {
-                try kc.item(id: added.id, itemClass: .genericPassword, withData: false, caller: Caller(accessGroups: ["elsewhere"]))
+                try kc.item(id: added.id + 1000, itemClass: .genericPassword, withData: false)
+            }
+            expectError(.itemNotFound) {
+                try kc.item(
+                    id: added.id, itemClass: .genericPassword, withData: false,
+                    caller: Caller(accessGroups: ["elsewhere"]))
             }
         }
     }
@@ -367,7 +413,8 @@ struct CopyMatchingTests {
         try withVault { v throws in
             let kc = v.keychain
             let ac = AccessControl(protection: .whenUnlocked, flags: [.userPresence])
-            try kc.add(.genericPassword, genp("svc", "guarded", [A.accessControl: .accessControl(ac)]), data: bytes("g"))
+            try kc.add(
+                .genericPassword, genp("svc", "guarded", [A.accessControl: .accessControl(ac)]), data: bytes("g"))
             try kc.add(.genericPassword, genp("svc", "plain"), data: bytes("p"))
             let guarded = Query(.genericPassword, genp("svc", "guarded"), returnData: true, authenticationUI: .fail)
             // Apple says errSecInteractionNotAllowed here; keychainfs deliberately says
@@ -376,8 +423,11 @@ struct CopyMatchingTests {
             var skip = guarded; skip.authenticationUI = .skip
             expectError(.itemNotFound) { try kc.copyMatching(skip) }
             // No presence verifier at all: cannot prompt.
-            expectError(.interactionNotAllowed) { try kc.copyMatching(Query(.genericPassword, genp("svc", "guarded"), returnData: true)) }
-            let listed = try kc.copyMatching(Query(.genericPassword, genp("svc"), matchLimit: .all, returnData: true, authenticationUI: .skip))
+            expectError(.interactionNotAllowed) {
+                try kc.copyMatching(Query(.genericPassword, genp("svc", "guarded"), returnData: true))
+            }
+            let listed = try kc.copyMatching(
+                Query(.genericPassword, genp("svc"), matchLimit: .all, returnData: true, authenticationUI: .skip))
             #expect(listed.map { $0.string(A.account) } == ["plain"])
             let attrsOnly = try kc.find(Query(.genericPassword, genp("svc", "guarded")))
             #expect(attrsOnly.accessControl == ac)
@@ -394,23 +444,35 @@ struct ProtectionRuleTests {
         try withVault { v throws in
             let kc = v.keychain
             expectError(.param) {
-                try kc.add(.genericPassword, genp("svc", "a", [A.synchronizable: .bool(true), A.accessible: .accessibility(protection)]), data: [])
+                try kc.add(
+                    .genericPassword,
+                    genp("svc", "a", [A.synchronizable: .bool(true), A.accessible: .accessibility(protection)]),
+                    data: [])
             }
             expectError(.param) {
-                try kc.add(.genericPassword, genp("svc", "b", [A.synchronizable: .bool(true),
-                                                                A.accessControl: .accessControl(AccessControl(protection: protection, flags: []))]), data: [])
+                try kc.add(
+                    .genericPassword,
+                    genp(
+                        "svc", "b",
+                        [
+                            A.synchronizable: .bool(true),
+                            A.accessControl: .accessControl(AccessControl(protection: protection, flags: [])),
+                        ]), data: [])
             }
             #expect(try kc.itemCount() == 0)
             // Nor can an update make them so, in either order.
             try kc.add(.genericPassword, genp("svc", "sync", [A.synchronizable: .bool(true)]), data: bytes("s"))
-            try kc.add(.genericPassword, genp("svc", "local", [A.accessible: .accessibility(protection)]), data: bytes("l"))
+            try kc.add(
+                .genericPassword, genp("svc", "local", [A.accessible: .accessibility(protection)]), data: bytes("l"))
             let before = try snapshot(kc)
             expectError(.param) {
-                try kc.update(Query(.genericPassword, genp("svc", "sync", [A.synchronizable: .bool(true)])),
-                              attributes: [A.accessible: .accessibility(protection)])
+                try kc.update(
+                    Query(.genericPassword, genp("svc", "sync", [A.synchronizable: .bool(true)])),
+                    attributes: [A.accessible: .accessibility(protection)])
             }
             expectError(.param) {
-                try kc.update(Query(.genericPassword, genp("svc", "local")), attributes: [A.synchronizable: .bool(true)])
+                try kc.update(
+                    Query(.genericPassword, genp("svc", "local")), attributes: [A.synchronizable: .bool(true)])
             }
             #expect(try snapshot(kc) == before)
         }
@@ -422,14 +484,21 @@ struct ProtectionRuleTests {
             let kc = v.keychain
             let ac = AccessControl(protection: .afterFirstUnlock, flags: [])
             expectError(.param) {
-                try kc.add(.genericPassword, genp("svc", "a", [A.accessControl: .accessControl(ac), A.accessible: .accessibility(.afterFirstUnlock)]), data: [])
+                try kc.add(
+                    .genericPassword,
+                    genp(
+                        "svc", "a",
+                        [A.accessControl: .accessControl(ac), A.accessible: .accessibility(.afterFirstUnlock)]),
+                    data: [])
             }
             #expect(try kc.itemCount() == 0)
-            let added = try kc.add(.genericPassword, genp("svc", "a", [A.accessControl: .accessControl(ac)]), data: bytes("x"))
+            let added = try kc.add(
+                .genericPassword, genp("svc", "a", [A.accessControl: .accessControl(ac)]), data: bytes("x"))
             #expect(added.accessibility == .afterFirstUnlock)
             expectError(.param) {
-                try kc.update(Query(.genericPassword, genp("svc", "a")),
-                              attributes: [A.accessControl: .accessControl(ac), A.accessible: .accessibility(.whenUnlocked)])
+                try kc.update(
+                    Query(.genericPassword, genp("svc", "a")),
+                    attributes: [A.accessControl: .accessControl(ac), A.accessible: .accessibility(.whenUnlocked)])
             }
             #expect(try kc.find(Query(.genericPassword, genp("svc", "a"))).accessibility == .afterFirstUnlock)
         }
@@ -438,9 +507,16 @@ struct ProtectionRuleTests {
     @Test("access-control flags that cannot be enforced are refused, not silently stored")
     func unsupportedFlags() throws {
         try withVault { v throws in
-            for flags: AccessControlFlags in [.biometryAny, .biometryCurrentSet, .applicationPassword, .privateKeyUsage] {
+            for flags: AccessControlFlags in [
+                .biometryAny, .biometryCurrentSet, .applicationPassword, .privateKeyUsage,
+            ] {
                 expectError(.unimplemented) {
-                    try v.keychain.add(.genericPassword, genp("svc", "a", [A.accessControl: .accessControl(AccessControl(protection: .whenUnlocked, flags: flags))]), data: [])
+                    try v.keychain.add(
+                        .genericPassword,
+                        genp(
+                            "svc", "a",
+                            [A.accessControl: .accessControl(AccessControl(protection: .whenUnlocked, flags: flags))]),
+                        data: [])
                 }
             }
             #expect(try v.keychain.itemCount() == 0)
@@ -459,12 +535,24 @@ struct UpdateTests {
             try kc.add(.genericPassword, genp("svc", "a"), data: bytes("x"))
             let before = try snapshot(kc)
             let change: Attributes = [A.label: s("changed")]
-            expectError(.param) { try kc.update(Query(.genericPassword, genp("svc", "a"), matchLimit: .one), attributes: change) }
-            expectError(.param) { try kc.update(Query(.genericPassword, genp("svc", "a"), matchLimit: .all), attributes: change) }
-            expectError(.param) { try kc.update(Query(.genericPassword, genp("svc", "a"), returnData: true), attributes: change) }
-            expectError(.param) { try kc.update(Query(.genericPassword, genp("svc", "a"), returnData: false), attributes: change) }
-            expectError(.param) { try kc.update(Query(.genericPassword, genp("svc", "a"), returnAttributes: true), attributes: change) }
-            expectError(.param) { try kc.update(Query(.genericPassword, genp("svc", "a"), caseInsensitive: true), attributes: change) }
+            expectError(.param) {
+                try kc.update(Query(.genericPassword, genp("svc", "a"), matchLimit: .one), attributes: change)
+            }
+            expectError(.param) {
+                try kc.update(Query(.genericPassword, genp("svc", "a"), matchLimit: .all), attributes: change)
+            }
+            expectError(.param) {
+                try kc.update(Query(.genericPassword, genp("svc", "a"), returnData: true), attributes: change)
+            }
+            expectError(.param) {
+                try kc.update(Query(.genericPassword, genp("svc", "a"), returnData: false), attributes: change)
+            }
+            expectError(.param) {
+                try kc.update(Query(.genericPassword, genp("svc", "a"), returnAttributes: true), attributes: change)
+            }
+            expectError(.param) {
+                try kc.update(Query(.genericPassword, genp("svc", "a"), caseInsensitive: true), attributes: change)
+            }
             expectError(.param) { try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [:]) }
             #expect(try snapshot(kc) == before)
         }
@@ -481,9 +569,12 @@ struct UpdateTests {
             try kc.add(.genericPassword, genp("svc", "a"), data: bytes("x"))
             let before = try snapshot(kc)
             expectError(.noSuchAttr) {
-                try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [Schema.itemClassPseudoAttribute: s("inet")])
+                try kc.update(
+                    Query(.genericPassword, genp("svc", "a")), attributes: [Schema.itemClassPseudoAttribute: s("inet")])
             }
-            expectError(.noSuchAttr) { try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [A.server: s("host")]) }
+            expectError(.noSuchAttr) {
+                try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [A.server: s("host")])
+            }
             #expect(try snapshot(kc) == before)
         }
     }
@@ -499,7 +590,9 @@ struct UpdateTests {
             expectError(.readOnlyAttr, containing: ["creationDate"]) {
                 try kc.update(q, attributes: [A.creationDate: .date(Date(timeIntervalSince1970: 0))])
             }
-            expectError(.readOnlyAttr) { try kc.update(q, attributes: [A.modificationDate: .date(Date(timeIntervalSince1970: 0))]) }
+            expectError(.readOnlyAttr) {
+                try kc.update(q, attributes: [A.modificationDate: .date(Date(timeIntervalSince1970: 0))])
+            }
             expectError(.readOnlyAttr) {
                 try kc.update(Query(.certificate, matchLimit: nil), attributes: [.named("issuer"): .data([9])])
             }
@@ -515,10 +608,12 @@ struct UpdateTests {
             try kc.add(.genericPassword, genp("svc", "b", [A.label: s("B")]), data: bytes("secret B"))
             let before = try snapshot(kc)
             expectError(.duplicateItem) {
-                try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [A.account: s("b"), A.label: s("moved")])
+                try kc.update(
+                    Query(.genericPassword, genp("svc", "a")), attributes: [A.account: s("b"), A.label: s("moved")])
             }
             expectError(.duplicateItem) {
-                try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [A.account: s("b")], data: bytes("new data"))
+                try kc.update(
+                    Query(.genericPassword, genp("svc", "a")), attributes: [A.account: s("b")], data: bytes("new data"))
             }
             #expect(try snapshot(kc) == before)
             #expect(try secret(kc, "svc", "a") == bytes("secret A"))
@@ -536,7 +631,9 @@ struct UpdateTests {
             try kc.add(.genericPassword, genp("other", "z"), data: bytes("z"))
             let before = try snapshot(kc)
             // Both svc items would become svc/z: the second collides with the first.
-            expectError(.duplicateItem) { try kc.update(Query(.genericPassword, genp("svc")), attributes: [A.account: s("z")]) }
+            expectError(.duplicateItem) {
+                try kc.update(Query(.genericPassword, genp("svc")), attributes: [A.account: s("z")])
+            }
             #expect(try snapshot(kc) == before)
             try kc.verifyIntegrity()
             try v.openUnlocked().verifyIntegrity()
@@ -561,7 +658,9 @@ struct UpdateTests {
             for account in ["a", "b", "c"] { #expect(try secret(kc, "svc", account) == bytes("same for all")) }
             #expect(try secret(kc, "other", "a") == bytes("o"))
 
-            expectError(.itemNotFound) { try kc.update(Query(.genericPassword, genp("missing")), attributes: [A.label: s("x")]) }
+            expectError(.itemNotFound) {
+                try kc.update(Query(.genericPassword, genp("missing")), attributes: [A.label: s("x")])
+            }
             try v.openUnlocked().verifyIntegrity()
         }
     }
@@ -572,15 +671,21 @@ struct UpdateTests {
             let kc = v.keychain
             let caller = Caller(accessGroups: ["g1", "g2"])
             try kc.add(.genericPassword, genp("svc", "a"), data: bytes("x"), caller: caller)
-            try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [A.account: s("renamed")], caller: caller)
+            try kc.update(
+                Query(.genericPassword, genp("svc", "a")), attributes: [A.account: s("renamed")], caller: caller)
             expectError(.itemNotFound) { try secret(kc, "svc", "a", caller: caller) }
             #expect(try secret(kc, "svc", "renamed", caller: caller) == bytes("x"))
-            try kc.update(Query(.genericPassword, genp("svc", "renamed")), attributes: [A.accessible: .accessibility(.afterFirstUnlock)], caller: caller)
-            try kc.update(Query(.genericPassword, genp("svc", "renamed")), attributes: [A.accessGroup: s("g2")], caller: caller)
+            try kc.update(
+                Query(.genericPassword, genp("svc", "renamed")),
+                attributes: [A.accessible: .accessibility(.afterFirstUnlock)], caller: caller)
+            try kc.update(
+                Query(.genericPassword, genp("svc", "renamed")), attributes: [A.accessGroup: s("g2")], caller: caller)
             let moved = try kc.find(Query(.genericPassword, genp("svc", "renamed"), returnData: true), caller: caller)
             #expect(moved.accessGroup == "g2" && moved.accessibility == .afterFirstUnlock && moved.data == bytes("x"))
             expectError(.missingEntitlement) {
-                try kc.update(Query(.genericPassword, genp("svc", "renamed")), attributes: [A.accessGroup: s("g3")], caller: caller)
+                try kc.update(
+                    Query(.genericPassword, genp("svc", "renamed")), attributes: [A.accessGroup: s("g3")],
+                    caller: caller)
             }
             kc.lock()
             #expect(try secret(kc, "svc", "renamed", caller: caller) == bytes("x"))
@@ -635,13 +740,23 @@ struct VisibilityTests {
             let kc = v.keychain
             let appA = Caller(accessGroups: ["app.a"]), appB = Caller(accessGroups: ["app.b"])
             let added = try kc.add(.genericPassword, genp("svc", "acct"), data: bytes("A's secret"), caller: appA)
-            expectError(.itemNotFound) { try kc.find(Query(.genericPassword, genp("svc", "acct"), returnData: true), caller: appB) }
+            expectError(.itemNotFound) {
+                try kc.find(Query(.genericPassword, genp("svc", "acct"), returnData: true), caller: appB)
+            }
             expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, matchLimit: .all), caller: appB) }
             expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("svc")), caller: appB) }
-            expectError(.itemNotFound) { try kc.update(Query(.genericPassword, genp("svc", "acct")), attributes: [A.label: s("x")], caller: appB) }
-            expectError(.itemNotFound) { try kc.update(Query(.genericPassword, genp("svc", "acct")), attributes: [:], data: bytes("overwrite"), caller: appB) }
+            expectError(.itemNotFound) {
+                try kc.update(Query(.genericPassword, genp("svc", "acct")), attributes: [A.label: s("x")], caller: appB)
+            }
+            expectError(.itemNotFound) {
+                try kc.update(
+                    Query(.genericPassword, genp("svc", "acct")), attributes: [:], data: bytes("overwrite"),
+                    caller: appB)
+            }
             expectError(.itemNotFound) { try kc.delete(Query(.genericPassword, genp("svc", "acct")), caller: appB) }
-            expectError(.itemNotFound) { try kc.item(id: added.id, itemClass: .genericPassword, withData: true, caller: appB) }
+            expectError(.itemNotFound) {
+                try kc.item(id: added.id, itemClass: .genericPassword, withData: true, caller: appB)
+            }
             // Naming the group explicitly is asking for an entitlement B lacks.
             expectError(.missingEntitlement) {
                 try kc.find(Query(.genericPassword, genp("svc", "acct", [A.accessGroup: s("app.a")])), caller: appB)
@@ -652,7 +767,9 @@ struct VisibilityTests {
             #expect(try secret(kc, "svc", "acct", caller: appB) == bytes("B's secret"))
             // A caller in both groups sees both.
             let both = Caller(accessGroups: ["app.a", "app.b"])
-            #expect(try kc.copyMatching(Query(.genericPassword, genp("svc", "acct"), matchLimit: .all), caller: both).count == 2)
+            #expect(
+                try kc.copyMatching(Query(.genericPassword, genp("svc", "acct"), matchLimit: .all), caller: both).count
+                    == 2)
         }
     }
 }
@@ -666,9 +783,16 @@ struct LockTests {
         try withVault { v throws in
             let kc = v.keychain
             try kc.add(.genericPassword, genp("svc", "wu"), data: bytes("when unlocked"))
-            try kc.add(.genericPassword, genp("svc", "afu", [A.accessible: .accessibility(.afterFirstUnlock)]), data: bytes("after first unlock"))
-            try kc.add(.genericPassword, genp("svc", "wutdo", [A.accessible: .accessibility(.whenUnlockedThisDeviceOnly)]), data: bytes("tdo"))
-            try kc.add(.genericPassword, genp("svc", "afutdo", [A.accessible: .accessibility(.afterFirstUnlockThisDeviceOnly)]), data: bytes("afu tdo"))
+            try kc.add(
+                .genericPassword, genp("svc", "afu", [A.accessible: .accessibility(.afterFirstUnlock)]),
+                data: bytes("after first unlock"))
+            try kc.add(
+                .genericPassword, genp("svc", "wutdo", [A.accessible: .accessibility(.whenUnlockedThisDeviceOnly)]),
+                data: bytes("tdo"))
+            try kc.add(
+                .genericPassword,
+                genp("svc", "afutdo", [A.accessible: .accessibility(.afterFirstUnlockThisDeviceOnly)]),
+                data: bytes("afu tdo"))
             guard case .unlocked = kc.lockState else { Issue.record("a new vault should be unlocked"); return }
 
             kc.lock()
@@ -685,9 +809,13 @@ struct LockTests {
             }
             // Adding a whenUnlocked item needs its class key.
             expectError(.interactionNotAllowed) { try kc.add(.genericPassword, genp("svc", "new"), data: bytes("n")) }
-            expectError(.interactionNotAllowed) { try kc.update(Query(.genericPassword, genp("svc", "wu")), attributes: [:], data: bytes("changed")) }
+            expectError(.interactionNotAllowed) {
+                try kc.update(Query(.genericPassword, genp("svc", "wu")), attributes: [:], data: bytes("changed"))
+            }
             #expect(try kc.itemCount() == 4)
-            try kc.add(.genericPassword, genp("svc", "new-afu", [A.accessible: .accessibility(.afterFirstUnlock)]), data: bytes("ok"))
+            try kc.add(
+                .genericPassword, genp("svc", "new-afu", [A.accessible: .accessibility(.afterFirstUnlock)]),
+                data: bytes("ok"))
 
             try kc.unlock(passphrase: try secure(testPassphrase))
             guard case .unlocked = kc.lockState else { Issue.record("unlock should unlock"); return }
@@ -702,7 +830,9 @@ struct LockTests {
     @Test("opened but never unlocked: nothing is readable, not even attributes")
     func neverUnlocked() throws {
         try withVault { v throws in
-            try v.keychain.add(.genericPassword, genp("svc", "afu", [A.accessible: .accessibility(.afterFirstUnlock)]), data: bytes("x"))
+            try v.keychain.add(
+                .genericPassword, genp("svc", "afu", [A.accessible: .accessibility(.afterFirstUnlock)]),
+                data: bytes("x"))
             let kc = try v.open()
             #expect(kc.lockState == .neverUnlocked)
             expectError(.interactionNotAllowed) { try kc.copyMatching(Query(.genericPassword, matchLimit: .all)) }

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import Keychain
 import Testing
@@ -46,12 +46,13 @@ struct StatusTests {
     @Test("exit codes: 44 item not found, 45 duplicate item, 0 success, 1 for everything else")
     func exitCodes() {
         for (status, _, name) in Self.apple {
-            let expected: Int32 = switch status {
-            case .success: 0
-            case .itemNotFound: 44
-            case .duplicateItem: 45
-            default: 1
-            }
+            let expected: Int32 =
+                switch status {
+                case .success: 0
+                case .itemNotFound: 44
+                case .duplicateItem: 45
+                default: 1
+                }
             #expect(status.exitCode == expected, "\(name)")
         }
         #expect(KeychainStatus(rawValue: -12345).exitCode == 1)

@@ -7,8 +7,9 @@ import Testing
 // safe to share between threads.
 
 private func row(_ n: UInt8, class itemClass: String = "genp") -> StoredItem {
-    StoredItem(itemClass: itemClass, primaryIndex: [n], secondaryIndex: [0], version: 1, dataGeneration: 1,
-               sealedAttributes: [n, n], wrappedItemKey: [n], sealedData: [n, n, n])
+    StoredItem(
+        itemClass: itemClass, primaryIndex: [n], secondaryIndex: [0], version: 1, dataGeneration: 1,
+        sealedAttributes: [n, n], wrappedItemKey: [n], sealedData: [n, n, n])
 }
 
 private struct Abort: Error {}
@@ -98,18 +99,19 @@ struct StoreTests {
         try withTempDir { dir in
             let store = try VaultStore.create(at: dir + "/s.vault")
             let errors = ErrorBox()
-            runOnThreads((0..<4).map { thread in
-                { @Sendable in
-                    for i in 0..<50 {
-                        do {
-                            try store.write { vault in
-                                try vault.insert(row(UInt8(thread * 50 + i)), id: try vault.nextItemID())
-                            }
-                            _ = try store.lookup { try $0.items(itemClass: "genp", withData: false) }
-                        } catch { errors.add(error, "thread \(thread) write \(i)") }
+            runOnThreads(
+                (0..<4).map { thread in
+                    { @Sendable in
+                        for i in 0..<50 {
+                            do {
+                                try store.write { vault in
+                                    try vault.insert(row(UInt8(thread * 50 + i)), id: try vault.nextItemID())
+                                }
+                                _ = try store.lookup { try $0.items(itemClass: "genp", withData: false) }
+                            } catch { errors.add(error, "thread \(thread) write \(i)") }
+                        }
                     }
-                }
-            })
+                })
             #expect(errors.all.isEmpty, "\(errors.all)")
             #expect(try store.read { try $0.itemCount() } == 200)
             var seen = 0

@@ -29,8 +29,9 @@ final class TestVault: Sendable {
         path = dir + "/test.vault"
         deviceKeyPath = dir + "/state/device.key"
         do {
-            keychain = try Keychain.create(at: path, passphrase: try secure(passphrase), parameters: .interactive,
-                                           deviceKeyPath: deviceKeyPath)
+            keychain = try Keychain.create(
+                at: path, passphrase: try secure(passphrase), parameters: .interactive,
+                deviceKeyPath: deviceKeyPath)
         } catch {
             try? FileManager.default.removeItem(atPath: dir)
             throw error
@@ -70,23 +71,28 @@ func withTempDir(_ body: (String) throws -> Void) throws {
 /// Runs `body`, expecting a KeychainError with `status` (and a message containing each of
 /// `containing`, case-insensitively). Records an issue otherwise. Returns the error.
 @discardableResult
-func expectError<R>(_ status: KeychainStatus, containing: [String] = [],
-                    sourceLocation: SourceLocation = #_sourceLocation,
-                    _ body: () throws -> R) -> KeychainError? {
+func expectError<R>(
+    _ status: KeychainStatus, containing: [String] = [],
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () throws -> R
+) -> KeychainError? {
     do {
         let result = try body()
         Issue.record("expected \(status) but the call succeeded: \(result)", sourceLocation: sourceLocation)
         return nil
     } catch let error as KeychainError {
-        #expect(error.status == status, "expected \(status), got \(error.status): \(error.message)",
-                sourceLocation: sourceLocation)
+        #expect(
+            error.status == status, "expected \(status), got \(error.status): \(error.message)",
+            sourceLocation: sourceLocation)
         for text in containing {
-            #expect(error.message.lowercased().contains(text.lowercased()),
-                    "message \"\(error.message)\" should mention \"\(text)\"", sourceLocation: sourceLocation)
+            #expect(
+                error.message.lowercased().contains(text.lowercased()),
+                "message \"\(error.message)\" should mention \"\(text)\"", sourceLocation: sourceLocation)
         }
         return error
     } catch {
-        Issue.record("expected KeychainError(\(status)), got \(type(of: error)): \(error)", sourceLocation: sourceLocation)
+        Issue.record(
+            "expected KeychainError(\(status)), got \(type(of: error)): \(error)", sourceLocation: sourceLocation)
         return nil
     }
 }
@@ -125,9 +131,12 @@ func snapshot(_ kc: Keychain, caller: Caller = .default) throws -> [ItemSnapshot
     var out: [ItemSnapshot] = []
     for itemClass in [ItemClass.genericPassword, .internetPassword, .certificate, .key] {
         do {
-            let items = try kc.copyMatching(Query(itemClass, matchLimit: .all, returnData: true, synchronizableAny: true),
-                                            caller: caller)
-            out += items.map { ItemSnapshot(id: $0.id, itemClass: $0.itemClass, attributes: $0.attributes, data: $0.data) }
+            let items = try kc.copyMatching(
+                Query(itemClass, matchLimit: .all, returnData: true, synchronizableAny: true),
+                caller: caller)
+            out += items.map {
+                ItemSnapshot(id: $0.id, itemClass: $0.itemClass, attributes: $0.attributes, data: $0.data)
+            }
         } catch KeychainStatus.itemNotFound {}
     }
     return out.sorted { $0.id < $1.id }
@@ -182,7 +191,8 @@ final class RawDB {
             case .text(let s): kcfs_sqlite3_bind_text_copy(stmt, idx, s, -1)
             case .blob(let b):
                 _ = b.withUnsafeBytes {
-                    kcfs_sqlite3_bind_blob_copy(stmt, idx, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count))
+                    kcfs_sqlite3_bind_blob_copy(
+                        stmt, idx, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32($0.count))
                 }
             case .null: sqlite3_bind_null(stmt, idx)
             }
@@ -191,7 +201,9 @@ final class RawDB {
         while true {
             let rc = sqlite3_step(stmt)
             if rc == SQLITE_DONE { break }
-            guard rc == SQLITE_ROW else { throw RawDBError(description: "\(sql): \(String(cString: sqlite3_errmsg(db)))") }
+            guard rc == SQLITE_ROW else {
+                throw RawDBError(description: "\(sql): \(String(cString: sqlite3_errmsg(db)))")
+            }
             var row: [Cell] = []
             for c in 0..<sqlite3_column_count(stmt) {
                 switch sqlite3_column_type(stmt, c) {
@@ -199,8 +211,11 @@ final class RawDB {
                 case SQLITE_TEXT: row.append(.text(String(cString: sqlite3_column_text(stmt, c))))
                 case SQLITE_BLOB:
                     let n = Int(sqlite3_column_bytes(stmt, c))
-                    if n == 0 { row.append(.blob([])) } else {
-                        row.append(.blob([UInt8](UnsafeRawBufferPointer(start: sqlite3_column_blob(stmt, c), count: n))))
+                    if n == 0 {
+                        row.append(.blob([]))
+                    } else {
+                        row.append(
+                            .blob([UInt8](UnsafeRawBufferPointer(start: sqlite3_column_blob(stmt, c), count: n))))
                     }
                 case SQLITE_NULL: row.append(.null)
                 default: row.append(.text(String(cString: sqlite3_column_text(stmt, c))))
@@ -212,7 +227,8 @@ final class RawDB {
     }
 
     func itemBlob(_ column: String, id: Int64) throws -> [UInt8] {
-        guard case .blob(let b)? = try query("SELECT \(column) FROM items WHERE id = ?", [.integer(id)]).first?.first else {
+        guard case .blob(let b)? = try query("SELECT \(column) FROM items WHERE id = ?", [.integer(id)]).first?.first
+        else {
             throw RawDBError(description: "no blob \(column) for item \(id)")
         }
         return b
@@ -233,7 +249,11 @@ final class RawDB {
     static let itemColumns = ["class", "pidx", "sidx", "version", "data_gen", "attrs", "item_key", "data"]
 
     func itemRow(id: Int64) throws -> [Cell] {
-        guard let row = try query("SELECT \(Self.itemColumns.joined(separator: ", ")) FROM items WHERE id = ?", [.integer(id)]).first else {
+        guard
+            let row = try query(
+                "SELECT \(Self.itemColumns.joined(separator: ", ")) FROM items WHERE id = ?", [.integer(id)]
+            ).first
+        else {
             throw RawDBError(description: "no item \(id)")
         }
         return row
@@ -246,7 +266,9 @@ final class RawDB {
     }
 
     func meta(_ name: String) throws -> [UInt8]? {
-        guard case .blob(let b)? = try query("SELECT value FROM meta WHERE name = ?", [.text(name)]).first?.first else { return nil }
+        guard case .blob(let b)? = try query("SELECT value FROM meta WHERE name = ?", [.text(name)]).first?.first else {
+            return nil
+        }
         return b
     }
 
@@ -269,7 +291,9 @@ func runOnThreads(_ bodies: [@Sendable () -> Void]) {
     let group = DispatchGroup()
     for body in bodies {
         group.enter()
-        let thread = Thread { body(); group.leave() }
+        let thread = Thread {
+            body(); group.leave()
+        }
         thread.stackSize = 4 << 20
         thread.start()
     }

@@ -40,8 +40,9 @@ public let keychainfsBinary: String? = {
 /// The binary, or a failed requirement that says how to point the tests at it.
 @discardableResult
 public func requireBinary(sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
-    try #require(keychainfsBinary, "keychainfs binary not found next to the test bundle; set KEYCHAINFS_BIN",
-                 sourceLocation: sourceLocation)
+    try #require(
+        keychainfsBinary, "keychainfs binary not found next to the test bundle; set KEYCHAINFS_BIN",
+        sourceLocation: sourceLocation)
 }
 
 /// A failure of the harness itself (not of the code under test).

@@ -16,8 +16,9 @@ public enum MountInfo {
         text.split(separator: "\n").compactMap { line in
             let f = line.split(separator: " ").map(String.init)
             guard let dash = f.firstIndex(of: "-"), dash >= 5, f.count > dash + 2 else { return nil }
-            return Entry(mountpoint: unescape(f[4]), fstype: f[dash + 1], source: unescape(f[dash + 2]),
-                         options: f.count > dash + 3 ? f[dash + 3] : "")
+            return Entry(
+                mountpoint: unescape(f[4]), fstype: f[dash + 1], source: unescape(f[dash + 2]),
+                options: f.count > dash + 3 ? f[dash + 3] : "")
         }
     }
 
@@ -32,9 +33,12 @@ public enum MountInfo {
         var i = 0
         while i < b.count {
             if b[i] == UInt8(ascii: "\\"), i + 3 < b.count,
-               let v = UInt8(String(decoding: b[(i + 1)...(i + 3)], as: UTF8.self), radix: 8) {
+                let v = UInt8(String(decoding: b[(i + 1)...(i + 3)], as: UTF8.self), radix: 8)
+            {
                 out.append(v); i += 4
-            } else { out.append(b[i]); i += 1 }
+            } else {
+                out.append(b[i]); i += 1
+            }
         }
         return String(decoding: out, as: UTF8.self)
     }

@@ -1,7 +1,7 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 // The one way the tests start a process: posix_spawn in a new session (no controlling
@@ -29,7 +29,9 @@ public struct RunResult: Sendable {
     public var stderr: String { String(decoding: stderrBytes, as: UTF8.self) }
     /// Non-empty stdout lines, without a trailing carriage return.
     public var lines: [String] {
-        stdout.split(separator: "\n").map { $0.hasSuffix("\r") ? String($0.dropLast()) : String($0) }.filter { !$0.isEmpty }
+        stdout.split(separator: "\n").map { $0.hasSuffix("\r") ? String($0.dropLast()) : String($0) }.filter {
+            !$0.isEmpty
+        }
     }
     public var summary: String {
         "exit \(status)\(timedOut ? " (timed out)" : ""); stdout: \(stdout.prefix(800)); stderr: \(stderr.prefix(800))"
@@ -104,10 +106,13 @@ public final class Spawned: @unchecked Sendable {
 }
 
 /// glibc's posix_spawn_file_actions_addchdir_np (2.29+), which the Glibc module does not import.
-private let addchdirNP: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32)? = {
-    guard let symbol = dlsym(nil, "posix_spawn_file_actions_addchdir_np") else { return nil }
-    return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32).self)
-}()
+private let addchdirNP:
+    (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32)? = {
+        guard let symbol = dlsym(nil, "posix_spawn_file_actions_addchdir_np") else { return nil }
+        return unsafeBitCast(
+            symbol,
+            to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32).self)
+    }()
 
 private let ioCounter = NSLock()
 nonisolated(unsafe) private var ioSerial = 0
@@ -115,10 +120,14 @@ nonisolated(unsafe) private var ioSerial = 0
 /// Starts `executable args` with `env` as its whole environment, not waiting. `stdin` nil is
 /// /dev/null; `extraDescriptors` maps a descriptor number (3…) to bytes the child can read
 /// there. Its stdout and stderr go to files in `ioDirectory` (default: the temp directory).
-public func spawnProcess(_ executable: String, _ args: [String], stdin: [UInt8]? = nil,
-                         extraDescriptors: [Int32: [UInt8]] = [:], env: [String: String],
-                         cwd: String? = nil, ioDirectory: String? = nil) throws -> Spawned {
-    let serial = ioCounter.withLock { ioSerial += 1; return ioSerial }
+public func spawnProcess(
+    _ executable: String, _ args: [String], stdin: [UInt8]? = nil,
+    extraDescriptors: [Int32: [UInt8]] = [:], env: [String: String],
+    cwd: String? = nil, ioDirectory: String? = nil
+) throws -> Spawned {
+    let serial = ioCounter.withLock {
+        ioSerial += 1; return ioSerial
+    }
     let dir = ioDirectory ?? NSTemporaryDirectory()
     let base = dir + "/keychainfs-io-\(getpid())-\(serial)"
     let outPath = base + ".out", errPath = base + ".err"
@@ -142,7 +151,9 @@ public func spawnProcess(_ executable: String, _ args: [String], stdin: [UInt8]?
     for fd in Int32(3)..<1024 { posix_spawn_file_actions_addclose(&actions, fd) }
     for (fd, path) in extras { posix_spawn_file_actions_addopen(&actions, fd, path, O_RDONLY, 0) }
     if let cwd {
-        guard let addchdir = addchdirNP else { throw HarnessError("posix_spawn_file_actions_addchdir_np is missing (glibc < 2.29)") }
+        guard let addchdir = addchdirNP else {
+            throw HarnessError("posix_spawn_file_actions_addchdir_np is missing (glibc < 2.29)")
+        }
         _ = addchdir(&actions, cwd)
     }
 
@@ -173,19 +184,25 @@ public func spawnProcess(_ executable: String, _ args: [String], stdin: [UInt8]?
 }
 
 /// `spawnProcess` and wait: the result, or status 124 and `timedOut` after `timeout` seconds.
-public func runProcess(_ executable: String, _ args: [String], stdin: [UInt8]? = nil,
-                       extraDescriptors: [Int32: [UInt8]] = [:], env: [String: String],
-                       cwd: String? = nil, ioDirectory: String? = nil, timeout: Double = 60) throws -> RunResult {
-    try spawnProcess(executable, args, stdin: stdin, extraDescriptors: extraDescriptors, env: env, cwd: cwd,
-                     ioDirectory: ioDirectory).wait(timeout: timeout)
+public func runProcess(
+    _ executable: String, _ args: [String], stdin: [UInt8]? = nil,
+    extraDescriptors: [Int32: [UInt8]] = [:], env: [String: String],
+    cwd: String? = nil, ioDirectory: String? = nil, timeout: Double = 60
+) throws -> RunResult {
+    try spawnProcess(
+        executable, args, stdin: stdin, extraDescriptors: extraDescriptors, env: env, cwd: cwd,
+        ioDirectory: ioDirectory
+    ).wait(timeout: timeout)
 }
 
 /// The environment of a test child: the runner's, minus anything that could point it at a
 /// real vault, real XDG directories, a display or agent a prompt could reach, or a tmux
 /// session; with the C locale, a plain PATH, and `overrides` (a nil value removes a variable).
 public func childEnvironment(_ overrides: [String: String?] = [:]) -> [String: String] {
-    let drop: Set<String> = ["KEYCHAINFS_VAULT", "DISPLAY", "WAYLAND_DISPLAY", "GPG_TTY", "PINENTRY_USER_DATA",
-                             "TMUX", "TMUX_PANE", "SSH_AUTH_SOCK"]
+    let drop: Set<String> = [
+        "KEYCHAINFS_VAULT", "DISPLAY", "WAYLAND_DISPLAY", "GPG_TTY", "PINENTRY_USER_DATA",
+        "TMUX", "TMUX_PANE", "SSH_AUTH_SOCK",
+    ]
     var env = ProcessInfo.processInfo.environment.filter { k, _ in
         !drop.contains(k) && !k.hasPrefix("XDG_") && !k.hasPrefix("PYENV")
     }

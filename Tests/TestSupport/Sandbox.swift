@@ -2,7 +2,7 @@ import Foundation
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Everything one test needs, in a private temp directory whose name contains
@@ -87,19 +87,24 @@ open class TestSandbox: @unchecked Sendable {
     // MARK: Processes
 
     /// Starts `executable args` in this sandbox's environment, not waiting.
-    public func spawn(_ executable: String, _ args: [String], stdin: [UInt8]? = nil,
-                      extraDescriptors: [Int32: [UInt8]] = [:], env overrides: [String: String?] = [:],
-                      cwd: String? = nil) throws -> Spawned {
-        let child = try spawnProcess(executable, args, stdin: stdin, extraDescriptors: extraDescriptors,
-                                     env: environment(overrides), cwd: cwd, ioDirectory: io)
+    public func spawn(
+        _ executable: String, _ args: [String], stdin: [UInt8]? = nil,
+        extraDescriptors: [Int32: [UInt8]] = [:], env overrides: [String: String?] = [:],
+        cwd: String? = nil
+    ) throws -> Spawned {
+        let child = try spawnProcess(
+            executable, args, stdin: stdin, extraDescriptors: extraDescriptors,
+            env: environment(overrides), cwd: cwd, ioDirectory: io)
         lock.withLock { spawned.append(child) }
         return child
     }
 
     /// Runs a command to completion, or until `timeout` (then status 124, `timedOut`).
-    public func run(_ executable: String, _ args: [String], stdin: [UInt8]? = nil,
-                    extraDescriptors: [Int32: [UInt8]] = [:], env overrides: [String: String?] = [:],
-                    cwd: String? = nil, timeout: Double = 30) throws -> RunResult {
+    public func run(
+        _ executable: String, _ args: [String], stdin: [UInt8]? = nil,
+        extraDescriptors: [Int32: [UInt8]] = [:], env overrides: [String: String?] = [:],
+        cwd: String? = nil, timeout: Double = 30
+    ) throws -> RunResult {
         try spawn(executable, args, stdin: stdin, extraDescriptors: extraDescriptors, env: overrides, cwd: cwd)
             .wait(timeout: timeout)
     }
@@ -113,7 +118,9 @@ open class TestSandbox: @unchecked Sendable {
 
     /// `/bin/sh -c script` in `cwd` (default: the work directory `w`).
     @discardableResult
-    public func sh(_ script: String, stdin: [UInt8]? = nil, timeout: Double = 30, cwd: String? = nil) throws -> RunResult {
+    public func sh(_ script: String, stdin: [UInt8]? = nil, timeout: Double = 30, cwd: String? = nil) throws
+        -> RunResult
+    {
         try run("/bin/sh", ["-c", script], stdin: stdin, cwd: cwd ?? w, timeout: timeout)
     }
 
@@ -123,8 +130,10 @@ open class TestSandbox: @unchecked Sendable {
     }
 
     /// Runs a python script whose lines are `label result` and returns them as a dictionary.
-    public func pyResults(_ script: String, _ args: [String] = [], timeout: Double = 20,
-                          sourceLocation: SourceLocation = #_sourceLocation) throws -> [String: String] {
+    public func pyResults(
+        _ script: String, _ args: [String] = [], timeout: Double = 20,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> [String: String] {
         let r = try py(script, args, timeout: timeout)
         #expect(r.status == 0, "python failed: \(r.summary)", sourceLocation: sourceLocation)
         return labelled(r)
@@ -139,16 +148,20 @@ open class TestSandbox: @unchecked Sendable {
     }
 
     /// add-generic-password with the secret on stdin.
-    public func addGeneric(_ service: String, _ account: String?, _ secret: [UInt8], extra: [String] = [],
-                           sourceLocation: SourceLocation = #_sourceLocation) throws {
+    public func addGeneric(
+        _ service: String, _ account: String?, _ secret: [UInt8], extra: [String] = [],
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         var args = ["add-generic-password"] + unlockArgs + ["-s", service]
         if let account { args += ["-a", account] }
         let r = try cli(args + extra, stdin: secret)
         try #require(r.status == 0, "add-generic-password failed: \(r.summary)", sourceLocation: sourceLocation)
     }
 
-    public func addGeneric(_ service: String, _ account: String?, _ secret: String, extra: [String] = [],
-                           sourceLocation: SourceLocation = #_sourceLocation) throws {
+    public func addGeneric(
+        _ service: String, _ account: String?, _ secret: String, extra: [String] = [],
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         try addGeneric(service, account, Array(secret.utf8), extra: extra, sourceLocation: sourceLocation)
     }
 
@@ -160,8 +173,10 @@ open class TestSandbox: @unchecked Sendable {
     /// `keychainfs mount` (it returns once the mount is live, stdout clean) or a foreground
     /// `-f` child, with `-o option` each and `extra` arguments; then requires the mount in
     /// /proc/self/mountinfo.
-    public func mount(_ options: [String] = [], foreground: Bool = false, extra: [String] = [],
-                      sourceLocation: SourceLocation = #_sourceLocation) throws {
+    public func mount(
+        _ options: [String] = [], foreground: Bool = false, extra: [String] = [],
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         guard let bin = keychainfsBinary else { throw HarnessError("keychainfs binary not found; set KEYCHAINFS_BIN") }
         let args = ["mount", vault, mnt, "--passphrase-file", passphraseFile] + options.flatMap { ["-o", $0] } + extra
         if foreground {
@@ -170,15 +185,19 @@ open class TestSandbox: @unchecked Sendable {
             let live = waitUntil(10) { self.isMounted || !s.isRunning }
             if !isMounted {
                 let r = s.isRunning ? nil : s.wait(timeout: 1)
-                Issue.record("foreground mount not live (waited \(live)): \(r?.summary ?? "still running")",
-                             sourceLocation: sourceLocation)
+                Issue.record(
+                    "foreground mount not live (waited \(live)): \(r?.summary ?? "still running")",
+                    sourceLocation: sourceLocation)
             }
         } else {
             let r = try cli(args, timeout: 20)
-            #expect(r.status == 0, "mount failed: \(r.summary)\nlog: \(daemonLog.suffix(1500))", sourceLocation: sourceLocation)
+            #expect(
+                r.status == 0, "mount failed: \(r.summary)\nlog: \(daemonLog.suffix(1500))",
+                sourceLocation: sourceLocation)
             #expect(r.stdout.isEmpty, "mount printed on stdout: \(r.stdout)", sourceLocation: sourceLocation)
         }
-        try #require(isMounted, "no fuse.keychainfs mount on \(mnt) in /proc/self/mountinfo", sourceLocation: sourceLocation)
+        try #require(
+            isMounted, "no fuse.keychainfs mount on \(mnt) in /proc/self/mountinfo", sourceLocation: sourceLocation)
     }
 
     public var isMounted: Bool { MountInfo.isKeychainMount(mnt) }
@@ -199,7 +218,8 @@ open class TestSandbox: @unchecked Sendable {
     /// The pid the daemon wrote into `<vault>.lock`.
     public var daemonPid: pid_t? {
         guard let text = try? String(contentsOfFile: vault + ".lock", encoding: .utf8),
-              let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0 else { return nil }
+            let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0
+        else { return nil }
         return pid
     }
 
@@ -227,19 +247,23 @@ open class TestSandbox: @unchecked Sendable {
     }
 
     static func allPids() -> [pid_t] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { pid_t($0) }.filter { $0 != getpid() }
+        ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { pid_t($0) }.filter {
+            $0 != getpid()
+        }
     }
 
     public static func parent(of pid: pid_t) -> pid_t? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("PPid:") }) else { return nil }
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("PPid:") })
+        else { return nil }
         return pid_t(line.dropFirst(5).trimmingCharacters(in: .whitespaces))
     }
 
     /// Alive and not a zombie.
     public static func isAlive(_ pid: pid_t) -> Bool {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return false }
+            let close = stat.lastIndex(of: ")")
+        else { return false }
         let state = stat[stat.index(close, offsetBy: 2)]
         return state != "Z" && state != "X"
     }
@@ -250,7 +274,8 @@ open class TestSandbox: @unchecked Sendable {
     public func daemons() -> [pid_t] {
         Self.allPids().filter { pid in
             let args = Self.cmdline(pid)
-            return (args.first?.hasSuffix("keychainfs") ?? false) && args.contains { $0.contains(root) } && Self.isAlive(pid)
+            return (args.first?.hasSuffix("keychainfs") ?? false) && args.contains { $0.contains(root) }
+                && Self.isAlive(pid)
         }
     }
 
@@ -263,7 +288,11 @@ open class TestSandbox: @unchecked Sendable {
             if ds.contains(pid) { return true }
             if let p = Self.parent(of: pid), ds.contains(p) { return true }
             if Self.cmdline(pid).contains(where: { $0.contains(root) || $0.contains(name) }) { return true }
-            if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe"), exe.hasPrefix(root) { return true }
+            if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe"),
+                exe.hasPrefix(root)
+            {
+                return true
+            }
             return false
         }
     }
@@ -307,10 +336,12 @@ open class TestSandbox: @unchecked Sendable {
 /// A sandbox with an initialised vault, `setup` run before the mount (CLI item adds), the
 /// vault mounted (`-o` each of `options`, or in the foreground) and the mount asserted live
 /// before `body` runs; teardown (unmount, daemons ended) always runs.
-public func withMount(_ label: String = #function, options: [String] = [], foreground: Bool = false,
-                      setup: (TestSandbox) throws -> Void = { _ in },
-                      sourceLocation: SourceLocation = #_sourceLocation,
-                      _ body: (TestSandbox) throws -> Void) throws {
+public func withMount(
+    _ label: String = #function, options: [String] = [], foreground: Bool = false,
+    setup: (TestSandbox) throws -> Void = { _ in },
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: (TestSandbox) throws -> Void
+) throws {
     try withSandbox(label, sourceLocation: sourceLocation) { box in
         try setup(box)
         try box.mount(options, foreground: foreground, sourceLocation: sourceLocation)
@@ -319,8 +350,10 @@ public func withMount(_ label: String = #function, options: [String] = [], foreg
 }
 
 /// A sandbox with an initialised vault and no mount (for tests that drive mount themselves).
-public func withSandbox(_ label: String = #function, sourceLocation: SourceLocation = #_sourceLocation,
-                        _ body: (TestSandbox) throws -> Void) throws {
+public func withSandbox(
+    _ label: String = #function, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: (TestSandbox) throws -> Void
+) throws {
     try requireBinary(sourceLocation: sourceLocation)
     let box = try TestSandbox(label)
     defer { box.teardown() }

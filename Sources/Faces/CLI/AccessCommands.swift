@@ -6,18 +6,22 @@ struct AccessGroup: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "access-group",
         abstract: "Map access groups to executables (the vault's access policy; changes need the passphrase).",
-        discussion: "With no policy every process of the user is in the group 'default'. A process whose executable is listed is in those groups (the first gets its new items) and in 'default'; items of a group are invisible to processes outside it.",
+        discussion:
+            "With no policy every process of the user is in the group 'default'. A process whose executable is listed is in those groups (the first gets its new items) and in 'default'; items of a group are invisible to processes outside it.",
         subcommands: [Add.self, Remove.self, List.self])
 
     struct Add: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Put executables in an access group.")
         @OptionGroup var vault: VaultOptions
         @Argument(help: ArgumentHelp("The group.", valueName: "group")) var group: String
-        @Argument(help: ArgumentHelp("Executables (resolved to absolute paths).", valueName: "executable")) var executables: [String]
+        @Argument(help: ArgumentHelp("Executables (resolved to absolute paths).", valueName: "executable"))
+        var executables: [String]
 
         func validate() throws {
             if executables.isEmpty { throw ValidationError("name at least one executable") }
-            if group.isEmpty || group.contains(";") { throw ValidationError("a group name must be non-empty and have no ';'") }
+            if group.isEmpty || group.contains(";") {
+                throw ValidationError("a group name must be non-empty and have no ';'")
+            }
         }
 
         func run() throws {
@@ -33,10 +37,12 @@ struct AccessGroup: ParsableCommand {
     }
 
     struct Remove: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Take executables (or, with none named, the whole group) out of the policy.")
+        static let configuration = CommandConfiguration(
+            abstract: "Take executables (or, with none named, the whole group) out of the policy.")
         @OptionGroup var vault: VaultOptions
         @Argument(help: ArgumentHelp("The group.", valueName: "group")) var group: String
-        @Argument(help: ArgumentHelp("Executables; none: the whole group.", valueName: "executable")) var executables: [String] = []
+        @Argument(help: ArgumentHelp("Executables; none: the whole group.", valueName: "executable")) var executables:
+            [String] = []
 
         func run() throws {
             let keychain = try Keychain.open(at: vault.path)
@@ -47,7 +53,9 @@ struct AccessGroup: ParsableCommand {
             if executables.isEmpty {
                 changed = policy.remove(group: group, executable: nil)
             } else {
-                for exe in executables { changed = policy.remove(group: group, executable: (try? resolveExecutable(exe)) ?? exe) || changed }
+                for exe in executables {
+                    changed = policy.remove(group: group, executable: (try? resolveExecutable(exe)) ?? exe) || changed
+                }
             }
             guard changed else { throw KeychainError(.itemNotFound, "access group '\(group)' has no such entry") }
             try keychain.setAccessPolicy(policy, passphrase: passphrase)
@@ -83,10 +91,14 @@ func resolveExecutable(_ path: String) throws -> String {
 }
 
 struct AuditLogCommand: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "log",
+    static let configuration = CommandConfiguration(
+        commandName: "log",
         abstract: "Show the audit log: one line per access decision of the mounted keychains.")
     @Option(name: .customShort("n"), help: ArgumentHelp("Only the last N lines.", valueName: "lines")) var lines: Int?
-    @Option(name: .long, help: ArgumentHelp("The log file (default: $XDG_STATE_HOME/keychainfs/audit.log).", valueName: "path")) var file: String?
+    @Option(
+        name: .long,
+        help: ArgumentHelp("The log file (default: $XDG_STATE_HOME/keychainfs/audit.log).", valueName: "path"))
+    var file: String?
 
     func run() throws {
         let path = file ?? (KeychainPaths.stateDirectory() + "/audit.log")

@@ -14,17 +14,23 @@ func readInputFile(_ path: String) throws -> [UInt8] {
 }
 
 func certificates(_ keychain: Keychain) throws -> [KeychainItem] {
-    do { return try keychain.copyMatching(Query(.certificate, matchLimit: .all, returnData: true)) }
-    catch KeychainStatus.itemNotFound { return [] }
+    do {
+        return try keychain.copyMatching(Query(.certificate, matchLimit: .all, returnData: true))
+    } catch KeychainStatus.itemNotFound { return [] }
 }
 
 struct AddCertificates: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "add-certificates",
+    static let configuration = CommandConfiguration(
+        commandName: "add-certificates",
         abstract: "Add certificates from PEM or DER files (every CERTIFICATE block of a PEM bundle).")
     @OptionGroup var vault: VaultOptions
-    @Option(name: .customShort("l"), help: ArgumentHelp("Label (default: the subject's common name). Only with one certificate.", valueName: "label"))
+    @Option(
+        name: .customShort("l"),
+        help: ArgumentHelp("Label (default: the subject's common name). Only with one certificate.", valueName: "label")
+    )
     var label: String?
-    @Argument(help: ArgumentHelp("Certificate files (PEM or DER); - for standard input.", valueName: "file")) var files: [String]
+    @Argument(help: ArgumentHelp("Certificate files (PEM or DER); - for standard input.", valueName: "file")) var files:
+        [String]
 
     func validate() throws { if files.isEmpty { throw ValidationError("give at least one certificate file") } }
 
@@ -32,14 +38,18 @@ struct AddCertificates: ParsableCommand {
         var ders: [(String, [UInt8])] = []
         for file in files {
             let bytes = try readInputFile(file)
-            let blocks = String(validating: bytes, as: UTF8.self).map(PEMBlocks.parse)?.filter { $0.label == "CERTIFICATE" } ?? []
+            let blocks =
+                String(validating: bytes, as: UTF8.self).map(PEMBlocks.parse)?.filter { $0.label == "CERTIFICATE" }
+                ?? []
             if blocks.isEmpty {
                 ders.append((file, try CertificateData.der(from: bytes)))
             } else {
                 ders += blocks.map { (file, $0.der) }
             }
         }
-        if label != nil && ders.count != 1 { throw CLIError.usage("-l names one certificate, but \(ders.count) were given") }
+        if label != nil && ders.count != 1 {
+            throw CLIError.usage("-l names one certificate, but \(ders.count) were given")
+        }
         let keychain = try vault.openUnlocked()
         for (file, der) in ders {
             var attributes = Attributes()
@@ -53,14 +63,18 @@ struct AddCertificates: ParsableCommand {
 }
 
 struct FindCertificate: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "find-certificate",
+    static let configuration = CommandConfiguration(
+        commandName: "find-certificate",
         abstract: "Find certificates (by label / common name substring) and print them.")
     @OptionGroup var vault: VaultOptions
-    @Option(name: .customShort("c"), help: ArgumentHelp("Match certificates whose label contains this string.", valueName: "name")) var name: String?
+    @Option(
+        name: .customShort("c"),
+        help: ArgumentHelp("Match certificates whose label contains this string.", valueName: "name")) var name: String?
     @Flag(name: .customShort("a"), help: "All matches, not only the first.") var all = false
     @Flag(name: .customShort("p"), help: "Print as PEM.") var pem = false
     @Flag(name: .customShort("Z"), help: "Print the SHA-1 hash of each certificate.") var sha1 = false
-    @Flag(name: .long, help: "Write the certificate's DER (Apple's stored value) to stdout; with one match only.") var der = false
+    @Flag(name: .long, help: "Write the certificate's DER (Apple's stored value) to stdout; with one match only.")
+    var der = false
 
     func run() throws {
         let keychain = try vault.openUnlocked()
@@ -87,14 +101,19 @@ struct FindCertificate: ParsableCommand {
 }
 
 struct FindIdentity: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "find-identity",
+    static let configuration = CommandConfiguration(
+        commandName: "find-identity",
         abstract: "List identities: certificates that have their private key in the vault.")
     @OptionGroup var vault: VaultOptions
-    @Option(name: .customShort("s"), help: ArgumentHelp("Match identities whose label contains this string.", valueName: "name")) var name: String?
+    @Option(
+        name: .customShort("s"),
+        help: ArgumentHelp("Match identities whose label contains this string.", valueName: "name")) var name: String?
 
     func run() throws {
         let keychain = try vault.openUnlocked()
-        let found = try keychain.identities().filter { id in name.map { id.label.localizedCaseInsensitiveContains($0) } ?? true }
+        let found = try keychain.identities().filter { id in
+            name.map { id.label.localizedCaseInsensitiveContains($0) } ?? true
+        }
         for (i, identity) in found.enumerated() {
             let cert = try keychain.item(id: identity.certificate.id, itemClass: .certificate, withData: true)
             let hash = AttributeText.hex(CertificateData.fingerprint(cert.data ?? [])).uppercased()
@@ -108,11 +127,20 @@ struct FindIdentity: ParsableCommand {
 struct Import: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Import certificates and private keys from a PEM bundle (or one DER certificate).",
-        discussion: "Each CERTIFICATE block becomes a certificate item; each private key block (PRIVATE KEY, RSA/EC PRIVATE KEY, OPENSSH PRIVATE KEY) a key item labelled after the file (and its index when there are several). .p12/.pfx files are read through the system's openssl.")
+        discussion:
+            "Each CERTIFICATE block becomes a certificate item; each private key block (PRIVATE KEY, RSA/EC PRIVATE KEY, OPENSSH PRIVATE KEY) a key item labelled after the file (and its index when there are several). .p12/.pfx files are read through the system's openssl."
+    )
     @OptionGroup var vault: VaultOptions
     @Argument(help: ArgumentHelp("The file to import; - for standard input.", valueName: "inputfile")) var file: String
-    @Option(name: .customShort("l"), help: ArgumentHelp("Label for the imported key(s) (default: the file name).", valueName: "label")) var label: String?
-    @Option(name: .long, help: ArgumentHelp("PKCS#12 (.p12/.pfx): read its password from this file (else a prompt; empty for none).", valueName: "path"))
+    @Option(
+        name: .customShort("l"),
+        help: ArgumentHelp("Label for the imported key(s) (default: the file name).", valueName: "label")) var label:
+        String?
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "PKCS#12 (.p12/.pfx): read its password from this file (else a prompt; empty for none).", valueName: "path")
+    )
     var p12PassphraseFile: String?
 
     func run() throws {
@@ -137,7 +165,8 @@ struct Import: ParsableCommand {
         for (i, key) in keys.enumerated() {
             let name = keys.count == 1 ? base : "\(base)-\(i + 1)"
             // The core tags a key with its label, so keys imported under different names stay apart.
-            try keychain.add(.key, [Schema.label: .string(name)], data: PEMBlocks.encode(label: key.label, der: key.der))
+            try keychain.add(
+                .key, [Schema.label: .string(name)], data: PEMBlocks.encode(label: key.label, der: key.der))
         }
         Output.line("\(certs.count) certificate(s) and \(keys.count) key(s) imported")
     }
@@ -181,12 +210,18 @@ struct Export: ParsableCommand {
     enum ItemType: String, ExpressibleByArgument, CaseIterable { case certs, privKeys, identities, all }
     @OptionGroup var vault: VaultOptions
     @Option(name: .customShort("t"), help: ArgumentHelp("What to export.", valueName: "type")) var type: ItemType = .all
-    @Option(name: .customShort("o"), help: ArgumentHelp("Output file, created 0600 (default: stdout).", valueName: "outfile")) var output: String?
-    @Option(name: .customShort("l"), help: ArgumentHelp("Only items whose label contains this string.", valueName: "name")) var name: String?
+    @Option(
+        name: .customShort("o"),
+        help: ArgumentHelp("Output file, created 0600 (default: stdout).", valueName: "outfile")) var output: String?
+    @Option(
+        name: .customShort("l"), help: ArgumentHelp("Only items whose label contains this string.", valueName: "name"))
+    var name: String?
 
     func run() throws {
         let keychain = try vault.openUnlocked()
-        func matches(_ item: KeychainItem) -> Bool { name.map { (item.string(Schema.label) ?? "").contains($0) } ?? true }
+        func matches(_ item: KeychainItem) -> Bool {
+            name.map { (item.string(Schema.label) ?? "").contains($0) } ?? true
+        }
         var out = [UInt8]()
         if type == .certs || type == .all {
             for cert in try certificates(keychain) where matches(cert) { out += CertificateData.pem(cert.data ?? []) }

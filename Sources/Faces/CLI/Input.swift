@@ -100,7 +100,8 @@ struct PassphraseSource {
         } else if let typed = try SecretInput.prompt(prompt) {
             bytes = typed
         } else {
-            throw CLIError.failure("no passphrase: there is no terminal to prompt on; use --passphrase-file or --passphrase-fd")
+            throw CLIError.failure(
+                "no passphrase: there is no terminal to prompt on; use --passphrase-file or --passphrase-fd")
         }
         if bytes.isEmpty { throw CLIError.failure("the passphrase is empty") }
         return try SecretInput.secure(&bytes)
@@ -110,7 +111,8 @@ struct PassphraseSource {
     func readNew(what: String) throws -> SecureBytes {
         if file != nil || fd != nil { return try read(prompt: "") }
         guard var first = try SecretInput.prompt("\(what): ") else {
-            throw CLIError.failure("no passphrase: there is no terminal to prompt on; use --passphrase-file or --passphrase-fd")
+            throw CLIError.failure(
+                "no passphrase: there is no terminal to prompt on; use --passphrase-file or --passphrase-fd")
         }
         defer { Sodium.wipe(&first) }
         guard var second = try SecretInput.prompt("retype \(what): ") else { throw CLIError.failure("no terminal") }

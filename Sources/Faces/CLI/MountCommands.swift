@@ -26,9 +26,13 @@ enum MountTable {
         let b = Array(s.utf8)
         var i = 0
         while i < b.count {
-            if b[i] == UInt8(ascii: "\\"), i + 3 < b.count + 0, let v = UInt8(String(decoding: b[(i + 1)...(i + 3)], as: UTF8.self), radix: 8) {
+            if b[i] == UInt8(ascii: "\\"), i + 3 < b.count + 0,
+                let v = UInt8(String(decoding: b[(i + 1)...(i + 3)], as: UTF8.self), radix: 8)
+            {
                 out.append(v); i += 4
-            } else { out.append(b[i]); i += 1 }
+            } else {
+                out.append(b[i]); i += 1
+            }
         }
         return String(decoding: out, as: UTF8.self)
     }
@@ -96,17 +100,23 @@ struct Mount: ParsableCommand {
             \(MountOption.helpText)
             """)
     @OptionGroup var vault: VaultOptions
-    @Argument(help: ArgumentHelp("The vault (else --vault or the default) and the mountpoint.", valueName: "[vault] mountpoint"))
+    @Argument(
+        help: ArgumentHelp(
+            "The vault (else --vault or the default) and the mountpoint.", valueName: "[vault] mountpoint"))
     var paths: [String]
     @Flag(name: .customShort("f"), help: "Stay in the foreground.")
     var foreground = false
-    @Option(name: .customShort("o"), help: ArgumentHelp("Mount options, comma-separated (the table above); may be repeated.", valueName: "options"))
+    @Option(
+        name: .customShort("o"),
+        help: ArgumentHelp("Mount options, comma-separated (the table above); may be repeated.", valueName: "options"))
     var options: [String] = []
     @Option(name: .long, help: .hidden) var readyFd: Int32?
 
     func validate() throws {
         guard (1...2).contains(paths.count) else { throw ValidationError("expected [VAULT] MOUNTPOINT") }
-        if paths.count == 2 && vault.vault != nil { throw ValidationError("give the vault as an argument or with --vault, not both") }
+        if paths.count == 2 && vault.vault != nil {
+            throw ValidationError("give the vault as an argument or with --vault, not both")
+        }
     }
 
     var vaultPath: String { absolutePath(paths.count == 2 ? paths[0] : vault.path) }
@@ -132,7 +142,8 @@ struct Mount: ParsableCommand {
             Output.errorLine("keychainfs: cleared a stale mount on \(mountpoint)")
         }
         var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: mountpoint, isDirectory: &isDirectory), isDirectory.boolValue else {
+        guard FileManager.default.fileExists(atPath: mountpoint, isDirectory: &isDirectory), isDirectory.boolValue
+        else {
             throw CLIError.failure("mountpoint \(mountpoint) is not a directory")
         }
     }
@@ -156,8 +167,11 @@ struct Mount: ParsableCommand {
             let lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
             guard lockFD >= 0 else { throw CLIError.system("cannot open \(lockPath)", Errno(rawValue: errno)) }
             if flock(lockFD, LOCK_EX | LOCK_NB) != 0 {
-                let other = (try? String(contentsOfFile: lockPath, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
-                throw CLIError.failure("vault \(vaultPath) is already mounted by another keychainfs daemon (pid \(other))")
+                let other =
+                    (try? String(contentsOfFile: lockPath, encoding: .utf8))?.trimmingCharacters(
+                        in: .whitespacesAndNewlines) ?? "?"
+                throw CLIError.failure(
+                    "vault \(vaultPath) is already mounted by another keychainfs daemon (pid \(other))")
             }
             ftruncate(lockFD, 0)
             _ = "\(getpid())\n".withCString { write(lockFD, $0, strlen($0)) }
@@ -170,8 +184,9 @@ struct Mount: ParsableCommand {
             fuseOptions.fsname = vaultPath
             let audit = try AuditLog(path: parsed.audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
             let fs = KeychainFileSystem(keychain: keychain, audit: audit)
-            fs.access.presence = PinentryPresence(keychain: keychain, program: parsed.pinentry,
-                                                  reuseSeconds: parsed.presenceReuse, timeoutSeconds: parsed.presenceTimeout)
+            fs.access.presence = PinentryPresence(
+                keychain: keychain, program: parsed.pinentry,
+                reuseSeconds: parsed.presenceReuse, timeoutSeconds: parsed.presenceTimeout)
             let control = try ControlServer(path: controlSocketPath(), keychain: keychain)
             fs.controlSocketPath = control.path
             control.start()
@@ -183,7 +198,8 @@ struct Mount: ParsableCommand {
                 idle.start()
             }
             do { try session.mount() } catch {
-                throw CLIError.failure("cannot mount on \(mountpoint) (is /dev/fuse usable, and fusermount3 installed?)")
+                throw CLIError.failure(
+                    "cannot mount on \(mountpoint) (is /dev/fuse usable, and fusermount3 installed?)")
             }
             Log.info("mounted \(vaultPath) on \(mountpoint)")
             report("ok")
@@ -209,7 +225,9 @@ struct Mount: ParsableCommand {
     func controlSocketPath() -> String {
         let name = "/ctl-\(getpid()).sock"
         var dir = KeychainPaths.stateDirectory()
-        if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") { dir = runtime + "/keychainfs" }
+        if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") {
+            dir = runtime + "/keychainfs"
+        }
         if (dir + name).utf8.count > 100 { dir = "/tmp/keychainfs-\(getuid())" }
         return dir + name
     }
@@ -231,17 +249,22 @@ struct Mount: ParsableCommand {
         var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
         // Close-on-exec: the daemon must hold only the ends dup2'ed to fds 3 and 4, or its own
         // copy of the write end would keep it waiting for the passphrase's EOF forever.
-        guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else { throw CLIError.system("pipe", Errno(rawValue: errno)) }
+        guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else {
+            throw CLIError.system("pipe", Errno(rawValue: errno))
+        }
         for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
 
         var args = ["keychainfs", "mount", vaultPath, mountpoint, "-f", "--passphrase-fd", "3", "--ready-fd", "4"]
         for o in options { args += ["-o", o] }
         let pid: pid_t
         do {
-            pid = try ChildProcess.spawn("/proc/self/exe", arguments: args,
-                                         descriptors: [(0, .null), (1, .appending(logPath)), (2, .duplicate(1)),
-                                                       (3, .duplicate(secretPipe[0])), (4, .duplicate(readyPipe[1]))],
-                                         newSession: true)
+            pid = try ChildProcess.spawn(
+                "/proc/self/exe", arguments: args,
+                descriptors: [
+                    (0, .null), (1, .appending(logPath)), (2, .duplicate(1)),
+                    (3, .duplicate(secretPipe[0])), (4, .duplicate(readyPipe[1])),
+                ],
+                newSession: true)
         } catch {
             close(secretPipe[0]); close(readyPipe[1]); close(secretPipe[1]); close(readyPipe[0])
             throw CLIError.system("cannot start the daemon", error)
@@ -292,7 +315,9 @@ func controlSocket(of mountpoint: String) throws -> String {
     let n = buffer.withUnsafeMutableBytes { getxattr(path, KeychainFileSystem.controlXattr, $0.baseAddress, $0.count) }
     guard n > 0 else {
         let cause = Errno(rawValue: errno)  // before isStale's statvfs overwrites errno
-        if MountTable.isStale(path) { throw CLIError.failure("\(path) is a stale mount (its daemon died); run 'keychainfs unmount \(path)'") }
+        if MountTable.isStale(path) {
+            throw CLIError.failure("\(path) is a stale mount (its daemon died); run 'keychainfs unmount \(path)'")
+        }
         throw CLIError(message: "\(path): the daemon does not answer (\(cause))", exitCode: 1, cause: cause)
     }
     return String(decoding: buffer[0..<n], as: UTF8.self)
@@ -325,7 +350,8 @@ func printState(_ mountpoint: String, _ state: String) {
 }
 
 struct Lock: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Lock a mounted keychain: WhenUnlocked data becomes unreadable.")
+    static let configuration = CommandConfiguration(
+        abstract: "Lock a mounted keychain: WhenUnlocked data becomes unreadable.")
     @Argument(help: "The mountpoint.") var mountpoint: String
     func run() throws { printState(mountpoint, try control(mountpoint, "lock")) }
 }
@@ -333,17 +359,21 @@ struct Lock: ParsableCommand {
 struct Unlock: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Unlock a mounted keychain with its passphrase.")
     @Argument(help: "The mountpoint.") var mountpoint: String
-    @Option(name: .long, help: ArgumentHelp("Read the passphrase from this file.", valueName: "path")) var passphraseFile: String?
-    @Option(name: .long, help: ArgumentHelp("Read the passphrase from this descriptor.", valueName: "fd")) var passphraseFd: Int32?
+    @Option(name: .long, help: ArgumentHelp("Read the passphrase from this file.", valueName: "path"))
+    var passphraseFile: String?
+    @Option(name: .long, help: ArgumentHelp("Read the passphrase from this descriptor.", valueName: "fd"))
+    var passphraseFd: Int32?
     func run() throws {
         _ = try controlSocket(of: mountpoint)
-        let passphrase = try PassphraseSource(file: passphraseFile, fd: passphraseFd).read(prompt: "passphrase for \(absolutePath(mountpoint)): ")
+        let passphrase = try PassphraseSource(file: passphraseFile, fd: passphraseFd).read(
+            prompt: "passphrase for \(absolutePath(mountpoint)): ")
         printState(mountpoint, try control(mountpoint, "unlock", payload: passphrase))
     }
 }
 
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Say whether a mounted keychain is locked, and since when.")
+    static let configuration = CommandConfiguration(
+        abstract: "Say whether a mounted keychain is locked, and since when.")
     @Argument(help: "The mountpoint.") var mountpoint: String
     func run() throws { printState(mountpoint, try control(mountpoint, "status")) }
 }

@@ -34,8 +34,10 @@ struct MountOption: Sendable {
         .flag("default_permissions", "Let the kernel check the mode bits of every node.") {
             $0.fuse.defaultPermissions = true
         },
-        .number("cache", "SECONDS", "Kernel cache lifetime of names and attributes (default 1).",
-                range: 0...60, takes: "a number from 0 to 60") { $0.fuse.cacheSeconds = $1 },
+        .number(
+            "cache", "SECONDS", "Kernel cache lifetime of names and attributes (default 1).",
+            range: 0...60, takes: "a number from 0 to 60"
+        ) { $0.fuse.cacheSeconds = $1 },
         .text("passphrase_file", "PATH", "Read the passphrase from this file, as --passphrase-file.") {
             $0.passphraseFile = $1
         },
@@ -43,15 +45,21 @@ struct MountOption: Sendable {
         .flag("locked", "Mount without unlocking: nothing is readable before 'keychainfs unlock'.") {
             $0.fuse.startLocked = true
         },
-        .number("lock_after", "SECONDS", "Lock after this many seconds without a request.",
-                range: 1...Double.infinity, takes: "a number of seconds, at least 1") { $0.fuse.lockAfter = $1 },
+        .number(
+            "lock_after", "SECONDS", "Lock after this many seconds without a request.",
+            range: 1...Double.infinity, takes: "a number of seconds, at least 1"
+        ) { $0.fuse.lockAfter = $1 },
         .text("pinentry", "PATH", "The program that asks for user presence (default: the first pinentry on PATH).") {
             $0.pinentry = $1
         },
-        .number("presence_reuse", "SECONDS", "Reuse a presence approval for the same process and item (default 0).",
-                range: 0...300, takes: "0 to 300 seconds") { $0.presenceReuse = $1 },
-        .number("presence_timeout", "SECONDS", "Give up on an unanswered presence prompt (default 60).",
-                range: 1...600, takes: "1 to 600 seconds") { (options: inout ParsedMountOptions, seconds: Int) in
+        .number(
+            "presence_reuse", "SECONDS", "Reuse a presence approval for the same process and item (default 0).",
+            range: 0...300, takes: "0 to 300 seconds"
+        ) { $0.presenceReuse = $1 },
+        .number(
+            "presence_timeout", "SECONDS", "Give up on an unanswered presence prompt (default 60).",
+            range: 1...600, takes: "1 to 600 seconds"
+        ) { (options: inout ParsedMountOptions, seconds: Int) in
             options.presenceTimeout = seconds
         },
         .text("audit", "PATH", "The audit log (default $XDG_STATE_HOME/keychainfs/audit.log).") { $0.audit = $1 },
@@ -60,9 +68,11 @@ struct MountOption: Sendable {
 
     /// Options mount(8) and fstab pass that mean nothing to a FUSE filesystem of one user:
     /// accepted and ignored.
-    static let ignored: [String] = ["rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev",
-                                    "nofail", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "atime",
-                                    "noatime", "relatime", "async", "sync"]
+    static let ignored: [String] = [
+        "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev",
+        "nofail", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "atime",
+        "noatime", "relatime", "async", "sync",
+    ]
 
     /// Options that are understood and refused, with the reason.
     static let refused: [String: String] = ["ro": "-o ro is not supported: a keychain mount is read-write"]
@@ -82,11 +92,12 @@ struct MountOption: Sendable {
                 return head + String(repeating: " ", count: indent - head.count) + line
             }
         }
-        return (["Mount options (-o, comma-separated):"] + rows + [
-            "",
-            "mount(8)'s generic options (\(ignored.joined(separator: ", "))) are accepted and ignored; "
-                + "\(refused.keys.sorted().joined(separator: ", ")) is refused.",
-        ]).joined(separator: "\n")
+        return
+            (["Mount options (-o, comma-separated):"] + rows + [
+                "",
+                "mount(8)'s generic options (\(ignored.joined(separator: ", "))) are accepted and ignored; "
+                    + "\(refused.keys.sorted().joined(separator: ", ")) is refused.",
+            ]).joined(separator: "\n")
     }
 
     /// Greedy word wrap.
@@ -105,14 +116,18 @@ struct MountOption: Sendable {
 
     // MARK: - Kinds of option
 
-    static func flag(_ name: String, _ help: String,
-                     _ set: @escaping @Sendable (inout ParsedMountOptions) -> Void) -> MountOption {
+    static func flag(
+        _ name: String, _ help: String,
+        _ set: @escaping @Sendable (inout ParsedMountOptions) -> Void
+    ) -> MountOption {
         MountOption(name: name, help: help, effect: .flag(set))
     }
 
     /// A value taken as it is (a path); empty is malformed.
-    static func text(_ name: String, _ valueName: String, _ help: String,
-                     _ set: @escaping @Sendable (inout ParsedMountOptions, String) -> Void) -> MountOption {
+    static func text(
+        _ name: String, _ valueName: String, _ help: String,
+        _ set: @escaping @Sendable (inout ParsedMountOptions, String) -> Void
+    ) -> MountOption {
         MountOption(name: name, help: help, effect: .value(valueName) { options, value in set(&options, value) })
     }
 
@@ -121,12 +136,14 @@ struct MountOption: Sendable {
         _ name: String, _ valueName: String, _ help: String, range: ClosedRange<N>, takes: String,
         _ set: @escaping @Sendable (inout ParsedMountOptions, N) -> Void
     ) -> MountOption {
-        MountOption(name: name, help: help, effect: .value(valueName) { options, value in
-            guard let n = N(value), range.contains(n) else {
-                throw CLIError.usage("-o \(name)=\(valueName) takes \(takes)")
-            }
-            set(&options, n)
-        })
+        MountOption(
+            name: name, help: help,
+            effect: .value(valueName) { options, value in
+                guard let n = N(value), range.contains(n) else {
+                    throw CLIError.usage("-o \(name)=\(valueName) takes \(takes)")
+                }
+                set(&options, n)
+            })
     }
 }
 
@@ -160,14 +177,17 @@ struct ParsedMountOptions {
                 case (.value(_, let set), let value?) where !value.isEmpty:
                     try set(&self, value)
                 case (.flag, _?):
-                    throw CLIError.usage("malformed mount option '\(name)=…': \(name) takes no value; known: \(MountOption.known)")
+                    throw CLIError.usage(
+                        "malformed mount option '\(name)=…': \(name) takes no value; known: \(MountOption.known)")
                 case (.value, _):
-                    throw CLIError.usage("malformed mount option '\(name)': write \(option.syntax); known: \(MountOption.known)")
+                    throw CLIError.usage(
+                        "malformed mount option '\(name)': write \(option.syntax); known: \(MountOption.known)")
                 }
             }
         }
         if fuse.allowOther && !fuse.defaultPermissions {
-            throw CLIError.usage("-o allow_other needs -o default_permissions too: without it, other users could read the secrets")
+            throw CLIError.usage(
+                "-o allow_other needs -o default_permissions too: without it, other users could read the secrets")
         }
     }
 }

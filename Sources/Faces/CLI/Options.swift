@@ -5,13 +5,21 @@ import KeychainCrypto
 
 /// Which vault and how to unlock it; shared by every command that opens a vault.
 struct VaultOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("The vault file (default: $KEYCHAINFS_VAULT, else $XDG_DATA_HOME/keychainfs/default.vault).", valueName: "vault"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The vault file (default: $KEYCHAINFS_VAULT, else $XDG_DATA_HOME/keychainfs/default.vault).",
+            valueName: "vault"))
     var vault: String?
 
-    @Option(name: .long, help: ArgumentHelp("Read the passphrase from this file (one trailing newline is ignored).", valueName: "path"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp("Read the passphrase from this file (one trailing newline is ignored).", valueName: "path"))
     var passphraseFile: String?
 
-    @Option(name: .long, help: ArgumentHelp("Read the passphrase from this open file descriptor until EOF.", valueName: "fd"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp("Read the passphrase from this open file descriptor until EOF.", valueName: "fd"))
     var passphraseFd: Int32?
 
     var path: String { vault ?? KeychainPaths.defaultVault() }
@@ -29,8 +37,9 @@ struct VaultOptions: ParsableArguments {
         let keychain = try Keychain.open(at: path)
         try keychain.unlock(passphrase: passphrase.read(prompt: "passphrase for \(path): "))
         let groups = try keychain.accessPolicy().groups.map(\.name).filter { $0 != Caller.defaultAccessGroup }
-        keychain.defaultCaller = Caller(accessGroups: [Caller.defaultAccessGroup] + groups, authenticationUI: .fail,
-                                        processDescription: "keychainfs CLI (pid \(getpid()))")
+        keychain.defaultCaller = Caller(
+            accessGroups: [Caller.defaultAccessGroup] + groups, authenticationUI: .fail,
+            processDescription: "keychainfs CLI (pid \(getpid()))")
         return keychain
     }
 }
@@ -45,7 +54,9 @@ struct CommonItemOptions: ParsableArguments {
     var comment: String?
     @Option(name: .customShort("D"), help: ArgumentHelp("Kind (kSecAttrDescription).", valueName: "kind"))
     var kind: String?
-    @Option(name: .customShort("c"), help: ArgumentHelp("Creator (a four-character code or a number).", valueName: "creator"))
+    @Option(
+        name: .customShort("c"),
+        help: ArgumentHelp("Creator (a four-character code or a number).", valueName: "creator"))
     var creator: String?
     @Option(name: .customShort("C"), help: ArgumentHelp("Type (a four-character code or a number).", valueName: "type"))
     var type: String?
@@ -67,13 +78,20 @@ struct CommonItemOptions: ParsableArguments {
 
 /// Options that only make sense when adding.
 struct AddOptions: ParsableArguments {
-    @Option(name: .customShort("w"), help: ArgumentHelp("The secret. Visible to other processes in argv: prefer stdin.", valueName: "password"))
+    @Option(
+        name: .customShort("w"),
+        help: ArgumentHelp("The secret. Visible to other processes in argv: prefer stdin.", valueName: "password"))
     var password: String?
     @Flag(name: .customShort("U"), help: "Update the item if it already exists.")
     var updateIfPresent = false
-    @Option(name: .long, help: ArgumentHelp("When the data is readable: whenUnlocked (default), afterFirstUnlock, whenUnlockedThisDeviceOnly, …", valueName: "class"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "When the data is readable: whenUnlocked (default), afterFirstUnlock, whenUnlockedThisDeviceOnly, …",
+            valueName: "class"))
     var accessible: String?
-    @Option(name: .long, help: ArgumentHelp("Access control flags: userPresence or devicePasscode.", valueName: "flags"))
+    @Option(
+        name: .long, help: ArgumentHelp("Access control flags: userPresence or devicePasscode.", valueName: "flags"))
     var accessControl: String?
     @Flag(name: .long, help: "Mark the item synchronizable.")
     var synchronizable = false
@@ -82,7 +100,9 @@ struct AddOptions: ParsableArguments {
         let protection: Accessibility
         if let accessible {
             guard let a = Accessibility(text: accessible) else {
-                throw CLIError.usage("--accessible: unknown class '\(accessible)'; expected one of \(Accessibility.allCases.map(\.name).joined(separator: ", "))")
+                throw CLIError.usage(
+                    "--accessible: unknown class '\(accessible)'; expected one of \(Accessibility.allCases.map(\.name).joined(separator: ", "))"
+                )
             }
             protection = a
         } else {
@@ -90,7 +110,8 @@ struct AddOptions: ParsableArguments {
         }
         if let accessControl {
             guard let flags = AccessControlFlags(text: accessControl), !flags.isEmpty else {
-                throw CLIError.usage("--access-control: expected userPresence or devicePasscode, not '\(accessControl)'")
+                throw CLIError.usage(
+                    "--access-control: expected userPresence or devicePasscode, not '\(accessControl)'")
             }
             attributes[Schema.accessControl] = .accessControl(AccessControl(protection: protection, flags: flags))
         } else if accessible != nil {
@@ -106,7 +127,8 @@ struct AddOptions: ParsableArguments {
         }
         if isatty(0) == 1 {
             guard let first = try SecretInput.prompt("password data for new item: "),
-                  let second = try SecretInput.prompt("retype password for new item: ") else {
+                let second = try SecretInput.prompt("retype password for new item: ")
+            else {
                 throw CLIError.failure("no terminal to prompt on")
             }
             guard first == second else { throw CLIError.failure("the passwords do not match") }
@@ -132,6 +154,8 @@ func set(_ attributes: inout Attributes, _ itemClass: ItemClass, _ name: String,
 func fourCharCode(_ text: String, option: String) throws -> Int64 {
     if let n = Int64(text) { return n }
     let bytes = Array(text.utf8)
-    guard bytes.count == 4 else { throw CLIError.usage("\(option): expected a four-character code or a number, not '\(text)'") }
+    guard bytes.count == 4 else {
+        throw CLIError.usage("\(option): expected a four-character code or a number, not '\(text)'")
+    }
     return bytes.reduce(Int64(0)) { ($0 << 8) | Int64($1) }
 }

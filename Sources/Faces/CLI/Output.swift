@@ -62,18 +62,26 @@ enum ItemPrinter {
                 case .bool(let b): attributes[attribute.name] = b
                 default:
                     let bytes = AttributeText.render(attribute, value)
-                    if let s = String(validating: bytes, as: UTF8.self) { attributes[attribute.name] = s }
-                    else { attributes[attribute.name + "Base64"] = Data(bytes).base64EncodedString() }
+                    if let s = String(validating: bytes, as: UTF8.self) {
+                        attributes[attribute.name] = s
+                    } else {
+                        attributes[attribute.name + "Base64"] = Data(bytes).base64EncodedString()
+                    }
                 }
             }
             var object: [String: Any] = ["class": item.itemClass.rawValue, "id": item.id, "attributes": attributes]
             if includeData, let data = item.data {
-                if let s = String(validating: data, as: UTF8.self) { object["data"] = s }
-                else { object["dataBase64"] = Data(data).base64EncodedString() }
+                if let s = String(validating: data, as: UTF8.self) {
+                    object["data"] = s
+                } else {
+                    object["dataBase64"] = Data(data).base64EncodedString()
+                }
             }
             return object
         }
-        let data = (try? JSONSerialization.data(withJSONObject: objects, options: [.prettyPrinted, .sortedKeys])) ?? Data("[]".utf8)
+        let data =
+            (try? JSONSerialization.data(withJSONObject: objects, options: [.prettyPrinted, .sortedKeys]))
+            ?? Data("[]".utf8)
         return String(decoding: data, as: UTF8.self) + "\n"
     }
 }

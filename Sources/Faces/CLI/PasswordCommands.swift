@@ -28,7 +28,9 @@ struct InternetPasswordOptions: ParsableArguments {
     @Option(name: .customShort("s"), help: ArgumentHelp("Server name.", valueName: "server"))
     var server: String?
     @OptionGroup var common: CommonItemOptions
-    @Option(name: .customShort("r"), help: ArgumentHelp("Protocol: a name (https) or a four-character code (htps).", valueName: "protocol"))
+    @Option(
+        name: .customShort("r"),
+        help: ArgumentHelp("Protocol: a name (https) or a four-character code (htps).", valueName: "protocol"))
     var `protocol`: String?
     @Option(name: .customShort("P"), help: ArgumentHelp("Port number.", valueName: "port"))
     var port: String?
@@ -36,7 +38,9 @@ struct InternetPasswordOptions: ParsableArguments {
     var path: String?
     @Option(name: .customShort("d"), help: ArgumentHelp("Security domain string.", valueName: "domain"))
     var securityDomain: String?
-    @Option(name: .customShort("t"), help: ArgumentHelp("Authentication type (four-character code, e.g. dflt, form).", valueName: "authType"))
+    @Option(
+        name: .customShort("t"),
+        help: ArgumentHelp("Authentication type (four-character code, e.g. dflt, form).", valueName: "authType"))
     var authenticationType: String?
 
     func attributes() throws -> Attributes {
@@ -57,7 +61,9 @@ func addPassword(_ vault: VaultOptions, _ itemClass: ItemClass, attributes given
     var attributes = given
     try add.apply(to: &attributes, itemClass)
     if add.password == nil && vault.passphraseFd == 0 {
-        throw CLIError.usage("standard input carries the passphrase (--passphrase-fd 0), so it cannot carry the secret too: give the secret on another descriptor's stdin or with -w")
+        throw CLIError.usage(
+            "standard input carries the passphrase (--passphrase-fd 0), so it cannot carry the secret too: give the secret on another descriptor's stdin or with -w"
+        )
     }
     let keychain = try vault.openUnlocked()
     var secret = try add.secret()
@@ -71,7 +77,8 @@ func addPassword(_ vault: VaultOptions, _ itemClass: ItemClass, attributes given
 }
 
 struct AddGenericPassword: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "add-generic-password",
+    static let configuration = CommandConfiguration(
+        commandName: "add-generic-password",
         abstract: "Add a generic password item (the secret from stdin unless -w is given).",
         usage: "keychainfs add-generic-password [-a account] [-s service] [-w password] [options...]")
     @OptionGroup var vault: VaultOptions
@@ -84,7 +91,8 @@ struct AddGenericPassword: ParsableCommand {
 }
 
 struct AddInternetPassword: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "add-internet-password",
+    static let configuration = CommandConfiguration(
+        commandName: "add-internet-password",
         abstract: "Add an internet password item (the secret from stdin unless -w is given).",
         usage: "keychainfs add-internet-password [-a account] [-s server] [-w password] [options...]")
     @OptionGroup var vault: VaultOptions
@@ -118,7 +126,8 @@ func findPassword(_ keychain: Keychain, _ itemClass: ItemClass, attributes: Attr
 }
 
 struct FindGenericPassword: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "find-generic-password",
+    static let configuration = CommandConfiguration(
+        commandName: "find-generic-password",
         abstract: "Find a generic password item and print its attributes (or, with -w, only its secret).",
         usage: "keychainfs find-generic-password [-a account] [-s service] [options...] [-g | -w]")
     @OptionGroup var vault: VaultOptions
@@ -132,7 +141,8 @@ struct FindGenericPassword: ParsableCommand {
 }
 
 struct FindInternetPassword: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "find-internet-password",
+    static let configuration = CommandConfiguration(
+        commandName: "find-internet-password",
         abstract: "Find an internet password item and print its attributes (or, with -w, only its secret).",
         usage: "keychainfs find-internet-password [-a account] [-s server] [options...] [-g | -w]")
     @OptionGroup var vault: VaultOptions
@@ -155,7 +165,8 @@ func deletePassword(_ keychain: Keychain, _ itemClass: ItemClass, attributes: At
 }
 
 struct DeleteGenericPassword: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "delete-generic-password",
+    static let configuration = CommandConfiguration(
+        commandName: "delete-generic-password",
         abstract: "Delete a generic password item.",
         usage: "keychainfs delete-generic-password [-a account] [-s service] [options...]")
     @OptionGroup var vault: VaultOptions
@@ -168,7 +179,8 @@ struct DeleteGenericPassword: ParsableCommand {
 }
 
 struct DeleteInternetPassword: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "delete-internet-password",
+    static let configuration = CommandConfiguration(
+        commandName: "delete-internet-password",
         abstract: "Delete an internet password item.",
         usage: "keychainfs delete-internet-password [-a account] [-s server] [options...]")
     @OptionGroup var vault: VaultOptions
@@ -179,4 +191,3 @@ struct DeleteInternetPassword: ParsableCommand {
         try deletePassword(vault.openUnlocked(), .internetPassword, attributes: attributes)
     }
 }
-

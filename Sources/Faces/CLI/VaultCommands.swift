@@ -28,7 +28,8 @@ struct Init: ParsableCommand {
 }
 
 struct Passwd: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Change the vault's passphrase (re-wraps the master key only).")
+    static let configuration = CommandConfiguration(
+        abstract: "Change the vault's passphrase (re-wraps the master key only).")
     @OptionGroup var vault: VaultOptions
     @Option(name: .long, help: ArgumentHelp("Read the new passphrase from this file.", valueName: "path"))
     var newPassphraseFile: String?
@@ -47,7 +48,8 @@ struct Passwd: ParsableCommand {
 }
 
 struct DumpKeychain: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "dump-keychain",
+    static let configuration = CommandConfiguration(
+        commandName: "dump-keychain",
         abstract: "Print every item's attributes (secrets only with -d).")
     @OptionGroup var vault: VaultOptions
     @Flag(name: .customShort("d"), help: "Also print the secret data.")
@@ -60,8 +62,10 @@ struct DumpKeychain: ParsableCommand {
         var items: [KeychainItem] = []
         for itemClass in ItemClass.allCases where itemClass != .identity {
             do {
-                items += try keychain.copyMatching(Query(itemClass, matchLimit: .all, returnData: data ? true : nil,
-                                                         synchronizableAny: true))
+                items += try keychain.copyMatching(
+                    Query(
+                        itemClass, matchLimit: .all, returnData: data ? true : nil,
+                        synchronizableAny: true))
             } catch KeychainStatus.itemNotFound {}
         }
         if json {

@@ -10,13 +10,15 @@ struct KeychainfsCommand: ParsableCommand {
         abstract: "An encrypted keychain with Apple's Keychain Services semantics, mountable as a directory.",
         discussion: "Exit codes: 0 ok, 44 item not found, 45 duplicate item, 2 usage, 1 any other failure.",
         version: "keychainfs \(keychainfsVersion)",
-        subcommands: [Init.self, Passwd.self,
-                      AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self,
-                      AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
-                      DumpKeychain.self,
-                      AddCertificates.self, FindCertificate.self, FindIdentity.self, Import.self, Export.self,
-                      Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
-                      AccessGroup.self, AuditLogCommand.self])
+        subcommands: [
+            Init.self, Passwd.self,
+            AddGenericPassword.self, FindGenericPassword.self, DeleteGenericPassword.self,
+            AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
+            DumpKeychain.self,
+            AddCertificates.self, FindCertificate.self, FindIdentity.self, Import.self, Export.self,
+            Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
+            AccessGroup.self, AuditLogCommand.self,
+        ])
 }
 
 // Before any key exists in memory: no core dumps, no same-user ptrace.
@@ -46,7 +48,9 @@ func namesUnknownCommand(_ arguments: [String]) -> Bool {
         if word.hasPrefix("-") { return false }
         let subcommands = command.configuration.subcommands
         if subcommands.isEmpty { return false }
-        guard let next = subcommands.first(where: { $0._commandName == word || $0.configuration.aliases.contains(word) }) else {
+        guard
+            let next = subcommands.first(where: { $0._commandName == word || $0.configuration.aliases.contains(word) })
+        else {
             return true
         }
         command = next

@@ -19,7 +19,8 @@ extension KeychainFileSystem {
                 data = try keychain.identityBundle(certificateID: id, caller: file.caller)
             } else {
                 // Every read goes through the store and the access check.
-                data = FileContent.of(c, try keychain.item(id: id, itemClass: c, withData: true, caller: file.caller).data ?? [])
+                data = FileContent.of(
+                    c, try keychain.item(id: id, itemClass: c, withData: true, caller: file.caller).data ?? [])
             }
         }
         return FileBytes.slice(data, offset: offset, size: size)
@@ -77,10 +78,13 @@ extension KeychainFileSystem {
         case .memory(let memory):
             try commitPending(memory, file: file, releasing: releasing)
         case .item(let c, let id):
-            guard let (buffer, generation) = file.state.withLock({ $0.pendingCommit(releasing: releasing) }) else { return }
+            guard let (buffer, generation) = file.state.withLock({ $0.pendingCommit(releasing: releasing) }) else {
+                return
+            }
             try audited(file.caller, item: id, .write) {
-                _ = try keychain.update(Query(c, synchronizableAny: true, persistentReference: id),
-                                        attributes: [:], data: buffer, caller: file.caller)
+                _ = try keychain.update(
+                    Query(c, synchronizableAny: true, persistentReference: id),
+                    attributes: [:], data: buffer, caller: file.caller)
             }
             file.state.withLock { $0.committed(generation: generation) }
             notify(.inode(file.ino))
@@ -94,13 +98,16 @@ extension KeychainFileSystem {
         guard case .pendingItem(let c, let key) = memory.kind else { return }
         // Unlinked while still being written: it never becomes an item.
         guard memoryFiles.contains(memory),
-              let (data, dirty, generation) = file.state.withLock({ s in
-                  memory.state.withLock { m in m.added == nil ? (m.data, s.dirty, s.generation) : nil }
-              }) else { return }
+            let (data, dirty, generation) = file.state.withLock({ s in
+                memory.state.withLock { m in m.added == nil ? (m.data, s.dirty, s.generation) : nil }
+            })
+        else { return }
         guard dirty || releasing else { return }
         if data.isEmpty && !releasing { return }
         do {
-            let item = try audited(file.caller, item: nil, .create) { try keychain.add(c, key, data: data, caller: file.caller) }
+            let item = try audited(file.caller, item: nil, .create) {
+                try keychain.add(c, key, data: data, caller: file.caller)
+            }
             let (parent, name) = file.state.withLock { s in
                 memory.state.withLock { m in
                     m.added = (c, item.id)

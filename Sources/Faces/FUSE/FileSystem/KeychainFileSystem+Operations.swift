@@ -18,7 +18,8 @@ extension KeychainFileSystem {
     public func getattr(_ ino: UInt64, handle: UInt64?, caller: Caller) throws -> NodeStat {
         var stat = try node(ino).stat(in: self, caller: caller)
         if let handle, let file = try? openFiles.file(handle),
-           let size = file.state.withLock({ $0.dirty ? $0.buffer?.count : nil }) {
+            let size = file.state.withLock({ $0.dirty ? $0.buffer?.count : nil })
+        {
             stat.size = size
         }
         return stat
@@ -29,7 +30,10 @@ extension KeychainFileSystem {
         let node = try node(ino)
         guard node.isDirectory else { throw Errno.notDirectory }
         let entries = try (node as? any NodeReaddirer)?.entries(in: self, caller: caller) ?? []
-        return [DirectoryEntry(name: ".", ino: ino, isDirectory: true), DirectoryEntry(name: "..", ino: Inode.root, isDirectory: true)]
+        return [
+            DirectoryEntry(name: ".", ino: ino, isDirectory: true),
+            DirectoryEntry(name: "..", ino: Inode.root, isDirectory: true),
+        ]
             + entries
     }
 
@@ -76,7 +80,8 @@ extension KeychainFileSystem {
         guard size <= Keychain.maxDataSize else { throw Errno.fileTooLarge }
         let node = try node(ino)
         if let item = node as? ItemNode, let handle, let file = try? openFiles.file(handle),
-           case .item(_, let id) = file.currentTarget(), id == item.id {
+            case .item(_, let id) = file.currentTarget(), id == item.id
+        {
             try loadBuffer(of: file, itemClass: item.itemClass, id: id)
             file.state.withLock { $0.truncateItem(to: size) }
             return

@@ -70,7 +70,9 @@ public final class KeychainFileSystem: Sendable {
             if let (c, id) = file.state.withLock({ $0.added }) { return ItemNode(itemClass: c, id: id) }
             return MemoryFileNode(file: file)
         }
-        if let (c, spelling) = directories.directory(ino) { return GroupDirectory(itemClass: c, spelling: spelling, ino: ino) }
+        if let (c, spelling) = directories.directory(ino) {
+            return GroupDirectory(itemClass: c, spelling: spelling, ino: ino)
+        }
         throw Errno.noSuchFileOrDirectory
     }
 
@@ -81,9 +83,10 @@ public final class KeychainFileSystem: Sendable {
     }
 
     func itemStat(_ item: KeychainItem) -> NodeStat {
-        NodeStat(ino: Inode.item(item.itemClass, id: item.id), isDirectory: false,
-                 size: FileContent.length(item.itemClass, item.dataLength),
-                 modified: item.modificationDate ?? mountTime, created: item.creationDate ?? mountTime)
+        NodeStat(
+            ino: Inode.item(item.itemClass, id: item.id), isDirectory: false,
+            size: FileContent.length(item.itemClass, item.dataLength),
+            modified: item.modificationDate ?? mountTime, created: item.creationDate ?? mountTime)
     }
 
     // MARK: Audit
@@ -116,6 +119,7 @@ enum FileContent {
     static func length(_ itemClass: ItemClass, _ dataLength: Int) -> Int {
         guard itemClass == .certificate, dataLength > 0 else { return dataLength }
         let b64 = (dataLength + 2) / 3 * 4
-        return "-----BEGIN CERTIFICATE-----\n".utf8.count + b64 + (b64 + 63) / 64 + "-----END CERTIFICATE-----\n".utf8.count
+        return "-----BEGIN CERTIFICATE-----\n".utf8.count + b64 + (b64 + 63) / 64
+            + "-----END CERTIFICATE-----\n".utf8.count
     }
 }

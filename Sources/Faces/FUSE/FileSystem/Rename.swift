@@ -9,9 +9,11 @@ import SystemPackage
 // - a fresh temp file (`sed -i`) onto an item: the item gets its bytes and keeps its attributes;
 // - an item: SecItemUpdate of its key attributes, replacing the item the new name denotes.
 extension KeychainFileSystem {
-    public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: UInt32, caller: Caller) throws {
-        let noReplace = flags & 1 != 0   // RENAME_NOREPLACE
-        if flags & 2 != 0 { throw Errno.invalidArgument } // RENAME_EXCHANGE is not supported
+    public func rename(parent: UInt64, name: String, newParent: UInt64, newName: String, flags: UInt32, caller: Caller)
+        throws
+    {
+        let noReplace = flags & 1 != 0  // RENAME_NOREPLACE
+        if flags & 2 != 0 { throw Errno.invalidArgument }  // RENAME_EXCHANGE is not supported
         let sourceNode = try node(parent)
         let targetNode = try node(newParent)
         if sourceNode is RootNode || targetNode is RootNode { throw Errno.notPermitted }
@@ -40,7 +42,8 @@ extension KeychainFileSystem {
             throw Errno.notPermitted
         }
         guard let dirAttrs = try target.keyAttributes(in: self, caller: caller),
-              let key = PathCodec.parseLeaf(itemClass, newName, in: dirAttrs) else { throw Errno.invalidArgument }
+            let key = PathCodec.parseLeaf(itemClass, newName, in: dirAttrs)
+        else { throw Errno.invalidArgument }
         let existing = try? lookup(parent: newParent, name: newName, caller: caller)
         let existingID = existing.flatMap { Inode.decodeItem($0.ino) }.map(\.1).flatMap { $0 == id ? nil : $0 }
         if !noReplace, memoryFiles.isFresh(id), let existing, let existingID {
@@ -48,8 +51,9 @@ extension KeychainFileSystem {
             // attributes (protection class, comment, creation date) and gets the new bytes; the
             // temp item goes. One transaction.
             try audited(caller, item: existingID, .replaceData) {
-                try keychain.replaceData(of: Query(itemClass, synchronizableAny: true, persistentReference: existingID),
-                                         withDataOf: Query(itemClass, synchronizableAny: true, persistentReference: id), caller: caller)
+                try keychain.replaceData(
+                    of: Query(itemClass, synchronizableAny: true, persistentReference: existingID),
+                    withDataOf: Query(itemClass, synchronizableAny: true, persistentReference: id), caller: caller)
             }
             memoryFiles.forgetFresh(id)
             notify(.inode(existing.ino))
@@ -63,27 +67,34 @@ extension KeychainFileSystem {
             victim = existingID
         }
         try audited(caller, item: id, .rename) {
-            try keychain.rename(Query(itemClass, synchronizableAny: true, persistentReference: id), to: key,
-                                replacing: !noReplace, victim: victim, caller: caller)
+            try keychain.rename(
+                Query(itemClass, synchronizableAny: true, persistentReference: id), to: key,
+                replacing: !noReplace, victim: victim, caller: caller)
         }
         directories.unmarkEmpty(newParent)
     }
 
     /// An editor scratch file renamed: to another scratch name it stays in memory; onto a real
     /// name its bytes are stored there (a new item, or the existing item's new data).
-    private func renameMemoryFile(_ memory: MemoryFile, to target: any ItemDirectory, newName: String, noReplace: Bool,
-                                  caller: Caller) throws {
+    private func renameMemoryFile(
+        _ memory: MemoryFile, to target: any ItemDirectory, newName: String, noReplace: Bool,
+        caller: Caller
+    ) throws {
         if PathCodec.isScratchName(newName) {
             memoryFiles.move(memory, to: target.ino, name: newName)
             return
         }
         let data = memory.state.withLock { $0.data }
         guard let dirAttrs = try target.keyAttributes(in: self, caller: caller),
-              let key = PathCodec.parseLeaf(target.itemClass, newName, in: dirAttrs) else { throw Errno.invalidArgument }
-        if let existing = try? lookup(parent: target.ino, name: newName, caller: caller), let (_, id) = Inode.decodeItem(existing.ino) {
+            let key = PathCodec.parseLeaf(target.itemClass, newName, in: dirAttrs)
+        else { throw Errno.invalidArgument }
+        if let existing = try? lookup(parent: target.ino, name: newName, caller: caller),
+            let (_, id) = Inode.decodeItem(existing.ino)
+        {
             if noReplace { throw Errno.fileExists }
-            try keychain.update(Query(target.itemClass, synchronizableAny: true, persistentReference: id), attributes: [:],
-                                data: data, caller: caller)
+            try keychain.update(
+                Query(target.itemClass, synchronizableAny: true, persistentReference: id), attributes: [:],
+                data: data, caller: caller)
             notify(.inode(existing.ino))
         } else {
             _ = try keychain.add(target.itemClass, key, data: data, caller: caller)

@@ -16,7 +16,9 @@ protocol XattrNamespace: Sendable {
     /// The value of `name` on `node`; ENODATA when the node has none.
     func value(of name: String, on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws -> [UInt8]
     /// Sets `name` (flags: XATTR_CREATE 1, XATTR_REPLACE 2).
-    func set(_ name: String, to value: [UInt8], flags: Int32, on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws
+    func set(
+        _ name: String, to value: [UInt8], flags: Int32, on node: any Node, in fs: KeychainFileSystem, caller: Caller)
+        throws
 }
 
 enum XattrNamespaces {
@@ -41,7 +43,9 @@ struct KeychainAttributeXattrs: XattrNamespace {
     /// The schema attribute an xattr name denotes in a class (its exact spelling only).
     static func attribute(_ name: String, in itemClass: ItemClass) -> Attribute? {
         let attrName = String(name.dropFirst(prefix.count))
-        guard let attribute = try? Schema.attribute(named: attrName, in: itemClass), attribute.name == attrName else { return nil }
+        guard let attribute = try? Schema.attribute(named: attrName, in: itemClass), attribute.name == attrName else {
+            return nil
+        }
         return attribute
     }
 
@@ -54,20 +58,23 @@ struct KeychainAttributeXattrs: XattrNamespace {
         return AttributeText.render(attribute, value)
     }
 
-    func set(_ name: String, to value: [UInt8], flags: Int32, on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws {
+    func set(
+        _ name: String, to value: [UInt8], flags: Int32, on node: any Node, in fs: KeychainFileSystem, caller: Caller
+    ) throws {
         guard let node = node as? any NodeWithItemAttributes else { throw Errno.notSupported }
         guard let (c, id) = node.writableItem else { throw Errno.notPermitted }
         let item = try fs.keychain.item(id: id, itemClass: c, withData: false, caller: caller)
         guard let attribute = Self.attribute(name, in: c) else { throw Errno.noData }
-        if flags & 1 != 0 && item.attributes[attribute] != nil { throw Errno.fileExists }     // XATTR_CREATE
-        if flags & 2 != 0 && item.attributes[attribute] == nil { throw Errno.noData }         // XATTR_REPLACE
+        if flags & 1 != 0 && item.attributes[attribute] != nil { throw Errno.fileExists }  // XATTR_CREATE
+        if flags & 2 != 0 && item.attributes[attribute] == nil { throw Errno.noData }  // XATTR_REPLACE
         let parsed = try AttributeText.parse(attribute, value, currentProtection: item.accessibility)
         let oldDirectory = PathCodec.directory(of: c, item.attributes)
         let oldLeaf = PathCodec.leaf(of: c, item.attributes)
         fs.memoryFiles.forgetFresh(id)
         try fs.audited(caller, item: id, .setAttribute(attribute.name)) {
-            _ = try fs.keychain.update(Query(c, synchronizableAny: true, persistentReference: id), attributes: [attribute: parsed],
-                                       caller: caller)
+            _ = try fs.keychain.update(
+                Query(c, synchronizableAny: true, persistentReference: id), attributes: [attribute: parsed],
+                caller: caller)
         }
         if Schema.isPrimaryKey(attribute, in: c) || attribute == Schema.label {
             // The item's path changed: drop the kernel's cached entries for the old name.
@@ -94,7 +101,9 @@ struct ControlSocketXattr: XattrNamespace {
         return Array(path.utf8)
     }
 
-    func set(_ name: String, to value: [UInt8], flags: Int32, on node: any Node, in fs: KeychainFileSystem, caller: Caller) throws {
+    func set(
+        _ name: String, to value: [UInt8], flags: Int32, on node: any Node, in fs: KeychainFileSystem, caller: Caller
+    ) throws {
         throw Errno.notSupported
     }
 }

@@ -22,7 +22,8 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
     /// probe. (An inet directory also names protocol and port, so its server's items are read.)
     private func exists(_ spelling: String, in fs: KeychainFileSystem, caller: Caller) throws -> Bool {
         if itemClass == .genericPassword, let attrs = PathCodec.parseDirectory(itemClass, spelling),
-           let service = attrs[Schema.service] {
+            let service = attrs[Schema.service]
+        {
             return try fs.keychain.hasItems(itemClass, grouping: service, caller: caller)
         }
         return try !fs.items(inDirectory: itemClass, spelling, caller: caller).isEmpty
@@ -32,8 +33,10 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
         var out: [DirectoryEntry] = []
         var seen = Set<String>()
         for item in try fs.allItems(itemClass, caller: caller) {
-            guard let spelling = PathCodec.directory(of: itemClass, item.attributes), seen.insert(spelling).inserted else { continue }
-            out.append(DirectoryEntry(name: spelling, ino: fs.directories.inode(itemClass, spelling), isDirectory: true))
+            guard let spelling = PathCodec.directory(of: itemClass, item.attributes), seen.insert(spelling).inserted
+            else { continue }
+            out.append(
+                DirectoryEntry(name: spelling, ino: fs.directories.inode(itemClass, spelling), isDirectory: true))
         }
         for (spelling, ino) in fs.directories.emptyDirectories(of: itemClass) where !seen.contains(spelling) {
             out.append(DirectoryEntry(name: spelling, ino: ino, isDirectory: true))
@@ -50,7 +53,8 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
     func rmdir(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws {
         let stat = try lookup(name, in: fs, caller: caller)
         if try !fs.items(inDirectory: itemClass, name, caller: caller).isEmpty
-            || !fs.memoryFileEntries(in: stat.ino, caller: nil).isEmpty {
+            || !fs.memoryFileEntries(in: stat.ino, caller: nil).isEmpty
+        {
             throw Errno.directoryNotEmpty
         }
         fs.directories.unmarkEmpty(stat.ino)

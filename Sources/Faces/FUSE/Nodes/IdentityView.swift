@@ -13,8 +13,10 @@ struct IdentityView: TopLevelDirectory, ItemDirectory, NodeLookuper, NodeReaddir
     func keyAttributes(in fs: KeychainFileSystem, caller: Caller) throws -> Attributes? { [:] }
 
     func lookup(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
-        guard let identity = try fs.keychain.identities(caller: caller)
-            .first(where: { PathCodec.leaf(of: .identity, $0.certificate.attributes) == name }) else {
+        guard
+            let identity = try fs.keychain.identities(caller: caller)
+                .first(where: { PathCodec.leaf(of: .identity, $0.certificate.attributes) == name })
+        else {
             throw Errno.noSuchFileOrDirectory
         }
         return IdentityNode.stat(identity, in: fs)
@@ -39,10 +41,11 @@ struct IdentityNode: NodeOpener, NodeWithItemAttributes {
     var writableItem: (ItemClass, Int64)? { nil }
 
     static func stat(_ identity: Keychain.Identity, in fs: KeychainFileSystem) -> NodeStat {
-        NodeStat(ino: Inode.item(.identity, id: identity.id), isDirectory: false,
-                 size: FileContent.length(.certificate, identity.certificate.dataLength) + identity.key.dataLength,
-                 modified: identity.certificate.modificationDate ?? fs.mountTime,
-                 created: identity.certificate.creationDate ?? fs.mountTime)
+        NodeStat(
+            ino: Inode.item(.identity, id: identity.id), isDirectory: false,
+            size: FileContent.length(.certificate, identity.certificate.dataLength) + identity.key.dataLength,
+            modified: identity.certificate.modificationDate ?? fs.mountTime,
+            created: identity.certificate.creationDate ?? fs.mountTime)
     }
 
     func stat(in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {

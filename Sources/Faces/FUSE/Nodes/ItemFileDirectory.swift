@@ -13,7 +13,8 @@ extension ItemFileDirectory {
     func lookupFile(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
         if let file = fs.memoryFile(named: name, in: ino, caller: caller) { return file.stat() }
         guard let attrs = try keyAttributes(in: fs, caller: caller),
-              let item = try fs.findItem(itemClass, directoryAttributes: attrs, name: name, caller: caller) else {
+            let item = try fs.findItem(itemClass, directoryAttributes: attrs, name: name, caller: caller)
+        else {
             throw Errno.noSuchFileOrDirectory
         }
         return fs.itemStat(item)
@@ -24,7 +25,8 @@ extension ItemFileDirectory {
         if PathCodec.isScratchName(name) {
             if fs.memoryFiles.named(name, in: ino) != nil { throw Errno.fileExists }
             let file = fs.memoryFiles.make(.editorScratch, parent: ino, name: name, caller: caller)
-            let handle = fs.openFiles.register(OpenFile(ino: file.ino, target: .memory(file), caller: caller, append: append))
+            let handle = fs.openFiles.register(
+                OpenFile(ino: file.ino, target: .memory(file), caller: caller, append: append))
             return Opened(handle: handle, stat: file.stat())
         }
         guard let attrs = try keyAttributes(in: fs, caller: caller) else { throw Errno.notPermitted }
@@ -35,7 +37,8 @@ extension ItemFileDirectory {
         // empty); until then the name is a pending item in memory.
         let file = fs.memoryFiles.make(.pendingItem(itemClass, key), parent: ino, name: name, caller: caller)
         fs.directories.unmarkEmpty(ino)
-        let handle = fs.openFiles.register(OpenFile(ino: file.ino, target: .memory(file), caller: caller, append: append))
+        let handle = fs.openFiles.register(
+            OpenFile(ino: file.ino, target: .memory(file), caller: caller, append: append))
         return Opened(handle: handle, stat: file.stat())
     }
 }
@@ -54,7 +57,8 @@ struct GroupDirectory: ItemFileDirectory {
             throw Errno.noSuchFileOrDirectory
         }
         var attrs = Attributes()
-        for a in [Schema.service, Schema.server, Schema.protocolAttribute, Schema.port] where item.attributes[a] != nil {
+        for a in [Schema.service, Schema.server, Schema.protocolAttribute, Schema.port] where item.attributes[a] != nil
+        {
             attrs[a] = item.attributes[a]
         }
         return attrs
@@ -64,14 +68,17 @@ struct GroupDirectory: ItemFileDirectory {
         // Only hits come from the listing: a miss takes the full path (one index probe),
         // which also audits names of other access groups.
         if fs.memoryFile(named: name, in: ino, caller: caller) == nil,
-           let cached = try validListing(in: fs, caller: caller), let stat = cached.byName[name] {
+            let cached = try validListing(in: fs, caller: caller), let stat = cached.byName[name]
+        {
             return stat
         }
         return try lookupFile(name, in: fs, caller: caller)
     }
 
     func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
-        try listing(in: fs, caller: caller).entries.map { DirectoryEntry(name: $0.name, ino: $0.stat.ino, isDirectory: false) }
+        try listing(in: fs, caller: caller).entries.map {
+            DirectoryEntry(name: $0.name, ino: $0.stat.ino, isDirectory: false)
+        }
             + fs.memoryFileEntries(in: ino, caller: caller)
     }
 
@@ -84,7 +91,9 @@ struct GroupDirectory: ItemFileDirectory {
     /// since it was made for these access groups.
     private func listing(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing {
         let stamp = try fs.keychain.changeStamp()
-        if let cached = fs.listings.listing(ino), cached.isValid(stamp: stamp, groups: caller.accessGroups) { return cached }
+        if let cached = fs.listings.listing(ino), cached.isValid(stamp: stamp, groups: caller.accessGroups) {
+            return cached
+        }
         let entries = try fs.items(inDirectory: itemClass, spelling, caller: caller)
             .map { (name: PathCodec.leaf(of: itemClass, $0.attributes), stat: fs.itemStat($0)) }
         let made = ListingCache.Listing(stamp: stamp, groups: caller.accessGroups, entries: entries)
@@ -109,7 +118,9 @@ struct FlatClassDirectory: TopLevelDirectory, ItemFileDirectory {
         var out: [DirectoryEntry] = []
         for item in try fs.allItems(itemClass, caller: caller) {
             let leaf = PathCodec.leaf(of: itemClass, item.attributes)
-            if seen.insert(leaf).inserted { out.append(DirectoryEntry(name: leaf, ino: Inode.item(itemClass, id: item.id), isDirectory: false)) }
+            if seen.insert(leaf).inserted {
+                out.append(DirectoryEntry(name: leaf, ino: Inode.item(itemClass, id: item.id), isDirectory: false))
+            }
         }
         return out + fs.memoryFileEntries(in: ino, caller: caller)
     }

@@ -57,7 +57,9 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
     }
 
     func truncate(to size: Int, in fs: KeychainFileSystem, caller: Caller) throws {
-        var data = size == 0 ? [] : (try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller).data ?? [])
+        var data =
+            size == 0
+            ? [] : (try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller).data ?? [])
         FileBytes.resize(&data, to: size)
         try fs.keychain.update(query, attributes: [:], data: data, caller: caller)
     }

@@ -14,19 +14,25 @@ extension KeychainFileSystem {
             query.attributes[grouping] = value
         }
         do {
-            return try keychain.copyMatching(query, caller: caller).filter { PathCodec.directory(of: itemClass, $0.attributes) == spelling }
+            return try keychain.copyMatching(query, caller: caller).filter {
+                PathCodec.directory(of: itemClass, $0.attributes) == spelling
+            }
         } catch KeychainStatus.itemNotFound { return [] }
     }
 
     /// Every item of a class the caller can see.
     func allItems(_ itemClass: ItemClass, caller: Caller) throws -> [KeychainItem] {
         guard itemClass != .identity else { return [] }
-        do { return try keychain.copyMatching(Query(itemClass, matchLimit: .all, synchronizableAny: true), caller: caller) }
-        catch KeychainStatus.itemNotFound { return [] }
+        do {
+            return try keychain.copyMatching(
+                Query(itemClass, matchLimit: .all, synchronizableAny: true), caller: caller)
+        } catch KeychainStatus.itemNotFound { return [] }
     }
 
     /// The one item a leaf name names in a directory whose path gives `directoryAttributes`.
-    func findItem(_ itemClass: ItemClass, directoryAttributes: Attributes, name: String, caller: Caller) throws -> KeychainItem? {
+    func findItem(_ itemClass: ItemClass, directoryAttributes: Attributes, name: String, caller: Caller) throws
+        -> KeychainItem?
+    {
         if let key = PathCodec.parseLeaf(itemClass, name, in: directoryAttributes) {
             // A name in a group the caller is not in denotes nothing for it: ENOENT, like an
             // item that does not exist (never a permission error that would reveal it).
@@ -35,8 +41,10 @@ extension KeychainFileSystem {
                 return nil
             }
             do {
-                return try keychain.copyMatching(Query(itemClass, key, matchLimit: .all, synchronizableAny: true), caller: caller)
-                    .first { PathCodec.leaf(of: itemClass, $0.attributes) == name }
+                return try keychain.copyMatching(
+                    Query(itemClass, key, matchLimit: .all, synchronizableAny: true), caller: caller
+                )
+                .first { PathCodec.leaf(of: itemClass, $0.attributes) == name }
             } catch KeychainStatus.itemNotFound { return nil }
         }
         guard PathCodec.isLongSpelling(name) else { return nil }

@@ -31,7 +31,8 @@ public enum PathCodec {
         out.reserveCapacity(bytes.count + 8)
         let hex = Array("0123456789ABCDEF".utf8)
         for (i, b) in bytes.enumerated() {
-            let mustEscape = b == 0x25 || b == 0x2F || b == 0 || extra.contains(b)
+            let mustEscape =
+                b == 0x25 || b == 0x2F || b == 0 || extra.contains(b)
                 || (i == 0 && b == UInt8(ascii: "."))
                 || (i == bytes.count - 1 && b == UInt8(ascii: "~"))
             if mustEscape {
@@ -53,13 +54,14 @@ public enum PathCodec {
             switch c {
             case 48...57: c - 48
             case 65...70: c - 55
-            default: nil // lowercase escapes are not canonical
+            default: nil  // lowercase escapes are not canonical
             }
         }
         while i < bytes.count {
             if bytes[i] == 0x25 {
                 guard i + 2 < bytes.count,
-                      let hi = nibble(bytes[i + 1]), let lo = nibble(bytes[i + 2]) else { return nil }
+                    let hi = nibble(bytes[i + 1]), let lo = nibble(bytes[i + 2])
+                else { return nil }
                 out.append(hi << 4 | lo)
                 i += 3
             } else {
@@ -142,7 +144,9 @@ public enum PathCodec {
                 if !v.isEmpty { suffix.append((attribute.name, v)) }
             }
             let code = string(attributes, Schema.protocolAttribute)
-            if !code.isEmpty && InternetProtocol.name(for: code) == nil { suffix.append((Schema.protocolAttribute.name, code)) }
+            if !code.isEmpty && InternetProtocol.name(for: code) == nil {
+                suffix.append((Schema.protocolAttribute.name, code))
+            }
         default:
             out = escape(string(attributes, Schema.label), extra: leafExtra)
         }
@@ -181,10 +185,15 @@ public enum PathCodec {
             switch tokens.count {
             case 1: host = tokens[0]
             case 2:
-                if let code = InternetProtocol.code(forName: tokens[0]) { proto = code; host = tokens[1] }
-                else { host = tokens[0]; guard let p = parsePort(tokens[1]) else { return nil }; port = p }
+                if let code = InternetProtocol.code(forName: tokens[0]) {
+                    proto = code; host = tokens[1]
+                } else {
+                    host = tokens[0]; guard let p = parsePort(tokens[1]) else { return nil }; port = p
+                }
             case 3:
-                guard let code = InternetProtocol.code(forName: tokens[0]), let p = parsePort(tokens[2]) else { return nil }
+                guard let code = InternetProtocol.code(forName: tokens[0]), let p = parsePort(tokens[2]) else {
+                    return nil
+                }
                 proto = code; host = tokens[1]; port = p
             default: return nil
             }
@@ -230,9 +239,12 @@ public enum PathCodec {
                 guard value == "true" else { return nil }
                 attributes[Schema.synchronizable] = .bool(true)
             case Schema.path.name where itemClass == .internetPassword: attributes[Schema.path] = .string(value)
-            case Schema.securityDomain.name where itemClass == .internetPassword: attributes[Schema.securityDomain] = .string(value)
-            case Schema.authenticationType.name where itemClass == .internetPassword: attributes[Schema.authenticationType] = .string(value)
-            case Schema.protocolAttribute.name where itemClass == .internetPassword: attributes[Schema.protocolAttribute] = .string(value)
+            case Schema.securityDomain.name where itemClass == .internetPassword:
+                attributes[Schema.securityDomain] = .string(value)
+            case Schema.authenticationType.name where itemClass == .internetPassword:
+                attributes[Schema.authenticationType] = .string(value)
+            case Schema.protocolAttribute.name where itemClass == .internetPassword:
+                attributes[Schema.protocolAttribute] = .string(value)
             default: return nil
             }
         }

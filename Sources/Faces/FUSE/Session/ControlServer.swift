@@ -24,7 +24,8 @@ public final class ControlServer: Sendable {
         self.keychain = keychain
         self.uid = uid
         let dir = KeychainPaths.parent(of: path)
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         // The directory may have existed (a /tmp fallback): it must be ours, private, and not
         // a symlink, or another user could sit between the CLI and the daemon.
         var st = stat()
@@ -37,7 +38,9 @@ public final class ControlServer: Sendable {
         guard listener >= 0 else { throw Errno(rawValue: errno) }
         let old = umask(0o077)
         let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         umask(old)
         guard rc == 0, listen(listener, 8) == 0 else {
@@ -147,7 +150,9 @@ public final class ControlServer: Sendable {
         guard fd >= 0 else { throw Errno(rawValue: errno) }
         defer { close(fd) }
         let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         guard rc == 0 else { throw Errno(rawValue: errno) }
         // Only hand a passphrase to a daemon of our own user (or root).
@@ -186,7 +191,9 @@ public final class IdleLocker: Sendable {
                 let idle = Date().timeIntervalSince(lastActivity.withLock { $0 })
                 // Idle since the last request *and* since the last unlock: an unlock after a
                 // long quiet spell must not be undone a second later.
-                if idle >= seconds, case .unlocked(let since) = keychain.lockState, Date().timeIntervalSince(since) >= seconds {
+                if idle >= seconds, case .unlocked(let since) = keychain.lockState,
+                    Date().timeIntervalSince(since) >= seconds
+                {
                     keychain.lock()
                     Log.info("locked after \(Int(idle)) s idle")
                 }

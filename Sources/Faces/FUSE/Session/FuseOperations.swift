@@ -23,7 +23,8 @@ extension FuseSession {
         ops.lookup = { req, parent, name in
             FuseSession.serve(req, "lookup", parent) { s in
                 let n: String
-                do { n = try FuseSession.name(name) } catch Errno.fileNameTooLong { throw Errno.fileNameTooLong } catch {
+                do { n = try FuseSession.name(name) } catch Errno.fileNameTooLong { throw Errno.fileNameTooLong } catch
+                {
                     throw Errno.noSuchFileOrDirectory
                 }
                 var e = s.entry(try s.fs.lookup(parent: parent, name: n, caller: try s.caller(req)))
@@ -43,7 +44,8 @@ extension FuseSession {
             FuseSession.serve(req, "setattr", ino) { s in
                 let caller = try s.caller(req)
                 if toSet & FUSE_SET_ATTR_SIZE != 0, let attr {
-                    try s.fs.truncate(ino, size: Int(attr.pointee.st_size), handle: fi.map { $0.pointee.fh }, caller: caller)
+                    try s.fs.truncate(
+                        ino, size: Int(attr.pointee.st_size), handle: fi.map { $0.pointee.fh }, caller: caller)
                 }
                 // Mode, owner and times are fixed (0600/0700, the mounting user, cdat/mdat):
                 // accepted and ignored so that cp -p, sed -i and editors do not fail.
@@ -54,7 +56,8 @@ extension FuseSession {
         }
         ops.mkdir = { req, parent, name, _ in
             FuseSession.serve(req, "mkdir", parent) { s in
-                var e = s.entry(try s.fs.mkdir(parent: parent, name: try FuseSession.name(name), caller: try s.caller(req)))
+                var e = s.entry(
+                    try s.fs.mkdir(parent: parent, name: try FuseSession.name(name), caller: try s.caller(req)))
                 fuse_reply_entry(req, &e)
             }
         }
@@ -66,21 +69,25 @@ extension FuseSession {
         }
         ops.unlink = { req, parent, name in
             FuseSession.serve(req, "unlink", parent) { s in
-                try s.fs.unlink(parent: parent, name: try FuseSession.name(name), caller: try s.caller(req, identify: true))
+                try s.fs.unlink(
+                    parent: parent, name: try FuseSession.name(name), caller: try s.caller(req, identify: true))
                 fuse_reply_err(req, 0)
             }
         }
         ops.rename = { req, parent, name, newParent, newName, flags in
             FuseSession.serve(req, "rename", parent) { s in
-                try s.fs.rename(parent: parent, name: try FuseSession.name(name), newParent: newParent,
-                                newName: try FuseSession.name(newName), flags: flags, caller: try s.caller(req, identify: true))
+                try s.fs.rename(
+                    parent: parent, name: try FuseSession.name(name), newParent: newParent,
+                    newName: try FuseSession.name(newName), flags: flags, caller: try s.caller(req, identify: true))
                 fuse_reply_err(req, 0)
             }
         }
         ops.create = { req, parent, name, _, fi in
             FuseSession.serve(req, "create", parent) { s in
                 guard let fi else { throw Errno.invalidArgument }
-                let opened = try s.fs.create(parent: parent, name: try FuseSession.name(name), flags: fi.pointee.flags, caller: try s.caller(req, identify: true))
+                let opened = try s.fs.create(
+                    parent: parent, name: try FuseSession.name(name), flags: fi.pointee.flags,
+                    caller: try s.caller(req, identify: true))
                 fi.pointee.fh = opened.handle
                 kcfs_fi_set_direct_io(fi, 1)
                 var e = s.entry(opened.stat)
@@ -100,14 +107,17 @@ extension FuseSession {
             FuseSession.serve(req, "read", ino) { s in
                 guard let fi else { throw Errno.badFileDescriptor }
                 var bytes = try s.fs.read(handle: fi.pointee.fh, offset: Int(off), size: size)
-                bytes.withUnsafeBytes { _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
+                bytes.withUnsafeBytes {
+                    _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count)
+                }
                 for i in bytes.indices { bytes[i] = 0 }
             }
         }
         ops.write = { req, ino, buf, size, off, fi in
             FuseSession.serve(req, "write", ino) { s in
                 guard let fi, let buf else { throw Errno.badFileDescriptor }
-                let n = try s.fs.write(handle: fi.pointee.fh, offset: Int(off), bytes: UnsafeRawBufferPointer(start: buf, count: size))
+                let n = try s.fs.write(
+                    handle: fi.pointee.fh, offset: Int(off), bytes: UnsafeRawBufferPointer(start: buf, count: size))
                 fuse_reply_write(req, n)
             }
         }
@@ -149,7 +159,9 @@ extension FuseSession {
                     st.st_ino = UInt(entry.ino)
                     st.st_mode = entry.isDirectory ? S_IFDIR : S_IFREG
                     let needed = buffer.withUnsafeMutableBufferPointer { b in
-                        entry.name.withCString { fuse_add_direntry(req, b.baseAddress! + used, size - used, $0, &st, off_t(index + 1)) }
+                        entry.name.withCString {
+                            fuse_add_direntry(req, b.baseAddress! + used, size - used, $0, &st, off_t(index + 1))
+                        }
                     }
                     if needed > size - used { break }
                     used += needed
@@ -174,11 +186,13 @@ extension FuseSession {
             FuseSession.serve(req, "getxattr", ino) { s in
                 let value = try s.fs.getxattr(ino, name: try FuseSession.name(name), caller: try s.caller(req))
                 if size == 0 {
-                    fuse_reply_xattr(req, value.count)       // a size probe
+                    fuse_reply_xattr(req, value.count)  // a size probe
                 } else if size < value.count {
                     throw Errno.outOfRange
                 } else {
-                    value.withUnsafeBytes { _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
+                    value.withUnsafeBytes {
+                        _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count)
+                    }
                 }
             }
         }
@@ -191,14 +205,18 @@ extension FuseSession {
                 } else if size < bytes.count {
                     throw Errno.outOfRange
                 } else {
-                    bytes.withUnsafeBytes { _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
+                    bytes.withUnsafeBytes {
+                        _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count)
+                    }
                 }
             }
         }
         ops.setxattr = { req, ino, name, value, size, flags in
             FuseSession.serve(req, "setxattr", ino) { s in
                 let bytes = value.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-                try s.fs.setxattr(ino, name: try FuseSession.name(name), value: bytes, flags: flags, caller: try s.caller(req, identify: true))
+                try s.fs.setxattr(
+                    ino, name: try FuseSession.name(name), value: bytes, flags: flags,
+                    caller: try s.caller(req, identify: true))
                 fuse_reply_err(req, 0)
             }
         }

@@ -129,7 +129,9 @@ public final class FuseSession: Sendable {
     /// Runs `body`, which replies on success. A failure is answered with its errno, converted
     /// in one place (ErrnoConversion): the core's status through the status table, anything
     /// unexpected logged with the operation and inode, then EIO.
-    static func serve(_ req: fuse_req_t?, _ operation: StaticString, _ ino: UInt64, _ body: (FuseSession) throws -> Void) {
+    static func serve(
+        _ req: fuse_req_t?, _ operation: StaticString, _ ino: UInt64, _ body: (FuseSession) throws -> Void
+    ) {
         let s = session(req)
         s.onRequest?()
         do { try body(s) } catch {

@@ -26,7 +26,8 @@ enum Inode {
     static func classDirectory(_ c: ItemClass) -> UInt64 { firstTopLevel + UInt64(classes.firstIndex(of: c)!) }
 
     static func classOf(directory ino: UInt64) -> ItemClass? {
-        (firstTopLevel..<(firstTopLevel + UInt64(classes.count))).contains(ino) ? classes[Int(ino - firstTopLevel)] : nil
+        (firstTopLevel..<(firstTopLevel + UInt64(classes.count))).contains(ino)
+            ? classes[Int(ino - firstTopLevel)] : nil
     }
 
     static func item(_ c: ItemClass, id: Int64) -> UInt64 {

@@ -60,7 +60,9 @@ final class MemoryFile: Sendable {
     func isVisible(to caller: Caller) -> Bool { caller.canSee(accessGroup: ownerGroup) }
 
     func stat() -> NodeStat {
-        state.withLock { NodeStat(ino: ino, isDirectory: false, size: $0.data.count, modified: $0.modified, created: $0.modified) }
+        state.withLock {
+            NodeStat(ino: ino, isDirectory: false, size: $0.data.count, modified: $0.modified, created: $0.modified)
+        }
     }
 }
 
@@ -79,8 +81,9 @@ final class MemoryFiles: Sendable {
 
     func make(_ kind: MemoryFile.Kind, parent: UInt64, name: String, caller: Caller) -> MemoryFile {
         state.withLock { s in
-            let file = MemoryFile(ino: Inode.scratch(s.next), kind: kind, parent: parent, name: name,
-                                  ownerGroup: caller.accessGroups.first ?? Caller.defaultAccessGroup)
+            let file = MemoryFile(
+                ino: Inode.scratch(s.next), kind: kind, parent: parent, name: name,
+                ownerGroup: caller.accessGroups.first ?? Caller.defaultAccessGroup)
             s.next += 1
             s.files[file.ino] = file
             return file
@@ -94,7 +97,9 @@ final class MemoryFiles: Sendable {
     /// The memory file (not yet added) named `name` in `parent`, whoever can see it.
     func named(_ name: String, in parent: UInt64) -> MemoryFile? {
         state.withLock { s in
-            s.files.values.first { file in file.state.withLock { $0.parent == parent && $0.name == name && $0.added == nil } }
+            s.files.values.first { file in
+                file.state.withLock { $0.parent == parent && $0.name == name && $0.added == nil }
+            }
         }
     }
 
