@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 // Timing, statistics, output, CPU pinning, child processes, mounts and cleanup.
 // Nothing here knows about keychains or FUSE requests.
@@ -314,23 +315,28 @@ enum Spawn {
 /// Everything the run creates outside its own memory: daemon children, mountpoints and
 /// temp directories. `run()` is idempotent and is called on normal exit, on errors and on
 /// SIGINT/SIGTERM/SIGHUP.
-final class Cleanup: @unchecked Sendable {
+final class Cleanup: Sendable {
     static let shared = Cleanup()
-    private let lock = NSLock()
-    private var children: [pid_t] = []
-    private var mountpoints: [String] = []
-    private var directories: [String] = []
-    private var signalSources: [any DispatchSourceSignal] = []
+    private struct State {
+        var children: [pid_t] = []
+        var mountpoints: [String] = []
+        var directories: [String] = []
+    }
+    private let state = Mutex(State())
 
-    func addChild(_ pid: pid_t) { lock.withLock { children.append(pid) } }
-    func removeChild(_ pid: pid_t) { lock.withLock { children.removeAll { $0 == pid } } }
-    func addMountpoint(_ path: String) { lock.withLock { mountpoints.append(path) } }
-    func addDirectory(_ path: String) { lock.withLock { directories.append(path) } }
+    func addChild(_ pid: pid_t) { state.withLock { $0.children.append(pid) } }
+    func removeChild(_ pid: pid_t) { state.withLock { $0.children.removeAll { $0 == pid } } }
+    func addMountpoint(_ path: String) { state.withLock { $0.mountpoints.append(path) } }
+    func addDirectory(_ path: String) { state.withLock { $0.directories.append(path) } }
 
     func run() {
-        let (kids, mounts, dirs) = lock.withLock { () -> ([pid_t], [String], [String]) in
-            defer { children = []; mountpoints = []; directories = [] }
-            return (children, mountpoints, directories)
+        let (kids, mounts, dirs) = state.withLock { s -> ([pid_t], [String], [String]) in
+            defer {
+                s.children = []
+                s.mountpoints = []
+                s.directories = []
+            }
+            return (s.children, s.mountpoints, s.directories)
         }
         for pid in kids { kill(pid, SIGTERM) }
         for pid in kids where Spawn.wait(pid, timeout: 10) == nil {
@@ -356,13 +362,14 @@ final class Cleanup: @unchecked Sendable {
         for sig in [SIGINT, SIGTERM, SIGHUP] {
             signal(sig, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler {
+            // The handler holds its source: the sources live as long as the process.
+            source.setEventHandler { [source] in
+                _ = source
                 Out.progress("signal \(sig): unmounting and removing temp files")
                 Cleanup.shared.run()
                 exit(130)
             }
             source.resume()
-            lock.withLock { signalSources.append(source) }
         }
         signal(SIGPIPE, SIG_IGN)
     }

@@ -52,7 +52,7 @@ enum Layout {
 /// filled through the public core API, one durable `add` per item (the core exposes no
 /// outer transaction, so there is no honest faster way). Items are added in index order:
 /// item i is `Layout.service(i)/Layout.account(i)`.
-final class BenchVault: @unchecked Sendable {
+final class BenchVault {
     static let passphraseText = "keychainfs-bench passphrase"
     static func passphrase() throws -> SecureBytes { try SecureBytes(copying: Array(passphraseText.utf8)) }
 
