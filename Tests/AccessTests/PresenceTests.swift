@@ -106,6 +106,27 @@ extension AccessSuite {
             try body(box)
         }
 
+        @Test("O_NONBLOCK open of an identity whose key needs user presence: EAGAIN at once, no prompt")
+        func nonBlockingIdentity() throws {
+            // The scripted pinentry allows: had the open prompted, it would have read the identity.
+            try presence { box in
+                try makePKI(box)
+                let m = box.mnt
+                let cp = try box.sh("cp leaf.pem \(q(m + "/cert/leaf")) && cp leaf.key \(q(m + "/keys/leaf"))")
+                try #require(cp.status == 0, "cp: \(cp.summary)")
+                let set = try box.run(
+                    "/usr/bin/setfattr", ["-n", "user.keychain.accessControl", "-v", "userPresence", m + "/keys/leaf"],
+                    timeout: 10)
+                try #require(set.status == 0, "setfattr accessControl: \(set.summary)")
+                let r = try box.readerOnPty(["nb:" + m + "/idnt/leaf"])
+                #expect(r.tty != nil, "the reader has no terminal: \(r.summary)")
+                #expect(r.results.first?.outcome == "EAGAIN", "O_NONBLOCK open of /idnt/leaf: \(r.summary)")
+                #expect(
+                    (r.results.first?.seconds ?? 99) < 1.5,
+                    "the O_NONBLOCK open took \(r.results.first?.seconds ?? -1) s")
+            }
+        }
+
         @Test("O_NONBLOCK open of a userPresence item: EAGAIN at once, no prompt; ls, stat, xattrs never prompt")
         func nonBlocking() throws {
             try presence { box in

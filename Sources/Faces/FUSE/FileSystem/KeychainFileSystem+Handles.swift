@@ -28,30 +28,43 @@ extension KeychainFileSystem {
 
     public func write(handle: UInt64, offset: Int, bytes: UnsafeRawBufferPointer) throws -> Int {
         let file = try openFiles.file(handle)
-        switch file.currentTarget() {
-        case .memory(let memory):
-            return try file.state.withLock { s in
-                if let failed = s.failed { throw failed }
-                return try memory.state.withLock { m in
-                    let start = file.append ? m.data.count : offset
-                    guard start + bytes.count <= memory.sizeLimit else {
-                        if memory.isPendingItem {
-                            s.failed = .fileTooLarge
-                            m.data = []
-                        }
-                        throw Errno.fileTooLarge
+        if case .memory(let memory) = file.currentTarget(),
+            let written = try writeMemory(memory, of: file, offset: offset, bytes: bytes)
+        {
+            return written
+        }
+        // An item handle, or a pending item that was added (by this handle's or another's
+        // commit) between choosing the target and writing: the bytes go to the item's buffer.
+        guard case .item(let c, let id) = file.currentTarget() else { throw Errno.ioError }
+        if c == .identity { throw Errno.badFileDescriptor }
+        try loadBuffer(of: file, itemClass: c, id: id)
+        return try file.state.withLock { try $0.writeItem(bytes, at: offset, append: file.append) }
+    }
+
+    /// A write to a memory file, decided under the handle's and the file's locks together; nil
+    /// when the file is no longer this handle's target (it was added meanwhile).
+    private func writeMemory(_ memory: MemoryFile, of file: OpenFile, offset: Int, bytes: UnsafeRawBufferPointer)
+        throws -> Int?
+    {
+        try file.state.withLock { s in
+            if let failed = s.failed { throw failed }
+            guard case .memory(let target) = s.target, target === memory else { return nil }
+            return try memory.state.withLock { m in
+                guard m.added == nil else { return nil }
+                let start = file.append ? m.data.count : offset
+                guard start + bytes.count <= memory.sizeLimit else {
+                    if memory.isPendingItem {
+                        s.failed = .fileTooLarge
+                        m.data = []
                     }
-                    FileBytes.write(bytes, into: &m.data, at: start)
-                    m.modified = .now
-                    s.dirty = true
-                    s.generation += 1
-                    return bytes.count
+                    throw Errno.fileTooLarge
                 }
+                FileBytes.write(bytes, into: &m.data, at: start)
+                m.modified = .now
+                s.dirty = true
+                s.generation += 1
+                return bytes.count
             }
-        case .item(let c, let id):
-            if c == .identity { throw Errno.badFileDescriptor }
-            try loadBuffer(of: file, itemClass: c, id: id)
-            return try file.state.withLock { try $0.writeItem(bytes, at: offset, append: file.append) }
         }
     }
 
@@ -96,11 +109,16 @@ extension KeychainFileSystem {
     /// nothing is stored.
     private func commitPending(_ memory: MemoryFile, file: OpenFile, releasing: Bool) throws {
         guard case .pendingItem(let c, let key) = memory.kind else { return }
-        // Unlinked while still being written: it never becomes an item.
-        guard memoryFiles.contains(memory),
-            let (data, dirty, generation) = file.state.withLock({ s in
-                memory.state.withLock { m in m.added == nil ? (m.data, s.dirty, s.generation) : nil }
-            })
+        // Unlinked while still being written: it never becomes an item. (One decision: the
+        // table, the handle and the file are read under their locks together.)
+        guard
+            let (data, dirty, generation) = memoryFiles.whilePresent(
+                memory,
+                {
+                    file.state.withLock { s in
+                        memory.state.withLock { m in m.added == nil ? (m.data, s.dirty, s.generation) : nil }
+                    }
+                }) ?? nil
         else { return }
         guard dirty || releasing else { return }
         if data.isEmpty && !releasing { return }

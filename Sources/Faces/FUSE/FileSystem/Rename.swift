@@ -44,7 +44,11 @@ extension KeychainFileSystem {
         guard let dirAttrs = try target.keyAttributes(in: self, caller: caller),
             let key = PathCodec.parseLeaf(itemClass, newName, in: dirAttrs)
         else { throw Errno.invalidArgument }
-        let existing = try? lookup(parent: newParent, name: newName, caller: caller)
+        // The item the new name denotes matters only to a fresh temp file (whose bytes it gets)
+        // and in /cert and /keys (where it is replaced by name): only then is it looked up.
+        let existing =
+            (!noReplace && memoryFiles.isFresh(id)) || target is FlatClassDirectory
+            ? try? lookup(parent: newParent, name: newName, caller: caller) : nil
         let existingID = existing.flatMap { Inode.decodeItem($0.ino) }.map(\.1).flatMap { $0 == id ? nil : $0 }
         if !noReplace, memoryFiles.isFresh(id), let existing, let existingID {
             // `sed -i` and friends: a fresh temp file renamed over an item. The item keeps its

@@ -56,14 +56,22 @@ struct IdentityNode: NodeOpener, NodeWithItemAttributes {
         try fs.keychain.identity(certificateID: certificateID, withData: false, caller: caller).certificate
     }
 
-    func open(flags: Int32, in fs: KeychainFileSystem, caller: Caller) throws -> OpenFile {
+    func open(flags: Int32, in fs: KeychainFileSystem, caller given: Caller) throws -> OpenFile {
+        var caller = given
+        // O_NONBLOCK: never prompt (kSecUseAuthenticationUIFail): EAGAIN when a prompt is needed.
+        if flags & O_NONBLOCK != 0 { caller.authenticationUI = .fail }
         let access = flags & O_ACCMODE
         if access == O_WRONLY || access == O_RDWR { throw Errno.notPermitted }
         // Both halves pass their access checks now, user presence included; each read checks
-        // them again, without asking again: the handle carries the grant for both.
+        // them again, without asking again: the handle carries the grant for both. The audit
+        // line gives the errno of a refusal (an identity is a view, not one item's status).
         let identity = try fs.audited(caller, item: certificateID, .openRead) { () -> Keychain.Identity in
-            _ = try fs.keychain.identityBundle(certificateID: certificateID, caller: caller)
-            return try fs.keychain.identity(certificateID: certificateID, withData: false, caller: caller)
+            do {
+                _ = try fs.keychain.identityBundle(certificateID: certificateID, caller: caller)
+                return try fs.keychain.identity(certificateID: certificateID, withData: false, caller: caller)
+            } catch let e as KeychainError {
+                throw ErrnoConversion.errno(for: e, during: "open of identity \(certificateID)")
+            }
         }
         var granted = caller.granting(presenceFor: identity.certificate.id).granting(presenceFor: identity.key.id)
         granted.authenticationUI = .allow

@@ -75,8 +75,6 @@ public final class FuseSession: Sendable {
         guard let se = state.withLock({ $0.session })?.pointer else { return 1 }
         let rc = kcfs_session_loop_mt(se, 32)
         fs.invalidate = nil
-        // The invalidation queue may still hold notices for this session: let them drain.
-        invalidations.sync {}
         state.withLock { $0.session = nil }
         fuse_session_unmount(se)
         fuse_remove_signal_handlers(se)

@@ -94,6 +94,12 @@ final class MemoryFiles: Sendable {
 
     func contains(_ file: MemoryFile) -> Bool { state.withLock { $0.files[file.ino] != nil } }
 
+    /// Runs `body` while `file` is in the table and cannot leave it (unlink waits); nil when it
+    /// is gone. Lock order: the table, then a handle, then a memory file.
+    func whilePresent<R>(_ file: MemoryFile, _ body: () -> R) -> R? {
+        state.withLock { $0.files[file.ino] != nil ? body() : nil }
+    }
+
     /// The memory file (not yet added) named `name` in `parent`, whoever can see it.
     func named(_ name: String, in parent: UInt64) -> MemoryFile? {
         state.withLock { s in
