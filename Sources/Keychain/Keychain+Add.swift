@@ -126,10 +126,4 @@ extension Keychain {
             )
         }
     }
-
-    /// The value add gives a primary-key attribute that was not given.
-    public static func defaultValue(of attribute: Attribute, caller: Caller) -> AttributeValue {
-        if attribute == Schema.accessGroup { return .string(caller.accessGroups.first ?? "") }
-        return AttributeValue.defaultValue(for: attribute.type)
-    }
 }

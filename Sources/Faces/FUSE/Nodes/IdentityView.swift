@@ -66,9 +66,10 @@ struct IdentityNode: NodeOpener, NodeWithItemAttributes {
         // them again, without asking again: the handle carries the grant for both. The audit
         // line gives the errno of a refusal (an identity is a view, not one item's status).
         let identity = try fs.audited(caller, item: certificateID, .openRead) { () -> Keychain.Identity in
+            // Reading both halves with their data is the access check; the ids granted below are
+            // the ones this read asked for.
             do {
-                _ = try fs.keychain.identityBundle(certificateID: certificateID, caller: caller)
-                return try fs.keychain.identity(certificateID: certificateID, withData: false, caller: caller)
+                return try fs.keychain.identity(certificateID: certificateID, withData: true, caller: caller)
             } catch let e as KeychainError {
                 throw ErrnoConversion.errno(for: e, during: "open of identity \(certificateID)")
             }

@@ -12,6 +12,11 @@ protocol ItemFileDirectory: ItemDirectory, NodeLookuper, NodeReaddirer, NodeCrea
 extension ItemFileDirectory {
     func lookupFile(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
         if let file = fs.memoryFile(named: name, in: ino, caller: caller) { return file.stat() }
+        return try lookupItem(name, in: fs, caller: caller)
+    }
+
+    /// The item whose canonical spelling `name` is (memory files aside).
+    func lookupItem(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
         guard let attrs = try keyAttributes(in: fs, caller: caller),
             let item = try fs.findItem(itemClass, directoryAttributes: attrs, name: name, caller: caller)
         else {
@@ -67,12 +72,9 @@ struct GroupDirectory: ItemFileDirectory {
     func lookup(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
         // Only hits come from the listing: a miss takes the full path (one index probe),
         // which also audits names of other access groups.
-        if fs.memoryFile(named: name, in: ino, caller: caller) == nil,
-            let cached = try validListing(in: fs, caller: caller), let stat = cached.byName[name]
-        {
-            return stat
-        }
-        return try lookupFile(name, in: fs, caller: caller)
+        if let file = fs.memoryFile(named: name, in: ino, caller: caller) { return file.stat() }
+        if let cached = try validListing(in: fs, caller: caller), let stat = cached.byName[name] { return stat }
+        return try lookupItem(name, in: fs, caller: caller)
     }
 
     func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
@@ -83,8 +85,9 @@ struct GroupDirectory: ItemFileDirectory {
     }
 
     private func validListing(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing? {
+        // The groups are compared first: the change stamp costs a store read.
         guard let cached = fs.listings.listing(ino), cached.groups == caller.accessGroups else { return nil }
-        return cached.isValid(stamp: try fs.keychain.changeStamp(), groups: caller.accessGroups) ? cached : nil
+        return cached.stamp == (try fs.keychain.changeStamp()) ? cached : nil
     }
 
     /// The directory's items as (name, stat), from the cache when nothing in the vault changed

@@ -92,8 +92,6 @@ final class MemoryFiles: Sendable {
 
     func file(_ ino: UInt64) -> MemoryFile? { state.withLock { $0.files[ino] } }
 
-    func contains(_ file: MemoryFile) -> Bool { state.withLock { $0.files[file.ino] != nil } }
-
     /// Runs `body` while `file` is in the table and cannot leave it (unlink waits); nil when it
     /// is gone. Lock order: the table, then a handle, then a memory file.
     func whilePresent<R>(_ file: MemoryFile, _ body: () -> R) -> R? {
