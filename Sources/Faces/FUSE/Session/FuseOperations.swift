@@ -61,6 +61,12 @@ extension FuseSession {
                 fuse_reply_entry(req, &e)
             }
         }
+        // An item has one path and is a regular file: no symlinks, no device or fifo nodes
+        // (EPERM, as link(2) gets from the kernel), rather than libfuse's ENOSYS.
+        ops.symlink = { req, _, parent, _ in FuseSession.serve(req, "symlink", parent) { _ in throw Errno.notPermitted }
+        }
+        ops.mknod = { req, parent, _, _, _ in FuseSession.serve(req, "mknod", parent) { _ in throw Errno.notPermitted }
+        }
         ops.rmdir = { req, parent, name in
             FuseSession.serve(req, "rmdir", parent) { s in
                 try s.fs.rmdir(parent: parent, name: try FuseSession.name(name), caller: try s.caller(req))
