@@ -21,7 +21,9 @@ extension KeychainFileSystem {
         }
     }
 
-    public func write(handle: UInt64, offset: Int, bytes: UnsafeRawBufferPointer) throws -> Int {
+    public func write(handle: UInt64, offset: Int, bytes: UnsafeRawBufferPointer, lockOwner: UInt64? = nil) throws
+        -> Int
+    {
         let file = try openFiles.file(handle)
         if case .memory(let memory) = file.currentTarget(),
             let written = try writeMemory(memory, of: file, offset: offset, bytes: bytes)
@@ -32,7 +34,11 @@ extension KeychainFileSystem {
         // commit) between choosing the target and writing: the bytes go to the item's view.
         guard case .item(let c, _) = file.currentTarget() else { throw Errno.ioError }
         if c == .identity { throw Errno.badFileDescriptor }
-        return try file.state.withLock { try $0.writeItem(bytes, at: offset, append: file.append) }
+        return try file.state.withLock { s in
+            // 0: the kernel named no owner (FUSE_WRITE_LOCKOWNER unset); any flush commits then.
+            if let lockOwner, lockOwner != 0 { s.writers.insert(lockOwner) }
+            return try s.writeItem(bytes, at: offset, append: file.append)
+        }
     }
 
     /// A write to a memory file, decided under the handle's and the file's locks together; nil
@@ -64,7 +70,10 @@ extension KeychainFileSystem {
     /// Commits a handle's edits as one SecItemUpdate (or a pending certificate's bytes as
     /// SecItemAdd). A failure leaves the stored secret intact and is reported to flush/fsync
     /// (so close(2) sees it).
-    public func commit(handle: UInt64, releasing: Bool = false) throws {
+    ///
+    /// `flushOwner`: the lock owner of a FLUSH (close of one descriptor); see
+    /// `OpenFile.State.pendingCommit`.
+    public func commit(handle: UInt64, releasing: Bool = false, flushOwner: UInt64? = nil) throws {
         let file = try openFiles.file(handle)
         let target = file.currentTarget()
         let failed = file.state.withLock { $0.failed }
@@ -77,7 +86,7 @@ extension KeychainFileSystem {
             try commitPending(memory, file: file, releasing: releasing)
         case .item(let c, let id):
             // A refused handle may still have to put back what it had committed (refuse()).
-            if let (edits, _) = file.state.withLock({ $0.pendingCommit() }) {
+            if let (edits, _) = file.state.withLock({ $0.pendingCommit(flushOwner: flushOwner) }) {
                 try commitEdits(edits, of: file, itemClass: c, id: id)
             }
             if let failed { throw failed }

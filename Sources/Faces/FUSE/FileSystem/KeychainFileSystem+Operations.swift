@@ -17,7 +17,12 @@ extension KeychainFileSystem {
     /// getattr. While a handle holds uncommitted edits, the size is its view's (the kernel's
     /// fstat does not name the handle, so any handle on the inode counts).
     public func getattr(_ ino: UInt64, handle: UInt64?, caller: Caller) throws -> NodeStat {
-        var stat = try node(ino).stat(in: self, caller: caller)
+        var stat: NodeStat
+        do { stat = try node(ino).stat(in: self, caller: caller) } catch {
+            // Unlinked or replaced while open: the open handles still have it.
+            guard let orphan = openFiles.orphanStat(of: ino, for: caller) else { throw error }
+            return orphan
+        }
         if let handle, let file = try? openFiles.file(handle),
             let size = file.state.withLock({ $0.dirty ? $0.view.count : nil })
         {

@@ -62,7 +62,7 @@ extension KeychainFileSystem {
             memoryFiles.forgetFresh(id)
             // The kernel now holds the temp's inode under the item's name: it stands for the
             // item from here on, so `cat f` right after `sed -i` finds it.
-            aliases.alias(Inode.item(itemClass, id: id), to: itemClass, id: existingID)
+            aliases.alias(Inode.item(itemClass, id: id), replacing: id, to: itemClass, id: existingID)
             notify(.inode(existing.ino))
             return
         }

@@ -59,7 +59,7 @@ extension ItemFileDirectory {
         let handle = fs.openFiles.register(
             OpenFile(
                 ino: Inode.item(itemClass, id: item.id), target: .item(itemClass, item.id), caller: granted,
-                append: append, accessibility: item.accessibility))
+                append: append, accessibility: item.accessibility, openedStat: fs.itemStat(item)))
         return Opened(handle: handle, stat: fs.itemStat(item))
     }
 }

@@ -41,7 +41,7 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
         granted.authenticationUI = .allow
         let file = OpenFile(
             ino: ino, target: .item(itemClass, id), caller: granted, append: flags & O_APPEND != 0,
-            accessibility: item.accessibility)
+            accessibility: item.accessibility, openedStat: fs.itemStat(item))
         try file.state.withLock { s in
             s.original = FileContent.of(itemClass, item.data ?? [])
             s.snapshot = s.original

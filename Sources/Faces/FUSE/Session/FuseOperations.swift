@@ -123,14 +123,15 @@ extension FuseSession {
             FuseSession.serve(req, "write", ino) { s in
                 guard let fi, let buf else { throw Errno.badFileDescriptor }
                 let n = try s.fs.write(
-                    handle: fi.pointee.fh, offset: Int(off), bytes: UnsafeRawBufferPointer(start: buf, count: size))
+                    handle: fi.pointee.fh, offset: Int(off), bytes: UnsafeRawBufferPointer(start: buf, count: size),
+                    lockOwner: fi.pointee.lock_owner)
                 fuse_reply_write(req, n)
             }
         }
         ops.flush = { req, ino, fi in
             FuseSession.serve(req, "flush", ino) { s in
                 guard let fi else { throw Errno.badFileDescriptor }
-                try s.fs.commit(handle: fi.pointee.fh)
+                try s.fs.commit(handle: fi.pointee.fh, flushOwner: fi.pointee.lock_owner)
                 fuse_reply_err(req, 0)
             }
         }

@@ -13,10 +13,15 @@ final class InodeAliases: Sendable {
 
     private let aliases = Mutex<[UInt64: (ItemClass, Int64)]>([:])
 
-    func alias(_ ino: UInt64, to itemClass: ItemClass, id: Int64) {
-        aliases.withLock {
-            if $0.count >= Self.capacity { $0.removeAll() }
-            $0[ino] = (itemClass, id)
+    /// `ino` (the item `replaced`, which is gone) now stands for item `id`; so does every inode
+    /// that stood for `replaced` (a temp renamed over an item whose own inode was an alias).
+    func alias(_ ino: UInt64, replacing replaced: Int64, to itemClass: ItemClass, id: Int64) {
+        aliases.withLock { table in
+            if table.count >= Self.capacity { table.removeAll() }
+            for (other, target) in table where target.0 == itemClass && target.1 == replaced {
+                table[other] = (itemClass, id)
+            }
+            table[ino] = (itemClass, id)
         }
     }
 

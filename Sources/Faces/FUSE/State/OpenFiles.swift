@@ -62,6 +62,10 @@ final class OpenFile: Sendable {
         /// Bytes held by `edits`; past twice the size limit they collapse into one rewrite.
         var editBytes = 0
         var failed: Errno?
+        /// The FUSE lock owners (one per process's file table) that wrote through this handle
+        /// since its last commit: a FLUSH from another one (a forked child closing the
+        /// descriptor it inherited, or exec closing it) commits nothing of theirs.
+        var writers: Set<UInt64> = []
         /// Bumped by every change; a commit clears only the edits it stored.
         var generation = 0
 
@@ -108,9 +112,13 @@ final class OpenFile: Sendable {
             view = original
         }
 
-        /// What a commit must replay, if anything.
-        func pendingCommit() -> (edits: [FileEdit], generation: Int)? {
-            dirty ? (edits, generation) : nil
+        /// What a commit must replay, if anything. A FLUSH (`flushOwner`) commits only the
+        /// edits of a process that wrote through the handle, or edits nobody wrote (O_TRUNC,
+        /// ftruncate); fsync and release commit whatever is there.
+        func pendingCommit(flushOwner: UInt64? = nil) -> (edits: [FileEdit], generation: Int)? {
+            guard dirty else { return nil }
+            if let flushOwner, !writers.isEmpty, !writers.contains(flushOwner) { return nil }
+            return (edits, generation)
         }
 
         /// After `stored` was committed from the edits of `generation`: those edits are done;
@@ -121,6 +129,7 @@ final class OpenFile: Sendable {
             view = stored
             for edit in later { edit.apply(to: &view) }
             edits = later
+            if later.isEmpty { writers = [] }
             editBytes = later.reduce(0) {
                 switch $1 {
                 case .write(_, let b), .append(let b): $0 + b.count
@@ -135,13 +144,19 @@ final class OpenFile: Sendable {
     let append: Bool
     /// The protection class of the item when opened: checked before each read.
     let accessibility: Accessibility?
+    /// The item's stat when opened: what fstat shows once the item is gone.
+    let openedStat: NodeStat?
     let state: Mutex<State>
 
-    init(ino: UInt64, target: Target, caller: Caller, append: Bool, accessibility: Accessibility? = nil) {
+    init(
+        ino: UInt64, target: Target, caller: Caller, append: Bool, accessibility: Accessibility? = nil,
+        openedStat: NodeStat? = nil
+    ) {
         self.ino = ino
         self.caller = caller
         self.append = append
         self.accessibility = accessibility
+        self.openedStat = openedStat
         self.state = Mutex(State(target: target))
     }
 
@@ -185,6 +200,20 @@ final class OpenFiles: Sendable {
     }
 
     func remove(_ handle: UInt64) -> OpenFile? { state.withLock { $0.files.removeValue(forKey: handle) } }
+
+    /// The stat of an item that is gone (unlinked, replaced) while handles are still open on
+    /// its inode, as those handles see it: fstat of such an fd works, as on ext4. Only handles
+    /// opened with the caller's access groups answer (a stat never reveals another group's item).
+    func orphanStat(of ino: UInt64, for caller: Caller) -> NodeStat? {
+        let open = state.withLock {
+            $0.files.values.first {
+                $0.ino == ino && $0.openedStat != nil && $0.caller.accessGroups == caller.accessGroups
+            }
+        }
+        guard let open, var stat = open.openedStat else { return nil }
+        stat.size = open.state.withLock { $0.view.count }
+        return stat
+    }
 
     /// The size of the file as handles with uncommitted edits see it, if any is open on
     /// `ino`: what `stat`/`fstat` report, as on ext4 (the kernel asks without naming the
