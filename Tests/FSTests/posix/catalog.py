@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (Fail, Runner, expect_absent, expect_content, expect_eq, expect_errno, fd_read_all,  # noqa: E402
                     finish, listdir_b, outcome, reader_process, show, step, write_file)

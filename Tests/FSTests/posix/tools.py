@@ -17,6 +17,7 @@ import sys
 import tarfile
 import tempfile
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Fail, Runner, expect_content, expect_eq, finish, listdir_b, show, write_file  # noqa: E402
 
