@@ -22,7 +22,7 @@ struct ToolMatrixTests {
     @Test("tools.py: every tool's edit is read back at once, listing exact")
     func tools() throws {
         try withMount { box in
-            let run = try box.runPosixScript("tools.py", [box.mnt, "--loops", "5"], timeout: 120)
+            let run = try box.runPosixScript("tools.py", [box.mnt, "--loops", "10"], timeout: 120)
             expectChecks(run, knownFailing: Self.knownFailing)
         }
     }

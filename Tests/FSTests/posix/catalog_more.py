@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import time
 
-from common import (Fail, expect_absent, expect_content, expect_eq, expect_errno, listdir_b, outcome, read_all,
+from common import (Fail, expect_absent, expect_content, expect_eq, listdir_b, outcome, read_all,
                     reader_process, show, stat_process, step, write_file)
 
 PERSIST = {}  # check name -> (service, leaf, secret): looked at again after the remount
@@ -42,11 +42,11 @@ def register(R, CTX, svc, item):
         for i in range(loops()):
             p = os.path.join(d, "f%d" % i)
             steps = []
-            for step, fn in (("create", lambda: os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o600))),
+            for what, fn in (("create", lambda: os.close(os.open(p, os.O_WRONLY | os.O_CREAT, 0o600))),
                              ("write", lambda: write_file(p, b"secret\n"))):
                 got, _ = outcome(fn)
                 if got != "OK":
-                    steps.append("%s %s" % (step, got))
+                    steps.append("%s %s" % (what, got))
             got, data = outcome(read_all, p)
             if steps or data != b"secret\n":
                 bad.append("%d: %s read %s %s" % (i, " ".join(steps), got, show(data)))
@@ -229,6 +229,10 @@ def register(R, CTX, svc, item):
             if got != "EINVAL":
                 raise Fail("attempt %d: close -> %s, want EINVAL" % (attempt, got))
             expect_absent(p, "attempt %d: the refused name" % attempt)
+        # The shell ignores the failing close (exit 0): the name must still not stay behind.
+        subprocess.run(["sh", "-c", 'printf junk > "$1"', "sh", p], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=20)
+        expect_absent(p, "after `printf junk > %s`" % os.path.basename(p))
         tmp = tempfile.mkdtemp(prefix="catalog-cert-")
         try:
             pem = os.path.join(tmp, "c.pem")

@@ -203,7 +203,8 @@ def main():
     errnos = {}
     for r in reports:
         for e in r["unexpected"]:
-            errnos[e["errno"]] = errnos.get(e["errno"], 0) + 1
+            key = "%s %s: %s" % (e["kind"], e["op"], e["errno"])
+            errnos[key] = errnos.get(key, 0) + 1
     summary = {"procs": a.procs, "seconds": a.seconds, "elapsed": elapsed, "seed": a.seed, "directory": d,
                "ops": ops, "total_ops": sum(ops.values()), "unexpected_outcomes": errnos,
                "mismatches": len(mism)}

@@ -63,7 +63,7 @@ class Worker:
         return (head * (n // len(head) + 1))[:n]
 
     def unexpected_errno(self, kind, op, name, got, want):
-        self.unexpected.append({"kind": kind, "errno": got,
+        self.unexpected.append({"kind": kind, "errno": got, "op": op,
                                 "text": "w%d %s %s: %s, model says %s" % (self.i, op, name, got, want)})
 
     def resync(self, name):
