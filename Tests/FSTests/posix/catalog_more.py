@@ -317,9 +317,12 @@ def after_remount(R, CTX, selected):
     if not names or not (CTX.get("cli") and CTX.get("vault") and CTX.get("passfile")):
         return {}
     out = {}
-    problem = remount(CTX)
-    dump = cli(CTX, "dump-keychain", "--json", "--vault", CTX["vault"], "--passphrase-file", CTX["passfile"])
-    items = json.loads(dump.stdout) if dump.returncode == 0 else []
+    try:
+        problem = remount(CTX)
+        dump = cli(CTX, "dump-keychain", "--json", "--vault", CTX["vault"], "--passphrase-file", CTX["passfile"])
+        items = json.loads(dump.stdout) if dump.returncode == 0 else []
+    except (subprocess.TimeoutExpired, ValueError) as e:
+        problem, dump, items = "remount or dump-keychain: %s" % e, None, []
     pairs = {(i.get("attributes", {}).get("service"), i.get("attributes", {}).get("account")) for i in items}
     for name in names:
         if R.results[name] != "ok":
@@ -340,7 +343,7 @@ def after_remount(R, CTX, selected):
             if got != "OK" or data != secret:
                 out[name] = "FAIL: after remount: read %s %s" % (got, show(data))
             elif (service, leaf) not in pairs:
-                out[name] = "FAIL: not in dump-keychain --json (exit %d)" % dump.returncode
+                out[name] = "FAIL: not in dump-keychain --json (exit %s)" % (dump.returncode if dump else "?")
             else:
                 out[name] = "ok"
     R.results.update(out)

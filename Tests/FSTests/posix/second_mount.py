@@ -80,13 +80,20 @@ def main():
     base = os.path.join(os.path.dirname(vault), "second-" + os.path.basename(vault))
 
     def attempt(source):
-        r = subprocess.run([a.cli, "mount", source, m2, "--passphrase-file", a.passphrase_file],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+        try:
+            r = subprocess.run([a.cli, "mount", source, m2, "--passphrase-file", a.passphrase_file],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
+            status, message = r.returncode, (r.stdout + r.stderr).decode(errors="replace").strip()
+        except subprocess.TimeoutExpired:
+            status, message = None, "timed out after 30 s"
         mounted = is_mounted(m2)
-        message = (r.stdout + r.stderr).decode(errors="replace").strip()
         if mounted:  # ours: undo it, and wait for the daemon it started
             second = daemon_of(m2)
-            subprocess.run([a.cli, "unmount", m2], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+            try:
+                subprocess.run([a.cli, "unmount", m2], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
             if is_mounted(m2):
                 subprocess.run(["fusermount3", "-u", "-z", m2], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, timeout=30)
@@ -94,13 +101,15 @@ def main():
             while time.time() < deadline and any(os.path.exists("/proc/%d/cmdline" % p) and cmdline(p)
                                                  for p in second):
                 time.sleep(0.1)
-            return "FAIL: the second mount succeeded (exit %d; daemons %s and %s on one vault file)" % (
-                r.returncode, first_pid, second)
-        if r.returncode == 0:
+            return "FAIL: the second mount succeeded (exit %s; daemons %s and %s on one vault file)" % (
+                status, first_pid, second)
+        if status is None:
+            return "FAIL: keychainfs mount " + message
+        if status == 0:
             return "FAIL: exit 0 but nothing mounted on %s: %s" % (m2, message[:200])
         if not re.search(r"\b%d\b" % first_pid, message):
             return "FAIL: refused (exit %d) without naming the first daemon's pid %d: %s" % (
-                r.returncode, first_pid, message[:300])
+                status, first_pid, message[:300])
         return "ok"
 
     results = {}
