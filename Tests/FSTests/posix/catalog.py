@@ -12,12 +12,13 @@ with that binary, and each hidden/ name must still read its secret (scratch name
 and be in dump-keychain --json. Every check works in its own service directory
 /genp/c-<name>-<run> (catalog_base.py), asserts at once (no sleep before a read-back) and, where
 it matters, from a second process. Prints one JSON object; progress lines go to stderr.
-Modules: catalog.py (open, lseek, ftruncate, truncate, write, fstat, read, isolation, unlink),
-catalog_rename.py (rename, errno), catalog_more.py (race, names, hidden, dir, cert).
+Modules: catalog.py (open, lseek, ftruncate, truncate, write, fstat, read, isolation, unlink, xattr),
+catalog_rename.py (rename, errno, unsupported, mknod, fallocate), catalog_more.py (race, names, hidden, dir, cert).
 """
 
 import argparse
 import os
+import subprocess
 import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
@@ -286,6 +287,45 @@ def unlink_open_write():
 def unlink_missing():
     d = svc("unlink-missing")
     expect_errno("ENOENT", os.unlink, os.path.join(d, "nothing"))
+
+
+# --- xattr: attribute changes are seen at once, and a path-changing one moves the name at once ----
+
+PY_GETX = "import os, sys; sys.stdout.buffer.write(os.getxattr(sys.argv[1], sys.argv[2]))"
+
+
+@R.check("xattr/comment-seen-at-once-by-another-process")
+def xattr_comment():
+    d = svc("xattr-comment")
+    p = item(d, "a", b"1")
+    os.setxattr(p, "user.keychain.comment", b"first note")
+    expect_eq("getxattr", os.getxattr(p, "user.keychain.comment"), b"first note")
+    r = subprocess.run([sys.executable, "-c", PY_GETX, p, "user.keychain.comment"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=20)
+    expect_eq("getxattr from another process", (r.returncode, r.stdout), (0, b"first note"))
+    if "user.keychain.comment" not in os.listxattr(p):
+        raise Fail("listxattr lacks user.keychain.comment")
+    expect_content(p, b"1")
+
+
+@R.check("xattr/account-setxattr-renames-at-once")
+def xattr_account():
+    d = svc("xattr-account")
+    p = item(d, "a", b"secret a")
+    os.setxattr(p, "user.keychain.account", b"b")
+    expect_content(os.path.join(d, "b"), b"secret a")
+    expect_absent(p)
+    expect_eq("listing", listdir_b(d), [b"b"])
+
+
+@R.check("xattr/service-setxattr-moves-at-once")
+def xattr_service():
+    d = svc("xattr-service")
+    p = item(d, "a", b"moving")
+    to = d + "-moved"
+    os.setxattr(p, "user.keychain.service", os.fsencode(os.path.basename(to)))
+    expect_content(os.path.join(to, "a"), b"moving")
+    expect_absent(p)
 
 
 import catalog_rename  # noqa: E402,F401 (registers the rename and errno groups, in this order)

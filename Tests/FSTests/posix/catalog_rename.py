@@ -1,6 +1,8 @@
-"""catalog.py, the rename and errno groups (pjdfstest's rename/, and the errno of each call)."""
+"""catalog.py, the rename, errno, unsupported, mknod and fallocate groups (pjdfstest's rename/, the
+errno of each call, and the calls keychainfs refuses)."""
 
 import os
+import stat
 import subprocess
 
 from catalog_base import CTX, R, RENAME_EXCHANGE, RENAME_NOREPLACE, item, renameat2, svc
@@ -186,3 +188,82 @@ def errno_eexist():
     expect_errno("EEXIST", os.mkdir, d)
     expect_errno("EEXIST", os.open, a, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     expect_content(a, b"1")
+
+
+@R.check("rename/keeps-inode-number")
+def rename_keeps_inode():
+    d = svc("rename-ino")
+    a = item(d, "a", b"1")
+    ino = os.stat(a).st_ino
+    b = os.path.join(d, "b")
+    os.rename(a, b)
+    expect_eq("st_ino after rename", os.stat(b).st_ino, ino)
+
+
+# --- calls keychainfs does not support: a documented errno, never ENOSYS, nothing created ---------
+
+def refused(label, path, fn, *a):
+    got, _ = outcome(fn, *a)
+    if got == "OK":
+        raise Fail("%s succeeded (expected a documented refusal)" % label)
+    if got == "ENOSYS":
+        raise Fail("%s -> ENOSYS (an unimplemented operation, not a documented errno)" % label)
+    expect_absent(path, "%s (%s)" % (label, got))
+
+
+@R.check("unsupported/link-refused")
+def unsupported_link():
+    d = svc("link")
+    a = item(d, "a", b"1")
+    refused("link", os.path.join(d, "b"), os.link, a, os.path.join(d, "b"))
+    expect_content(a, b"1")
+
+
+@R.check("unsupported/symlink-refused-not-ENOSYS")
+def unsupported_symlink():
+    d = svc("symlink")
+    refused("symlink", os.path.join(d, "s"), os.symlink, "target", os.path.join(d, "s"))
+
+
+@R.check("unsupported/mkfifo-refused-not-ENOSYS")
+def unsupported_mkfifo():
+    d = svc("mkfifo")
+    refused("mkfifo", os.path.join(d, "p"), os.mkfifo, os.path.join(d, "p"))
+
+
+@R.check("unsupported/O_TMPFILE-refused-not-ENOSYS")
+def unsupported_tmpfile():
+    d = svc("tmpfile")
+    got, fd = outcome(os.open, d, os.O_TMPFILE | os.O_RDWR, 0o600)
+    if got == "OK":
+        os.close(fd)  # ext4 supports it; an anonymous file here is fine as long as nothing is listed
+    elif got == "ENOSYS":
+        raise Fail("O_TMPFILE -> ENOSYS")
+    expect_eq("listing", listdir_b(d), [])
+
+
+@R.check("mknod/regular-file")
+def mknod_regular():
+    """mknod(S_IFREG) creates an empty file on ext4: an empty item here, or a documented refusal."""
+    d = svc("mknod")
+    p = os.path.join(d, "n")
+    got, _ = outcome(os.mknod, p, 0o600 | stat.S_IFREG)
+    if got == "OK":
+        expect_content(p, b"")
+    elif got == "ENOSYS":
+        raise Fail("mknod(S_IFREG) -> ENOSYS (an unimplemented operation, not a documented errno)")
+    else:
+        expect_absent(p, "refused mknod (%s)" % got)
+
+
+@R.check("fallocate/grows-with-zeros")
+def fallocate_grows():
+    d = svc("fallocate")
+    p = item(d, "f", b"abc")
+    fd = os.open(p, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, 100)
+        expect_eq("fstat size after posix_fallocate(0, 100)", os.fstat(fd).st_size, 100)
+    finally:
+        os.close(fd)
+    expect_content(p, b"abc" + b"\0" * 97)
