@@ -12,16 +12,7 @@ struct SecondMountTests {
 
     /// Checks that fail on the current code, each with what it does instead. Remove a name when its
     /// fix lands.
-    static let knownFailing: [String: KnownFailure] = [
-        "second-mount/hard-link-refused-naming-pid": "the lock is keyed by the path string: a hard link mounts again",
-        "second-mount/symlink-refused-naming-pid": "the lock is keyed by the path string: a symlink mounts again",
-        "cli/add-generic-password-without-s-is-usage": "exit 0, stores an item with an empty service",
-        "cli/add-internet-password-without-s-is-usage": "exit 0, stores an item with an empty server",
-        "cli/invalid-utf8-account-refused-with-offset": "invalid UTF-8 is rewritten to U+FFFD and stored",
-        "cli/invalid-utf8-service-refused-with-offset": "invalid UTF-8 is rewritten to U+FFFD and stored",
-        "cli/invalid-utf8-server-refused-with-offset": "invalid UTF-8 is rewritten to U+FFFD and stored",
-        "cli/invalid-utf8-label-refused-with-offset": "invalid UTF-8 is rewritten to U+FFFD and stored",
-    ]
+    static let knownFailing: [String: KnownFailure] = [:]
 
     @Test("second_mount.py: a hard link, a symlink or the same vault on a second mountpoint is refused")
     func secondMount() throws {

@@ -9,14 +9,7 @@ struct StressTests {
 
     /// Checks that fail on the current code, each with what it does instead. Remove a name when its
     /// fix lands. The stress run is random: most failures are races (`.flaky`).
-    static let knownFailing: [String: KnownFailure] = [
-        "stress/private-no-unexpected-errno": .flaky("spurious ENOENT/EEXIST on private names (pending creates)"),
-        "stress/shared-no-unexpected-errno": .flaky("reads of swap-* names are ENOENT right after a rename onto them"),
-        "stress/private-reads-match-model": .flaky("reads differ from the acknowledged value"),
-        "stress/shared-reads-acknowledged-values": .flaky("torn reads: the head of one value, the tail of another"),
-        "stress/final-state-at-once": .flaky("deleted names come back; listing differs from the model"),
-        "stress/final-state-1.5s-later": .flaky("deleted names come back; listing differs from the model"),
-    ]
+    static let knownFailing: [String: KnownFailure] = [:]
 
     static let checks: Set<String> = [
         "stress/workers-finish", "stress/private-no-unexpected-errno", "stress/shared-no-unexpected-errno",

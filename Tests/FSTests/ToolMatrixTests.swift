@@ -9,15 +9,7 @@ struct ToolMatrixTests {
 
     /// Checks that fail on the current code, each with what it does instead. Remove a name when its
     /// fix lands.
-    static let knownFailing: [String: KnownFailure] = [
-        "sed-i-twice-then-cat": "the second sed -i (or cat) gets ENOENT: the renamed-over name vanishes for ~1 s",
-        "perl-pi": "cat right after perl -pi is ENOENT",
-        "python-tempfile-os-replace": "open right after os.replace is ENOENT",
-        "mv-onto-item": "cat right after mv onto an item is ENOENT",
-        "touch-then-echo": .flaky("`touch f && echo secret > f` leaves f empty"),
-        "rsync-aX-in-and-out": "the items rsync renamed into place are ENOENT at once",
-        "rsync-aX-round-trip": "rsync -aX exits 23: fsetxattr of user.keychain.* on its temp file is EOPNOTSUPP",
-    ]
+    static let knownFailing: [String: KnownFailure] = [:]
 
     @Test("tools.py: every tool's edit is read back at once, listing exact")
     func tools() throws {

@@ -201,7 +201,9 @@ def rsync():
 
 @R.check("rsync-aX-round-trip")
 def rsync_round_trip():
-    """A backup made with rsync -aX (it carries the user.keychain.* xattrs) restored onto the items."""
+    """A backup made with rsync -aX (it carries the user.keychain.* xattrs) restored onto the items,
+    the documented way (docs/xattrs.md): the items keep their own attributes; an item's
+    user.keychain.* xattrs name it (account, dates), so they cannot go onto rsync's temp file."""
     need("rsync")
     d = svc("rsync-rt")
     for name, data in FILES.items():
@@ -210,7 +212,7 @@ def rsync_round_trip():
     sh('rsync -aX "$1"/ "$2"/', d, backup)
     write_file(os.path.join(backup, "one"), b"restored secret\n")
     os.utime(os.path.join(backup, "one"), (2, 2))
-    sh('rsync -aX "$1"/ "$2"/', backup, d)
+    sh('rsync -aX --filter="-x user.keychain.*" "$1"/ "$2"/', backup, d)
     expect_content(os.path.join(d, "one"), b"restored secret\n", "restored")
     expect_content(os.path.join(d, "two"), FILES["two"], "untouched")
     listing(d, FILES)

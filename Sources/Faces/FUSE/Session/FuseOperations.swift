@@ -65,7 +65,19 @@ extension FuseSession {
         // (EPERM, as link(2) gets from the kernel), rather than libfuse's ENOSYS.
         ops.symlink = { req, _, parent, _ in FuseSession.serve(req, "symlink", parent) { _ in throw Errno.notPermitted }
         }
-        ops.mknod = { req, parent, _, _, _ in FuseSession.serve(req, "mknod", parent) { _ in throw Errno.notPermitted }
+        ops.mknod = { req, parent, name, mode, _ in
+            FuseSession.serve(req, "mknod", parent) { s in
+                // mknod(S_IFREG) (mode & S_IFMT == S_IFREG) is another way to make an empty regular file, as on ext4.
+                guard mode & 0o170000 == 0o100000 else { throw Errno.notPermitted }
+                let opened = try s.fs.create(
+                    parent: parent, name: try FuseSession.name(name), flags: O_WRONLY | O_EXCL,
+                    caller: try s.caller(req, identify: true))
+                s.fs.release(handle: opened.handle)
+                // A certificate cannot exist empty: the pending name went with its handle.
+                if opened.stat.uncached { throw Errno.invalidArgument }
+                var e = s.entry(opened.stat)
+                fuse_reply_entry(req, &e)
+            }
         }
         ops.rmdir = { req, parent, name in
             FuseSession.serve(req, "rmdir", parent) { s in
