@@ -140,6 +140,7 @@ extension KeychainFileSystem {
                     // From now on this handle is an ordinary item handle: later writes update
                     // the item. What it wrote is what it reads back.
                     s.target = .item(c, item.id)
+                    s.original = m.data
                     s.snapshot = m.data
                     s.view = m.data
                     s.edits = []

@@ -167,8 +167,9 @@ final class OpenFile: Sendable {
         state.withLock { s in
             if case .memory(let file) = s.target, let (c, id) = file.state.withLock({ $0.added }) {
                 s.target = .item(c, id)
-                s.snapshot = file.state.withLock { $0.addedContent }
-                s.view = s.snapshot
+                s.original = file.state.withLock { $0.addedContent }
+                s.snapshot = s.original
+                s.view = s.original
                 s.edits = []
             }
             return s.target
