@@ -139,7 +139,16 @@ final class MemoryFiles: Sendable {
         }
     }
 
-    func markFresh(_ id: Int64) { _ = state.withLock { $0.freshItems.insert(id) } }
+    /// Fresh items remembered at most; past it the set starts over (an old temp file renamed
+    /// over an item then replaces it instead of giving it its bytes; nothing is lost).
+    static let freshCapacity = 65_536
+
+    func markFresh(_ id: Int64) {
+        state.withLock {
+            if $0.freshItems.count >= Self.freshCapacity { $0.freshItems.removeAll() }
+            $0.freshItems.insert(id)
+        }
+    }
     func isFresh(_ id: Int64) -> Bool { state.withLock { $0.freshItems.contains(id) } }
     func forgetFresh(_ id: Int64) { _ = state.withLock { $0.freshItems.remove(id) } }
 }
