@@ -23,7 +23,11 @@ public struct HelperUsageError: Error, CustomStringConvertible {
 /// (Git appends the operation to whatever `credential.helper` names; docker passes it alone.)
 public struct HelperOptions: Sendable {
     public var vault: String = KeychainPaths.defaultVault()
-    public var passphraseFile: String?
+    /// `--passphrase-file`, else `$KEYCHAINFS_PASSPHRASE_FILE` (a path, never the passphrase):
+    /// docker runs its helper with no arguments but the operation.
+    public var passphraseFile: String? = ProcessInfo.processInfo.environment["KEYCHAINFS_PASSPHRASE_FILE"].flatMap {
+        $0.isEmpty ? nil : $0
+    }
     /// Seconds after which the helper gives up (a passphrase file that is a FIFO nobody
     /// writes, a prompt nobody answers): it says so and answers "not found".
     public var timeout: Double = 60
