@@ -12,6 +12,8 @@ extension KeychainFileSystem {
         switch file.currentTarget() {
         case .memory(let memory):
             data = memory.state.withLock { $0.data }
+        case .generated(let bytes):
+            data = bytes
         case .item(let c, let id):
             if let buffered = file.state.withLock({ $0.dirty ? $0.buffer : nil }) {
                 data = buffered
@@ -90,6 +92,8 @@ extension KeychainFileSystem {
         switch target {
         case .memory(let memory):
             try commitPending(memory, file: file, releasing: releasing)
+        case .generated:
+            return
         case .item(let c, let id):
             guard let (buffer, generation) = file.state.withLock({ $0.pendingCommit(releasing: releasing) }) else {
                 return
