@@ -50,6 +50,14 @@ struct GitCredentialTests {
                 stdin: request([("protocol", "https"), ("host", "git.example.com"), ("username", "dave")]))
             #expect(otherPort.status != 0, "a credential for another port: \(otherPort.summary)")
 
+            // A URL without a port is the protocol's default port: an item of port 443 answers
+            // https://host, and a rejected password there is erased.
+            try box.addInternet(["-s", "github.example.com", "-r", "https", "-P", "443", "-a", "kim"], "kim-pw")
+            let defaultPort = [("protocol", "https"), ("host", "github.example.com"), ("username", "kim")]
+            #expect(fields(try box.git("git credential fill", stdin: request(defaultPort)))["password"] == "kim-pw")
+            _ = try box.git("git credential reject", stdin: request(defaultPort + [("password", "kim-pw")]))
+            #expect(try box.findInternet(["-s", "github.example.com", "-a", "kim"]) == nil)
+
             // reject with a password the item no longer holds keeps it; with its password, erases it.
             let stale = try box.git(
                 "git credential reject", stdin: request(site + [("username", "dave"), ("password", "older")]))

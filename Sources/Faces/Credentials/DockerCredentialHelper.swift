@@ -38,14 +38,15 @@ public struct DockerCredentialHelper {
     }
 
     func items(at serverURL: String, withData: Bool) throws -> [KeychainItem] {
-        var attributes = try Self.location(serverURL).exact(account: nil)
+        let location = try Self.location(serverURL)
+        var attributes = location.exactQuery(account: nil)
         attributes[Schema.account] = nil
         attributes[Schema.label] = .string(Self.label)
         do {
             return try keychain.copyMatching(
                 Query(.internetPassword, attributes, matchLimit: .all, returnData: withData ? true : nil),
                 caller: caller
-            ).sorted { $0.id < $1.id }
+            ).filter { location.accepts(port: $0.port) }.sorted { $0.id < $1.id }
         } catch KeychainStatus.itemNotFound {
             return []
         }
@@ -54,7 +55,7 @@ public struct DockerCredentialHelper {
     public func store(_ credential: Credential) throws {
         guard !credential.ServerURL.isEmpty else { throw HelperFailure("no credentials server URL") }
         guard !credential.Username.isEmpty else { throw HelperFailure("no credentials username") }
-        var attributes = try Self.location(credential.ServerURL).exact(account: credential.Username)
+        var attributes = try Self.location(credential.ServerURL).stored(account: credential.Username)
         attributes[Schema.label] = .string(Self.label)
         // The URL as docker wrote it, for `list` (docker compares it with what it asks for).
         attributes[Schema.named("comment")] = .string(credential.ServerURL)

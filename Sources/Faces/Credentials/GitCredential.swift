@@ -120,23 +120,42 @@ public struct InternetLocation: Equatable, Sendable {
         server = String(host)
     }
 
-    /// Attributes a lookup matches: every key attribute git gave; without a path, any path.
+    /// Attributes a lookup matches: every key attribute git gave (without a path, any path),
+    /// except a port the URL left out: see `accepts(port:)`.
     public func query(account: String?) -> Attributes {
-        var out: Attributes = [
-            Schema.server: .string(server), Schema.port: .number(port), Schema.protocolAttribute: .string(protocolCode),
-        ]
+        var out: Attributes = [Schema.server: .string(server), Schema.protocolAttribute: .string(protocolCode)]
+        if port != 0 { out[Schema.port] = .number(port) }
         if let path { out[Schema.path] = .string(path) }
         if let account { out[Schema.account] = .string(account) }
         return out
     }
 
-    /// The whole location, for a store or an exact erase: an absent path or account is the
-    /// empty value add gives it.
-    public func exact(account: String?) -> Attributes {
+    /// The same location exactly (an erase): an absent path or account is the empty value add
+    /// gives it; the port as `accepts(port:)` says.
+    public func exactQuery(account: String?) -> Attributes {
         var out = query(account: account ?? "")
         out[Schema.path] = .string(path ?? "")
         return out
     }
+
+    /// The whole location of a new item: an absent port is 0, an absent path or account empty.
+    public func stored(account: String) -> Attributes {
+        var out = exactQuery(account: account)
+        out[Schema.port] = .number(port)
+        return out
+    }
+
+    /// Whether an item's port is this location's: the URL's port when it has one; else 0 or the
+    /// protocol's default port (`https://host` is `https://host:443`).
+    public func accepts(port itemPort: Int64) -> Bool {
+        if port != 0 { return itemPort == port }
+        return itemPort == 0 || itemPort == Self.defaultPorts[protocolCode]
+    }
+
+    static let defaultPorts: [String: Int64] = [
+        "http": 80, "htps": 443, "ftp ": 21, "ftps": 990, "smtp": 25, "imap": 143, "imps": 993, "pop3": 110,
+        "pops": 995, "ldap": 389, "ldps": 636, "ssh ": 22,
+    ]
 }
 
 /// The item's data: the password's bytes alone, so `/inet/https:host/user` and

@@ -31,7 +31,7 @@ public struct GitCredentialHelper {
         } catch KeychainStatus.itemNotFound {
             return nil
         }
-        for candidate in candidates.sorted(by: { $0.id < $1.id }) {
+        for candidate in candidates.sorted(by: { $0.id < $1.id }) where location.accepts(port: candidate.port) {
             let item: KeychainItem
             do {
                 item = try keychain.item(id: candidate.id, itemClass: .internetPassword, withData: true, caller: caller)
@@ -69,7 +69,7 @@ public struct GitCredentialHelper {
             return
         }
         let location = try InternetLocation(request)
-        var attributes = location.exact(account: username)
+        var attributes = location.stored(account: username)
         attributes[Schema.label] = .string(request.host ?? location.server)
         try keychain.addOrUpdate(
             .internetPassword, attributes, data: StoredSecret.encode(password: password, extras: request.extras),
@@ -77,7 +77,7 @@ public struct GitCredentialHelper {
     }
 
     /// `erase`: deletes only the item whose whole location and account equal git's (an absent
-    /// path or username is the empty one) and, when git says which password failed, only if
+    /// path or username is the empty one; an absent port is 0 or the protocol's default) and, when git says which password failed, only if
     /// the item still holds that password (another process may have stored a good one since).
     /// Returns how many items were deleted (0 or 1).
     @discardableResult
@@ -86,12 +86,13 @@ public struct GitCredentialHelper {
         let exact: [KeychainItem]
         do {
             exact = try keychain.copyMatching(
-                Query(.internetPassword, location.exact(account: request.username), matchLimit: .all), caller: caller)
+                Query(.internetPassword, location.exactQuery(account: request.username), matchLimit: .all),
+                caller: caller)
         } catch KeychainStatus.itemNotFound {
             return 0
         }
         var deleted = 0
-        for candidate in exact {
+        for candidate in exact where location.accepts(port: candidate.port) {
             if let rejected = request.password {
                 let item = try keychain.item(
                     id: candidate.id, itemClass: .internetPassword, withData: true, caller: caller)
@@ -104,5 +105,13 @@ public struct GitCredentialHelper {
                 Query(.internetPassword, persistentReference: candidate.id), caller: caller)
         }
         return deleted
+    }
+}
+
+extension KeychainItem {
+    /// An internet password's port (0 when it has none).
+    var port: Int64 {
+        if case .number(let n)? = self[Schema.port] { return n }
+        return 0
     }
 }
