@@ -1,4 +1,5 @@
 import Foundation
+import Keychain
 import Testing
 @_exported import TestSupport
 
@@ -12,7 +13,7 @@ import Testing
 // products directory on PATH so `credential.helper keychainfs` finds the helper).
 
 /// The directory holding `keychainfs` and the helpers.
-let productsDirectory: String? = keychainfsBinary.map { KeychainPathsLite.parent(of: $0) }
+let productsDirectory: String? = keychainfsBinary.map { KeychainPaths.parent(of: $0) }
 
 @discardableResult
 func helperBinary(_ name: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
@@ -20,13 +21,6 @@ func helperBinary(_ name: String, sourceLocation: SourceLocation = #_sourceLocat
     let path = dir + "/" + name
     try #require(FileManager.default.isExecutableFile(atPath: path), "\(path) is not built")
     return path
-}
-
-enum KeychainPathsLite {
-    static func parent(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return String(path[..<slash])
-    }
 }
 
 extension TestSandbox {

@@ -89,7 +89,11 @@ public enum HelperVault {
         do { try keychain.unlock(passphrase: passphrase) } catch let e as KeychainError {
             throw HelperFailure("the vault \(options.vault) stays locked: \(e.message)")
         }
-        let policy = (try? keychain.accessPolicy()) ?? AccessPolicy()
+        let policy: AccessPolicy
+        do { policy = try keychain.accessPolicy() } catch let e as KeychainError {
+            // A policy that does not verify decides nothing: refuse rather than guess the groups.
+            throw HelperFailure("the vault's access policy cannot be used: \(e.message)")
+        }
         let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         let caller = Caller(
             accessGroups: policy.accessGroups(forExecutable: executable),
