@@ -155,6 +155,28 @@ struct GitCredentialTests {
         }
     }
 
+    @Test func theHelperSeesTheAccessGroupsOfItsOwnExecutable() throws {
+        try withSandbox(#function) { box in
+            let helper = try helperBinary("git-credential-keychainfs")
+            let policy = try box.cli(["access-group", "add"] + box.unlockArgs + ["work", "/usr/bin/cat"])
+            try #require(policy.status == 0, "\(policy.summary)")
+            try box.addInternet(
+                ["-s", "work.example.com", "-r", "https", "-a", "lee", "--access-group", "work"], "work-pw")
+            try box.addInternet(["-s", "work.example.com", "-r", "https", "-a", "max"], "default-pw")
+            func get(_ user: String) throws -> RunResult {
+                try box.run(
+                    helper, box.unlockArgs + ["get"],
+                    stdin: request([("protocol", "https"), ("host", "work.example.com"), ("username", user)]),
+                    timeout: 20)
+            }
+            #expect(try get("lee").stdout.isEmpty, "an item of a group the helper is not in was answered")
+            #expect(fields(try get("max"))["password"] == "default-pw")
+            let join = try box.cli(["access-group", "add"] + box.unlockArgs + ["work", helper])
+            try #require(join.status == 0, "\(join.summary)")
+            #expect(fields(try get("lee"))["password"] == "work-pw")
+        }
+    }
+
     @Test func badInputIsAClearError() throws {
         try withSandbox(#function) { box in
             let helper = try helperBinary("git-credential-keychainfs")

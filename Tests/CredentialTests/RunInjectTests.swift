@@ -92,6 +92,30 @@ struct RunInjectTests {
         }
     }
 
+    @Test func endingRunEndsTheCommand() throws {
+        try withSandbox(#function) { box in
+            let bin = try requireBinary()
+            for masking in [true, false] {
+                let run = try box.spawn(
+                    bin,
+                    ["run", "--vault", box.vault] + (masking ? [] : ["--no-masking"]) + ["--", "/bin/sleep", "30"])
+                var child: pid_t?
+                waitUntil(10) {
+                    let pids = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap {
+                        pid_t($0)
+                    }
+                    child = pids.first { TestSandbox.parent(of: $0) == run.pid }
+                    return child != nil
+                }
+                let sleeper = try #require(child, "run started no child")
+                #expect(kill(run.pid, SIGTERM) == 0)
+                let r = run.wait(timeout: 10)
+                #expect(!r.timedOut && r.status == 128 + SIGTERM, "masking \(masking): \(r.summary)")
+                #expect(waitUntil(5) { !TestSandbox.isAlive(sleeper) }, "the command outlived run")
+            }
+        }
+    }
+
     @Test func injectWritesAPrivateFileAndNeverOverwritesUnasked() throws {
         try withSandbox(#function) { box in
             try seed(box)

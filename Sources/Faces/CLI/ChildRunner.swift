@@ -35,6 +35,8 @@ enum ChildRunner {
     {
         guard let masking else {
             let pid = try spawn(path, arguments, environment, [])
+            let forwarding = forwardTermination(to: pid)
+            defer { forwarding.forEach { $0.cancel() } }
             return waitFor(pid)
         }
         let out = try pipePair(), err = try pipePair()
@@ -47,10 +49,8 @@ enum ChildRunner {
         }
         close(out.write)
         close(err.write)
-        // The terminal's ^C and ^\ reach the whole foreground group: the child decides; we
-        // stay to pass on its last output and its status.
-        signal(SIGINT, SIG_IGN)
-        signal(SIGQUIT, SIG_IGN)
+        let forwarding = forwardTermination(to: pid)
+        defer { forwarding.forEach { $0.cancel() } }
         var streams = [(out.read, Int32(1), masking), (err.read, Int32(2), masking)]
         var buffer = [UInt8](repeating: 0, count: 65536)
         while !streams.isEmpty {
@@ -76,6 +76,21 @@ enum ChildRunner {
             }
         }
         return waitFor(pid)
+    }
+
+    /// The terminal's ^C and ^\ reach the whole foreground group: the child decides, and run
+    /// stays to pass on its last output and its status. SIGTERM and SIGHUP sent to run alone
+    /// are passed on to the child, so that ending run ends the command.
+    static func forwardTermination(to pid: pid_t) -> [any DispatchSourceSignal] {
+        signal(SIGINT, SIG_IGN)
+        signal(SIGQUIT, SIG_IGN)
+        return [SIGTERM, SIGHUP].map { sig in
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { _ = kill(pid, sig) }
+            source.resume()
+            return source
+        }
     }
 
     static func spawn(
