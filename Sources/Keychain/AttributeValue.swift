@@ -1,6 +1,8 @@
 import Foundation
 
-/// One attribute value. The case must match the attribute's `AttributeType`.
+/// One attribute value. The case must match the attribute's `AttributeType`. Strings are
+/// equal when their UTF-8 bytes are (not Swift's canonical equivalence): the NFC and NFD
+/// spellings of `é` are two accounts, as in the byte-keyed indexes and in Apple's keychain.
 public enum AttributeValue: Hashable, Sendable {
     case string(String)
     case data([UInt8])
@@ -153,4 +155,34 @@ enum Framing {
 
     static func int(_ v: Int64) -> [UInt8] { withUnsafeBytes(of: v.littleEndian) { Array($0) } }
     static func text(_ s: String) -> [UInt8] { Array(s.utf8) }
+}
+
+extension AttributeValue {
+    public static func == (a: AttributeValue, b: AttributeValue) -> Bool {
+        switch (a, b) {
+        case (.string(let x), .string(let y)): x.utf8.elementsEqual(y.utf8)
+        case (.data(let x), .data(let y)): x == y
+        case (.number(let x), .number(let y)): x == y
+        case (.bool(let x), .bool(let y)): x == y
+        case (.date(let x), .date(let y)): x == y
+        case (.accessibility(let x), .accessibility(let y)): x == y
+        case (.accessControl(let x), .accessControl(let y)): x == y
+        default: false
+        }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .string(let s):
+            hasher.combine(0)
+            hasher.combine(s.utf8.count)
+            for b in s.utf8 { hasher.combine(b) }
+        case .data(let d): hasher.combine(1); hasher.combine(d)
+        case .number(let n): hasher.combine(2); hasher.combine(n)
+        case .bool(let v): hasher.combine(3); hasher.combine(v)
+        case .date(let d): hasher.combine(4); hasher.combine(d)
+        case .accessibility(let a): hasher.combine(5); hasher.combine(a)
+        case .accessControl(let c): hasher.combine(6); hasher.combine(c)
+        }
+    }
 }

@@ -61,15 +61,24 @@ extension Keychain {
     }
 
     /// Reads one item by persistent reference, checking visibility and access like a query
-    /// by kSecValuePersistentRef (which, like every query without kSecAttrSynchronizableAny,
-    /// sees non-synchronizable items only). One row fetch by id; no matcher.
+    /// by kSecValuePersistentRef with kSecAttrSynchronizableAny: a persistent reference names
+    /// one item whatever its synchronizable flag (the mount lists both kinds, so every listed
+    /// name must open). One row fetch by id; no matcher.
     public func item(
         id: Int64, itemClass: ItemClass, withData: Bool, caller callerArgument: Caller? = nil,
         ui: AuthenticationUI? = nil
     ) throws -> KeychainItem {
         try item(
-            id: id, itemClass: itemClass, synchronizable: false, withData: withData,
+            id: id, itemClass: itemClass, synchronizable: true, withData: withData,
             in: callContext(callerArgument), ui: ui)
+    }
+
+    /// Whether data of this protection class can be read now (its class key is held), as the
+    /// error a read would give. An open file handle serves the bytes it decrypted at open and
+    /// asks this before each read, so a lock closes open handles as it closes new reads.
+    public func checkReadable(_ protection: Accessibility, itemID: Int64) throws {
+        let keys = try callContext(nil).unlockedKeys()
+        _ = try classKey(protection, keys: keys, for: "item \(itemID)")
     }
 
     func item(

@@ -143,6 +143,43 @@ extension AccessSuite {
             }
         }
 
+        @Test("a lock stops descriptors opened before it: the next read of a WhenUnlocked item is EACCES")
+        func lockRevokesOpenHandles() throws {
+            try withMount(setup: { box in
+                try box.addGeneric("wu", "alice", "when-unlocked-secret")
+                try box.addGeneric(
+                    "afu", "bob", "after-first-unlock-secret", extra: ["--accessible", "afterFirstUnlock"])
+            }) { box in
+                let go = box.root + "/go"
+                let reader = try box.spawn(
+                    "/usr/bin/python3",
+                    [
+                        "-c",
+                        pythonPrelude + """
+                            wu = os.open(sys.argv[1], os.O_RDONLY)
+                            afu = os.open(sys.argv[2], os.O_RDONLY)
+                            print('before', os.pread(wu, 100, 0).decode(), flush=True)
+                            for _ in range(1000):
+                                if os.path.exists(sys.argv[3]): break
+                                time.sleep(0.01)
+                            t('wu', os.pread, wu, 100, 0)
+                            t('afu', os.pread, afu, 100, 0)
+                            """, box.mnt + "/genp/wu/alice", box.mnt + "/genp/afu/bob", go,
+                    ])
+                #expect(waitUntil(10) { reader.stdoutSoFar.contains("before") }, "reader not started")
+                let l = try box.cli(["lock", box.mnt])
+                #expect(l.status == 0, "lock: \(l.summary)")
+                FileManager.default.createFile(atPath: go, contents: nil)
+                let r = reader.wait(timeout: 20)
+                #expect(r.lines.contains("before when-unlocked-secret"), "\(r.summary)")
+                #expect(r.lines.contains("wu EACCES"), "an fd opened before the lock still reads: \(r.summary)")
+                #expect(
+                    r.lines.contains(
+                        "afu OK " + "after-first-unlock-secret".utf8.map { String(format: "%02x", $0) }.joined()),
+                    "an AfterFirstUnlock fd stopped reading: \(r.summary)")
+            }
+        }
+
         @Test("-o lock_after=2 locks after idle, not while in use")
         func autoLock() throws {
             try withMount(

@@ -26,12 +26,12 @@ struct LayoutTests {
         }
     }
 
-    @Test("escaping: / % leading . trailing ~ ; and the empty account, both ways")
+    @Test("escaping: / % . .. scratch names trailing ~ ; and the empty account, both ways; .hidden is itself")
     func escaping() throws {
         let cases: [(account: String, spelled: String)] = [
-            ("a/b", "a%2Fb"), ("50%", "50%25"), (".hidden", "%2Ehidden"), ("", "%"),
+            ("a/b", "a%2Fb"), ("50%", "50%25"), (".hidden", ".hidden"), ("", "%"),
             (".", "%2E"), ("..", "%2E."), ("backup~", "backup%7E"), ("semi;colon", "semi%3Bcolon"),
-            ("ünïcødé", "ünïcødé"),
+            ("ünïcødé", "ünïcødé"), (".x.swp", "%2Ex.swp"), ("#x#", "%23x#"), ("4913", "%34913"), (".#x", "%2E#x"),
         ]
         try withMount(setup: { box in
             for (i, c) in cases.enumerated() { try box.addGeneric("esc", c.account, "secret-\(i)") }
@@ -46,18 +46,18 @@ struct LayoutTests {
                     r.status == 0 && r.stdout == "secret-\(i)",
                     "account \(c.account.debugDescription) as \(c.spelled): \(r.summary)")
             }
-            let services = try box.sh("ls \(q(box.mnt + "/genp"))")
+            let services = try box.sh("ls -a \(q(box.mnt + "/genp"))")
             #expect(
-                services.lines.contains("svc%2Fwith%2Fslashes") && services.lines.contains("%2Edotsvc"),
+                services.lines.contains("svc%2Fwith%2Fslashes") && services.lines.contains(".dotsvc"),
                 "\(services.lines)")
             #expect(try box.sh("cat \(q(box.mnt + "/genp/svc%2Fwith%2Fslashes/x"))").stdout == "in-slashed-service")
-            #expect(try box.sh("cat \(q(box.mnt + "/genp/%2Edotsvc/y"))").stdout == "in-dot-service")
+            #expect(try box.sh("cat \(q(box.mnt + "/genp/.dotsvc/y"))").stdout == "in-dot-service")
 
             // Writing through the mount under escaped names stores the unescaped attributes.
             let dir = box.mnt + "/genp/esc"
             let w = try box.sh(
                 """
-                cd \(q(dir)) && printf one > 'new%2Fslash' && printf two > '100%25' && printf three > '%2Edot' \
+                cd \(q(dir)) && printf one > 'new%2Fslash' && printf two > '100%25' && printf three > '.dot' \
                 && mkdir ../'new%2Fservice' && printf four > ../'new%2Fservice/%'
                 """)
             #expect(w.status == 0, "\(w.summary)")
@@ -148,7 +148,7 @@ struct LayoutTests {
             #expect(contents == ["first", "second"], "\(contents)")
             // Stable: the same spelling on a second listing.
             #expect(try box.sh("ls \(q(box.mnt + "/genp/long"))").lines == names)
-            let services = try box.sh("ls \(q(box.mnt + "/genp"))").lines
+            let services = try box.sh("ls -a \(q(box.mnt + "/genp"))").lines
             let longDir = try #require(services.first { $0.hasPrefix("sss") }, "\(services)")
             #expect(longDir.utf8.count <= 255)
             let c = try box.sh("cat \(q(box.mnt + "/genp/" + longDir + "/acct"))")

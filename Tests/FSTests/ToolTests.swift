@@ -149,11 +149,13 @@ struct ToolTests {
             let before = try box.dump()
             let maxID = before.map(\.id).max() ?? 0
             let f = box.mnt + "/genp/vim/notes"
-            let r = try box.sh("vim -Es -u NONE -i NONE -c '%s/one/two/' -c 'wq' \(q(f))")
+            // A fresh Debian 12 has vim-tiny (`vim.tiny`) only; a full vim is used when present.
+            let vim = "$(command -v vim || command -v vim.tiny)"
+            let r = try box.sh("\(vim) -Es -u NONE -i NONE -c '%s/one/two/' -c 'wq' \(q(f))")
             #expect(r.status == 0, "\(r.summary)")
             #expect(try box.findGeneric("vim", "notes") == Array("line two\n".utf8))
             let r2 = try box.sh(
-                "vim -Es -u NONE -i NONE -c 'set nocompatible backup writebackup' -c 'normal Goline three' -c 'wq' \(q(f))"
+                "\(vim) -Es -u NONE -i NONE -c 'set nocompatible backup writebackup' -c 'normal Goline three' -c 'wq' \(q(f))"
             )
             #expect(r2.status == 0, "\(r2.summary)")
             #expect(try box.findGeneric("vim", "notes") == Array("line two\nline three\n".utf8))

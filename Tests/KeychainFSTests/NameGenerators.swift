@@ -76,23 +76,6 @@ enum Names {
 
     /// ASCII bytes the codec splits or brackets on.
     static let separators: Set<Unicode.Scalar> = [";", "=", ":", "[", "]"]
-
-    /// What the codec cannot yet get right (see PathCodecTests' known issues): it splits and
-    /// tests names by `Character` (grapheme clusters, compared by canonical equivalence) where
-    /// docs/paths.md speaks of bytes. So a value is in the main properties' domain when every
-    /// separator in it, and at its edges, is a grapheme of its own (no combining mark after a
-    /// `:`, no U+0600 before a `;`, …) and it holds no U+037E (canonically equal to `;`).
-    static func isGraphemeSafe(_ s: String) -> Bool {
-        guard !s.unicodeScalars.contains("\u{37E}") else { return false }
-        for ch in s where ch.unicodeScalars.contains(where: separators.contains) {
-            guard ch.unicodeScalars.count == 1 else { return false }
-        }
-        guard let first = s.unicodeScalars.first, let last = s.unicodeScalars.last else { return true }
-        return separators.allSatisfy { sep in
-            String(String.UnicodeScalarView([sep, first])).count == 2
-                && String(String.UnicodeScalarView([last, sep])).count == 2
-        }
-    }
 }
 
 extension Array where Element == UInt8 {

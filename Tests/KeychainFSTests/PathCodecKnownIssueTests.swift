@@ -3,17 +3,13 @@ import Keychain
 @testable import KeychainFS
 import Testing
 
-// Bugs the property tests found in PathCodec (Sources/Faces/FUSE/Nodes/PathCodec.swift), pinned to
-// exact inputs. docs/paths.md defines spellings by bytes, but the codec splits, searches and
-// compares names as Swift `Character`s (grapheme clusters under canonical equivalence):
-// `name.split(separator: ";")`, `part.firstIndex(of: "=")`, `for ch in name` with `ch == ":"`,
-// `server.contains(":")`, and `leaf(...) == name`. A scalar that joins an ASCII separator into
-// one grapheme, or one canonically equal to it, therefore changes what a name means. Each test
-// below fails (as a known issue) until that is fixed; then withKnownIssue reports the fix and
-// the test must be turned into a plain expectation. The properties in PathCodecTests exclude
-// exactly these inputs (`Names.isGraphemeSafe`).
+// Inputs the property tests once found in PathCodec, pinned: the codec used to split, search
+// and compare names as Swift `Character`s (grapheme clusters under canonical equivalence), so
+// a scalar that joins an ASCII separator into one grapheme, or one canonically equal to it,
+// changed what a name meant. Names are bytes now (docs/paths.md, rule 2); these stay as
+// regression tests.
 
-@Suite("PathCodec: known issues (graphemes where the layout speaks of bytes)")
+@Suite("PathCodec: names are bytes (graphemes and canonical equivalents that once broke it)")
 struct PathCodecKnownIssueTests {
     func genp(_ service: String, _ account: String, group: String = Caller.defaultAccessGroup) -> Attributes {
         [
@@ -40,9 +36,7 @@ struct PathCodecKnownIssueTests {
     func greekQuestionMarkInAccount() {
         // leaf "a\u{37E}b" is split at U+037E as if it were ";", giving the field "b" with no
         // "=": parseLeaf returns nil, so /genp/svc/a;b (with U+037E) is ENOENT for its own item.
-        withKnownIssue("bug: PathCodec.parseLeaf splits on Character \";\", which U+037E equals") {
-            expectLeafRoundTrip(genp("svc", "a\u{37E}b"))
-        }
+        expectLeafRoundTrip(genp("svc", "a\u{37E}b"))
     }
 
     @Test("U+037E makes a non-canonical name resolve to another item: x<U+037E>accessGroup=team is x in group team")
@@ -53,25 +47,21 @@ struct PathCodecKnownIssueTests {
         // String ==, canonical equivalence), so rule 1 (one path per item, only the canonical
         // spelling resolves) breaks.
         let name = "x\u{37E}accessGroup=team"
-        withKnownIssue("bug: PathCodec.parseLeaf accepts a name canonically equal, not byte-equal, to the spelling") {
-            let parsed = PathCodec.parseLeaf(.genericPassword, name, in: [:])
-            if let parsed {
-                let again = PathCodec.leaf(of: .genericPassword, parsed)
-                #expect(
-                    Array(again.utf8) == Array(name.utf8),
-                    "\"\(scalars(name))\" resolves to the item spelled \"\(scalars(again))\" (account \(stringBytes(parsed, Schema.account).map { scalars($0.utf8Text) } ?? "?"))"
-                )
-            }
-            #expect(stringBytes(parsed, Schema.account) == Array(name.utf8), "the name does not name its own item")
+        let parsed = PathCodec.parseLeaf(.genericPassword, name, in: [:])
+        if let parsed {
+            let again = PathCodec.leaf(of: .genericPassword, parsed)
+            #expect(
+                Array(again.utf8) == Array(name.utf8),
+                "\"\(scalars(name))\" resolves to the item spelled \"\(scalars(again))\" (account \(stringBytes(parsed, Schema.account).map { scalars($0.utf8Text) } ?? "?"))"
+            )
         }
+        #expect(stringBytes(parsed, Schema.account) == Array(name.utf8), "the name does not name its own item")
     }
 
     @Test("an access group starting with a combining mark: ;accessGroup=<U+0301>team does not parse")
     func combiningMarkAfterEquals() {
         // "=" + U+0301 is one Character, so part.firstIndex(of: "=") finds no "=".
-        withKnownIssue("bug: PathCodec.parseLeaf looks for Character \"=\", which a following combining mark absorbs") {
-            expectLeafRoundTrip(genp("svc", "x", group: "\u{301}team"))
-        }
+        expectLeafRoundTrip(genp("svc", "x", group: "\u{301}team"))
     }
 
     @Test("an inet server starting with a combining mark after the protocol: https:<U+0301>x does not parse")
@@ -84,11 +74,9 @@ struct PathCodecKnownIssueTests {
         ]
         let directory = PathCodec.directory(of: .internetPassword, attributes)
         #expect(directory.map { Array($0.utf8) } == Array("https:\u{301}x".utf8))
-        withKnownIssue("bug: PathCodec.parseDirectory splits inet names on Character \":\"") {
-            let parsed = directory.flatMap { PathCodec.parseDirectory(.internetPassword, $0) }
-            #expect(parsed != nil, "directory \"\(scalars(directory ?? ""))\" does not parse")
-            #expect(stringBytes(parsed, Schema.server) == Array("\u{301}x".utf8))
-        }
+        let parsed = directory.flatMap { PathCodec.parseDirectory(.internetPassword, $0) }
+        #expect(parsed != nil, "directory \"\(scalars(directory ?? ""))\" does not parse")
+        #expect(stringBytes(parsed, Schema.server) == Array("\u{301}x".utf8))
     }
 
     @Test("a server holding \":\" + a combining mark is not bracketed as docs/paths.md rule 4 says")
@@ -98,8 +86,6 @@ struct PathCodecKnownIssueTests {
         // (It still round-trips; the spelling is just not the documented one.)
         let attributes: Attributes = [Schema.server: .string("a:\u{301}b"), Schema.port: .number(0)]
         let directory = PathCodec.directory(of: .internetPassword, attributes) ?? ""
-        withKnownIssue("bug: PathCodec.directory tests the server for \":\" by Character, not by byte") {
-            #expect(Array(directory.utf8) == Array("[a:\u{301}b]".utf8), "spelled \"\(scalars(directory))\"")
-        }
+        #expect(Array(directory.utf8) == Array("[a:\u{301}b]".utf8), "spelled \"\(scalars(directory))\"")
     }
 }

@@ -388,13 +388,15 @@ struct CoreAPITests {
         }
     }
 
-    @Test("item(id:) sees non-synchronizable items only, as a query by persistent reference; authorizeRead sees both")
+    @Test(
+        "item(id:) sees synchronizable items too (every listed name must open); a query without SynchronizableAny does not"
+    )
     func itemByIDSynchronizable() throws {
         try withVault { v in
             let kc = v.keychain
             let synced = try kc.add(
                 .genericPassword, genp("svc", "a", [Schema.synchronizable: .bool(true)]), data: bytes("s"))
-            expectError(.itemNotFound) { try kc.item(id: synced.id, itemClass: .genericPassword, withData: false) }
+            #expect(try kc.item(id: synced.id, itemClass: .genericPassword, withData: true).data == bytes("s"))
             expectError(.itemNotFound) { try kc.find(Query(.genericPassword, persistentReference: synced.id)) }
             #expect(try kc.authorizeRead(id: synced.id, itemClass: .genericPassword).dataLength == 1)
         }

@@ -215,12 +215,20 @@ open class TestSandbox: @unchecked Sendable {
         _ = try? run("/usr/bin/fusermount3", ["-u", "-z", mnt], timeout: 10)
     }
 
-    /// The pid the daemon wrote into `<vault>.lock`.
+    /// The pid of the daemon holding the vault file's flock (from /proc/locks).
     public var daemonPid: pid_t? {
-        guard let text = try? String(contentsOfFile: vault + ".lock", encoding: .utf8),
-            let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0
-        else { return nil }
-        return pid
+        var st = stat()
+        guard stat(vault, &st) == 0, let table = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else {
+            return nil
+        }
+        for line in table.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            guard fields.count >= 6, fields[1] == "FLOCK", let inode = fields[5].split(separator: ":").last,
+                UInt64(inode) == UInt64(st.st_ino), let pid = pid_t(fields[4]), pid > 0
+            else { continue }
+            return pid
+        }
+        return nil
     }
 
     /// Sends `signal` to the daemon and, for SIGKILL, waits until it is gone.

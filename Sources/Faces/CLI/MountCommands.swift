@@ -162,19 +162,9 @@ struct Mount: ParsableCommand {
             close(fd)
         }
         do {
-            // One daemon per vault: a second would serve stale views of the same items.
-            let lockPath = vaultPath + ".lock"
-            let lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-            guard lockFD >= 0 else { throw CLIError.system("cannot open \(lockPath)", Errno(rawValue: errno)) }
-            if flock(lockFD, LOCK_EX | LOCK_NB) != 0 {
-                let other =
-                    (try? String(contentsOfFile: lockPath, encoding: .utf8))?.trimmingCharacters(
-                        in: .whitespacesAndNewlines) ?? "?"
-                throw CLIError.failure(
-                    "vault \(vaultPath) is already mounted by another keychainfs daemon (pid \(other))")
-            }
-            ftruncate(lockFD, 0)
-            _ = "\(getpid())\n".withCString { write(lockFD, $0, strlen($0)) }
+            // One daemon per vault file: a second would serve stale views of the same items.
+            let lock = try DaemonLock.acquire(vault: vaultPath)
+            defer { lock?.release() }
 
             let keychain = try Keychain.open(at: vaultPath)
             if !parsed.fuse.startLocked {
@@ -205,7 +195,6 @@ struct Mount: ParsableCommand {
             report("ok")
             let rc = session.run()
             Log.info("unmounted \(mountpoint)")
-            close(lockFD)
             // libfuse returns the number of the signal that ended the loop: SIGTERM, SIGINT and
             // SIGHUP are the documented ways to stop the daemon, so they are a clean exit.
             if rc != 0 && ![SIGTERM, SIGINT, SIGHUP].contains(abs(rc)) {

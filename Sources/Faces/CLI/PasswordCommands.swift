@@ -80,12 +80,15 @@ struct AddGenericPassword: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "add-generic-password",
         abstract: "Add a generic password item (the secret from stdin unless -w is given).",
-        usage: "keychainfs add-generic-password [-a account] [-s service] [-w password] [options...]")
+        usage: "keychainfs add-generic-password -s service [-a account] [-w password] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: GenericPasswordOptions
     @OptionGroup var add: AddOptions
 
     func run() throws {
+        // An item with an empty service is reachable only as `/genp/%/…`: almost always a
+        // forgotten option, so it is a usage error rather than a silent empty item.
+        guard item.service != nil else { throw CLIError.usage("-s service is required") }
         try addPassword(vault, .genericPassword, attributes: item.attributes(), add: add)
     }
 }
@@ -94,12 +97,13 @@ struct AddInternetPassword: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "add-internet-password",
         abstract: "Add an internet password item (the secret from stdin unless -w is given).",
-        usage: "keychainfs add-internet-password [-a account] [-s server] [-w password] [options...]")
+        usage: "keychainfs add-internet-password -s server [-a account] [-w password] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: InternetPasswordOptions
     @OptionGroup var add: AddOptions
 
     func run() throws {
+        guard item.server != nil else { throw CLIError.usage("-s server is required") }
         try addPassword(vault, .internetPassword, attributes: item.attributes(), add: add)
     }
 }

@@ -32,6 +32,30 @@ func fail(_ message: String, _ code: Int32) -> Never {
     exit(code)
 }
 
+/// Arguments reach Swift as strings, and bytes that are not UTF-8 would become U+FFFD without
+/// a word: a name stored under a rewritten spelling. Refuse them instead, naming the argument
+/// and the byte offset (never the bytes: the argument may be a secret).
+func refuseInvalidUTF8Arguments() {
+    for index in 1..<Int(CommandLine.argc) {
+        guard let raw = CommandLine.unsafeArgv[index] else { continue }
+        let bytes = Array(UnsafeBufferPointer(start: raw, count: strlen(raw))).map { UInt8(bitPattern: $0) }
+        var parser = Unicode.UTF8.ForwardParser()
+        var input = bytes.makeIterator()
+        var offset = 0
+        scalars: while true {
+            switch parser.parseScalar(from: &input) {
+            case .valid(let scalar): offset += scalar.count
+            case .emptyInput: break scalars
+            case .error:
+                fail(
+                    "argument \(index) is not valid UTF-8 (byte offset \(offset)): names and attributes are text; "
+                        + "give binary secrets on standard input", 2)
+            }
+        }
+    }
+}
+refuseInvalidUTF8Arguments()
+
 /// macOS `security` (getopt) accepts `-wSECRET`; ArgumentParser would reject it and echo
 /// the secret in its message. Split it into `-w SECRET` first; after `--` (the command of
 /// `run`) the words are not ours.

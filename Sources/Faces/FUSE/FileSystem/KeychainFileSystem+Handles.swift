@@ -4,43 +4,43 @@ import KeychainAccess
 import SystemPackage
 
 // Operations on open handles: read, write, commit (flush, fsync, release). The handle's state
-// machine is stated in State/OpenFiles.swift, a pending item's in State/MemoryFiles.swift.
+// machine is stated in State/OpenFiles.swift, a pending certificate's in State/MemoryFiles.swift.
 extension KeychainFileSystem {
     public func read(handle: UInt64, offset: Int, size: Int) throws -> [UInt8] {
         let file = try openFiles.file(handle)
-        let data: [UInt8]
         switch file.currentTarget() {
         case .memory(let memory):
-            data = memory.state.withLock { $0.data }
+            return memory.state.withLock { FileBytes.slice($0.data, offset: offset, size: size) }
         case .generated(let bytes):
-            data = bytes
-        case .item(let c, let id):
-            if let buffered = file.state.withLock({ $0.dirty ? $0.buffer : nil }) {
-                data = buffered
-            } else if c == .identity {
-                data = try keychain.identityBundle(certificateID: id, caller: file.caller)
-            } else {
-                // Every read goes through the store and the access check.
-                data = FileContent.of(
-                    c, try keychain.item(id: id, itemClass: c, withData: true, caller: file.caller).data ?? [])
+            return FileBytes.slice(bytes, offset: offset, size: size)
+        case .item(_, let id):
+            // The handle serves what it decrypted at open (a snapshot: one committed state,
+            // whole), while the item's class key is still held.
+            if let accessibility = file.accessibility {
+                try keychain.checkReadable(accessibility, itemID: id)
             }
+            return file.state.withLock { FileBytes.slice($0.view, offset: offset, size: size) }
         }
-        return FileBytes.slice(data, offset: offset, size: size)
     }
 
-    public func write(handle: UInt64, offset: Int, bytes: UnsafeRawBufferPointer) throws -> Int {
+    public func write(handle: UInt64, offset: Int, bytes: UnsafeRawBufferPointer, lockOwner: UInt64? = nil) throws
+        -> Int
+    {
         let file = try openFiles.file(handle)
         if case .memory(let memory) = file.currentTarget(),
             let written = try writeMemory(memory, of: file, offset: offset, bytes: bytes)
         {
             return written
         }
-        // An item handle, or a pending item that was added (by this handle's or another's
-        // commit) between choosing the target and writing: the bytes go to the item's buffer.
-        guard case .item(let c, let id) = file.currentTarget() else { throw Errno.ioError }
+        // An item handle, or a pending certificate that was added (by this handle's or another's
+        // commit) between choosing the target and writing: the bytes go to the item's view.
+        guard case .item(let c, _) = file.currentTarget() else { throw Errno.ioError }
         if c == .identity { throw Errno.badFileDescriptor }
-        try loadBuffer(of: file, itemClass: c, id: id)
-        return try file.state.withLock { try $0.writeItem(bytes, at: offset, append: file.append) }
+        return try file.state.withLock { s in
+            // 0: the kernel named no owner (FUSE_WRITE_LOCKOWNER unset); any flush commits then.
+            if let lockOwner, lockOwner != 0 { s.writers.insert(lockOwner) }
+            return try s.writeItem(bytes, at: offset, append: file.append)
+        }
     }
 
     /// A write to a memory file, decided under the handle's and the file's locks together; nil
@@ -63,30 +63,24 @@ extension KeychainFileSystem {
                 }
                 FileBytes.write(bytes, into: &m.data, at: start)
                 m.modified = .now
-                s.dirty = true
                 s.generation += 1
                 return bytes.count
             }
         }
     }
 
-    /// Loads an item handle's buffer with the file's current content, if it has none yet.
-    func loadBuffer(of file: OpenFile, itemClass: ItemClass, id: Int64) throws {
-        guard file.state.withLock({ $0.buffer == nil }) else { return }
-        let item = try keychain.item(id: id, itemClass: itemClass, withData: true, caller: file.caller)
-        file.state.withLock { s in
-            if s.buffer == nil { s.buffer = FileContent.of(itemClass, item.data ?? []) }
-        }
-    }
-
-    /// Commits a handle's buffered writes as one SecItemUpdate (or a pending item's bytes as
-    /// SecItemAdd). A failure leaves the old secret intact and is reported to flush/fsync (so
-    /// close(2) sees it).
-    public func commit(handle: UInt64, releasing: Bool = false) throws {
+    /// Commits a handle's edits as one SecItemUpdate (or a pending certificate's bytes as
+    /// SecItemAdd). A failure leaves the stored secret intact and is reported to flush/fsync
+    /// (so close(2) sees it).
+    ///
+    /// `flushOwner`: the lock owner of a FLUSH (close of one descriptor); see
+    /// `OpenFile.State.pendingCommit`.
+    public func commit(handle: UInt64, releasing: Bool = false, flushOwner: UInt64? = nil) throws {
         let file = try openFiles.file(handle)
         let target = file.currentTarget()
-        if let failed = file.state.withLock({ $0.failed }) {
-            if releasing, case .memory(let memory) = target, memory.isPendingItem { memoryFiles.remove(memory) }
+        let failed = file.state.withLock { $0.failed }
+        if let failed, case .memory(let memory) = target {
+            if releasing, memory.isPendingItem { forget(memory) }
             throw failed
         }
         switch target {
@@ -95,37 +89,50 @@ extension KeychainFileSystem {
         case .generated:
             return
         case .item(let c, let id):
-            guard let (buffer, generation) = file.state.withLock({ $0.pendingCommit(releasing: releasing) }) else {
-                return
+            // A refused handle may still have to put back what it had committed (refuse()).
+            if let (edits, _) = file.state.withLock({ $0.pendingCommit(flushOwner: flushOwner) }) {
+                try commitEdits(edits, of: file, itemClass: c, id: id)
             }
-            try audited(file.caller, item: id, .write) {
-                _ = try keychain.update(
-                    Query(c, synchronizableAny: true, persistentReference: id),
-                    attributes: [:], data: buffer, caller: file.caller)
-            }
-            file.state.withLock { $0.committed(generation: generation) }
-            notify(.inode(file.ino))
+            if let failed { throw failed }
         }
     }
 
-    /// A pending item becomes an item at the first commit that has bytes (or at release):
-    /// SecItemAdd. For a certificate the add parses it: not a certificate is EINVAL, and
-    /// nothing is stored.
+    /// Replays a handle's edits onto the item as stored now, in one SecItemUpdate: another
+    /// handle's commit since this handle's open is kept, except where this handle wrote. An
+    /// item deleted meanwhile (by the CLI, another process) fails the commit with ENOENT, so
+    /// the lost write is reported by close(2) rather than silent.
+    private func commitEdits(_ edits: [FileEdit], of file: OpenFile, itemClass c: ItemClass, id: Int64) throws {
+        let stored = try commits.withLock { _ -> [UInt8] in
+            let current = try keychain.item(id: id, itemClass: c, withData: true, caller: file.caller)
+            var content = FileContent.of(c, current.data ?? [])
+            for edit in edits { edit.apply(to: &content) }
+            try audited(file.caller, item: id, .write) {
+                _ = try keychain.update(
+                    Query(c, synchronizableAny: true, persistentReference: id),
+                    attributes: [:], data: content, caller: file.caller)
+            }
+            return content
+        }
+        file.state.withLock { $0.committed(stored, editCount: edits.count) }
+        notify(.inode(file.ino))
+    }
+
+    /// A pending certificate becomes an item at the first commit that has bytes: SecItemAdd,
+    /// which parses it: not a certificate is EINVAL, nothing is stored, and the name is free.
     private func commitPending(_ memory: MemoryFile, file: OpenFile, releasing: Bool) throws {
         guard case .pendingItem(let c, let key) = memory.kind else { return }
         // Unlinked while still being written: it never becomes an item. (One decision: the
         // table, the handle and the file are read under their locks together.)
         guard
-            let (data, dirty, generation) = memoryFiles.whilePresent(
-                memory,
-                {
-                    file.state.withLock { s in
-                        memory.state.withLock { m in m.added == nil ? (m.data, s.dirty, s.generation) : nil }
-                    }
-                }) ?? nil
+            let data = memoryFiles.whilePresent(
+                memory, { memory.state.withLock { m in m.added == nil ? m.data : nil } }) ?? nil
         else { return }
-        guard dirty || releasing else { return }
-        if data.isEmpty && !releasing { return }
+        if data.isEmpty {
+            // Nothing to add: a certificate cannot exist empty. The name lasts while a handle
+            // is open on it (touch, then write), and goes at release.
+            if releasing { forget(memory) }
+            return
+        }
         do {
             let item = try audited(file.caller, item: nil, .create) {
                 try keychain.add(c, key, data: data, caller: file.caller)
@@ -133,23 +140,29 @@ extension KeychainFileSystem {
             let (parent, name) = file.state.withLock { s in
                 memory.state.withLock { m in
                     m.added = (c, item.id)
+                    m.addedContent = m.data
                     // From now on this handle is an ordinary item handle: later writes update
-                    // the item. What it wrote is what it reads back; a write that landed during
-                    // the add is committed by the next flush as an update.
+                    // the item. What it wrote is what it reads back.
                     s.target = .item(c, item.id)
-                    s.buffer = m.data
-                    s.dirty = s.generation != generation
-                    s.written = s.dirty
+                    s.snapshot = m.data
+                    s.view = m.data
+                    s.edits = []
                     m.data = []
                     return (m.parent, m.name)
                 }
             }
-            memoryFiles.markFresh(item.id)
             notify(.entry(parent: parent, name: name))
         } catch {
-            if releasing { memoryFiles.remove(memory) }
+            forget(memory)
             throw error
         }
+    }
+
+    /// A memory file that goes: out of the table, and its name out of the kernel's cache.
+    func forget(_ memory: MemoryFile) {
+        memoryFiles.remove(memory)
+        let (parent, name) = memory.state.withLock { ($0.parent, $0.name) }
+        notify(.entry(parent: parent, name: name))
     }
 
     public func release(handle: UInt64) {
@@ -161,6 +174,12 @@ extension KeychainFileSystem {
             // direct_io keeps read(2) out of the page cache, but an mmap of the file still goes
             // through it: drop any such pages when the file is closed.
             notify(.inode(file.ino))
+            // The handle's copy of the secret goes with it.
+            file.state.withLock { s in
+                FileBytes.wipe(&s.view)
+                FileBytes.wipe(&s.snapshot)
+                s.edits = []
+            }
         }
     }
 }

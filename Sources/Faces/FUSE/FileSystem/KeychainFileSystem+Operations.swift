@@ -14,12 +14,20 @@ extension KeychainFileSystem {
         return try lookuper.lookup(name, in: self, caller: caller)
     }
 
-    /// getattr. With a handle whose writes are not committed yet, the size is the buffer's.
+    /// getattr. While a handle holds uncommitted edits, the size is its view's (the kernel's
+    /// fstat does not name the handle, so any handle on the inode counts).
     public func getattr(_ ino: UInt64, handle: UInt64?, caller: Caller) throws -> NodeStat {
-        var stat = try node(ino).stat(in: self, caller: caller)
+        var stat: NodeStat
+        do { stat = try node(ino).stat(in: self, caller: caller) } catch {
+            // Unlinked or replaced while open: the open handles still have it.
+            guard let orphan = openFiles.orphanStat(of: ino, for: caller) else { throw error }
+            return orphan
+        }
         if let handle, let file = try? openFiles.file(handle),
-            let size = file.state.withLock({ $0.dirty ? $0.buffer?.count : nil })
+            let size = file.state.withLock({ $0.dirty ? $0.view.count : nil })
         {
+            stat.size = size
+        } else if let size = openFiles.uncommittedSize(of: stat.ino) {
             stat.size = size
         }
         return stat
@@ -72,18 +80,19 @@ extension KeychainFileSystem {
             throw child.isDirectory ? Errno.isDirectory : Errno.notPermitted
         }
         try unlinker.unlink(in: self, caller: caller)
+        // A service directory stays when its last item goes this way (a shell may sit in it).
+        if directories.directory(parent) != nil { directories.keep(parent) }
     }
 
-    /// setattr(size). Through a handle of the same item, the truncation is buffered with the
-    /// handle's writes (committed or dropped with them); otherwise it is one update.
+    /// setattr(size). Through a handle of the same item (ftruncate), the truncation is one of
+    /// the handle's edits, committed with them by its next flush; otherwise it is one update.
     public func truncate(_ ino: UInt64, size: Int, handle: UInt64?, caller: Caller) throws {
         guard size <= Keychain.maxDataSize else { throw Errno.fileTooLarge }
         let node = try node(ino)
         if let item = node as? ItemNode, let handle, let file = try? openFiles.file(handle),
             case .item(_, let id) = file.currentTarget(), id == item.id
         {
-            try loadBuffer(of: file, itemClass: item.itemClass, id: id)
-            file.state.withLock { $0.truncateItem(to: size) }
+            try file.state.withLock { try $0.truncateItem(to: size) }
             return
         }
         guard let truncater = node as? any NodeTruncater else {

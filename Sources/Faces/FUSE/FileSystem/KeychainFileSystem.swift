@@ -22,6 +22,10 @@ public final class KeychainFileSystem: Sendable {
     let listings = ListingCache()
     let memoryFiles = MemoryFiles()
     let openFiles = OpenFiles()
+    let aliases = InodeAliases()
+    /// Held while a handle's edits are replayed onto the stored item (read, apply, update), so
+    /// two handles' commits cannot interleave and lose one's edits.
+    let commits = Mutex(())
 
     private struct Hooks {
         var invalidate: (@Sendable (Invalidation) -> Void)?
@@ -61,7 +65,7 @@ public final class KeychainFileSystem: Sendable {
     func node(_ ino: UInt64) throws -> any Node {
         if ino == Inode.root { return RootNode() }
         if let top = TopLevel.directory(ino) { return top }
-        if let (c, id) = Inode.decodeItem(ino) {
+        if let (c, id) = aliases.target(of: ino) ?? Inode.decodeItem(ino) {
             return c == .identity ? IdentityNode(certificateID: id) : ItemNode(itemClass: c, id: id)
         }
         if let view = ViewFiles.file(ino) { return view }

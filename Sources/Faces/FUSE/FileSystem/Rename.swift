@@ -60,6 +60,9 @@ extension KeychainFileSystem {
                     withDataOf: Query(itemClass, synchronizableAny: true, persistentReference: id), caller: caller)
             }
             memoryFiles.forgetFresh(id)
+            // The kernel now holds the temp's inode under the item's name: it stands for the
+            // item from here on, so `cat f` right after `sed -i` finds it.
+            aliases.alias(Inode.item(itemClass, id: id), replacing: id, to: itemClass, id: existingID)
             notify(.inode(existing.ino))
             return
         }
@@ -76,6 +79,7 @@ extension KeychainFileSystem {
                 replacing: !noReplace, victim: victim, caller: caller)
         }
         directories.unmarkEmpty(newParent)
+        if parent != newParent, directories.directory(parent) != nil { directories.keep(parent) }
     }
 
     /// An editor scratch file renamed: to another scratch name it stays in memory; onto a real
@@ -92,17 +96,25 @@ extension KeychainFileSystem {
         guard let dirAttrs = try target.keyAttributes(in: self, caller: caller),
             let key = PathCodec.parseLeaf(target.itemClass, newName, in: dirAttrs)
         else { throw Errno.invalidArgument }
+        let id: Int64
         if let existing = try? lookup(parent: target.ino, name: newName, caller: caller),
-            let (_, id) = Inode.decodeItem(existing.ino)
+            let (_, existingID) = Inode.decodeItem(existing.ino)
         {
             if noReplace { throw Errno.fileExists }
             try keychain.update(
-                Query(target.itemClass, synchronizableAny: true, persistentReference: id), attributes: [:],
+                Query(target.itemClass, synchronizableAny: true, persistentReference: existingID), attributes: [:],
                 data: data, caller: caller)
             notify(.inode(existing.ino))
+            id = existingID
         } else {
-            _ = try keychain.add(target.itemClass, key, data: data, caller: caller)
+            id = try keychain.add(target.itemClass, key, data: data, caller: caller).id
         }
-        memoryFiles.remove(memory)
+        // The kernel now holds the scratch file's inode under the new name: it stays an alias
+        // of the item (as a pending certificate's does once added).
+        memory.state.withLock {
+            $0.added = (target.itemClass, id)
+            $0.addedContent = []
+            $0.data = []
+        }
     }
 }

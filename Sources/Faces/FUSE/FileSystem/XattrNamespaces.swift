@@ -129,13 +129,24 @@ extension KeychainFileSystem {
         notify(.inode(ino))
     }
 
-    /// Attributes are changed, never removed: EPERM for one that exists, ENODATA for one
-    /// that does not, EOPNOTSUPP outside the keychain's namespace.
+    /// Attributes are changed, never removed (Apple has no "remove" either). An attribute every
+    /// item of its class has (a primary-key attribute, the protection class, the dates, one
+    /// derived from the data) has nothing to remove: accepted and ignored, as chmod is, so
+    /// `rsync -X` and `cp --preserve=xattr`, which remove what their source lacks, work. Any
+    /// other attribute that exists: EPERM (set it to another value instead). ENODATA for one
+    /// that does not exist, EOPNOTSUPP outside the keychain's namespace.
     public func removexattr(_ ino: UInt64, name: String, caller: Caller) throws {
         guard let namespace = XattrNamespaces.claiming(name), namespace is KeychainAttributeXattrs else {
             throw Errno.notSupported
         }
-        _ = try namespace.value(of: name, on: try node(ino), in: self, caller: caller)
-        throw Errno.notPermitted
+        let node = try node(ino)
+        _ = try namespace.value(of: name, on: node, in: self, caller: caller)
+        guard let (c, _) = (node as? any NodeWithItemAttributes)?.writableItem,
+            let attribute = KeychainAttributeXattrs.attribute(name, in: c)
+        else { throw Errno.notPermitted }
+        let alwaysPresent =
+            Schema.isPrimaryKey(attribute, in: c) || attribute.access != AttributeAccess.readWrite
+            || attribute == Schema.accessible
+        if !alwaysPresent { throw Errno.notPermitted }
     }
 }

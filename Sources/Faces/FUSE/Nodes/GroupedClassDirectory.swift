@@ -31,14 +31,16 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
 
     func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
         var out: [DirectoryEntry] = []
-        var seen = Set<String>()
+        var seen = Set<[UInt8]>()  // bytes: NFC and NFD services are two directories
         for item in try fs.allItems(itemClass, caller: caller) {
-            guard let spelling = PathCodec.directory(of: itemClass, item.attributes), seen.insert(spelling).inserted
+            guard let spelling = PathCodec.directory(of: itemClass, item.attributes),
+                seen.insert(Array(spelling.utf8)).inserted
             else { continue }
             out.append(
                 DirectoryEntry(name: spelling, ino: fs.directories.inode(itemClass, spelling), isDirectory: true))
         }
-        for (spelling, ino) in fs.directories.emptyDirectories(of: itemClass) where !seen.contains(spelling) {
+        for (spelling, ino) in fs.directories.emptyDirectories(of: itemClass)
+        where !seen.contains(Array(spelling.utf8)) {
             out.append(DirectoryEntry(name: spelling, ino: ino, isDirectory: true))
         }
         return out

@@ -76,6 +76,14 @@ struct IdentityNode: NodeOpener, NodeWithItemAttributes {
         }
         var granted = caller.granting(presenceFor: identity.certificate.id).granting(presenceFor: identity.key.id)
         granted.authenticationUI = .allow
-        return OpenFile(ino: ino, target: .item(.identity, certificateID), caller: granted, append: false)
+        // The bundle is the handle's snapshot; each read re-checks the certificate's class key.
+        let file = OpenFile(
+            ino: ino, target: .item(.identity, certificateID), caller: granted, append: false,
+            accessibility: identity.key.accessibility)
+        file.state.withLock {
+            $0.snapshot = CertificateData.pem(identity.certificate.data ?? []) + (identity.key.data ?? [])
+            $0.view = $0.snapshot
+        }
+        return file
     }
 }

@@ -6,7 +6,7 @@ import SystemPackage
 /// A directory whose files are items and editor scratch files: a service/server directory
 /// (`GroupDirectory`) or a flat class directory (`/cert`, `/keys`). What they share: a name is
 /// a memory file the caller may see, else the item whose canonical spelling it is; a new name
-/// is a pending item until its bytes are committed.
+/// is an item from its creat(2) on (a certificate: a pending certificate until it has bytes).
 protocol ItemFileDirectory: ItemDirectory, NodeLookuper, NodeReaddirer, NodeCreater {}
 
 extension ItemFileDirectory {
@@ -38,13 +38,29 @@ extension ItemFileDirectory {
         // Not the canonical spelling of any item (bad escape, invalid UTF-8, long form).
         guard let key = PathCodec.parseLeaf(itemClass, name, in: attrs) else { throw Errno.invalidArgument }
         if (try? lookup(name, in: fs, caller: caller)) != nil { throw Errno.fileExists }
-        // The item is added when its bytes are committed (a certificate cannot even exist
-        // empty); until then the name is a pending item in memory.
-        let file = fs.memoryFiles.make(.pendingItem(itemClass, key), parent: ino, name: name, caller: caller)
+        if itemClass == .certificate {
+            // A certificate cannot exist empty: the name is a pending certificate in memory
+            // until its bytes are committed (MemoryFiles.swift).
+            let file = fs.memoryFiles.make(.pendingItem(itemClass, key), parent: ino, name: name, caller: caller)
+            let handle = fs.openFiles.register(
+                OpenFile(ino: file.ino, target: .memory(file), caller: caller, append: append))
+            return Opened(handle: handle, stat: file.stat())
+        }
+        // Every other class: the item exists from creat(2) on (SecItemAdd with empty data), so
+        // a second open, unlink, rename, ftruncate or setxattr by anyone meets the item itself,
+        // and a create the keychain refuses (locked, group not entitled) fails here, at once.
+        let item = try fs.audited(caller, item: nil, .create) {
+            try fs.keychain.add(itemClass, key, data: [], caller: caller)
+        }
+        fs.memoryFiles.markFresh(item.id)
         fs.directories.unmarkEmpty(ino)
+        var granted = caller.granting(presenceFor: item.id)
+        granted.authenticationUI = .allow
         let handle = fs.openFiles.register(
-            OpenFile(ino: file.ino, target: .memory(file), caller: caller, append: append))
-        return Opened(handle: handle, stat: file.stat())
+            OpenFile(
+                ino: Inode.item(itemClass, id: item.id), target: .item(itemClass, item.id), caller: granted,
+                append: append, accessibility: item.accessibility, openedStat: fs.itemStat(item)))
+        return Opened(handle: handle, stat: fs.itemStat(item))
     }
 }
 
@@ -73,7 +89,7 @@ struct GroupDirectory: ItemFileDirectory {
         // Only hits come from the listing: a miss takes the full path (one index probe),
         // which also audits names of other access groups.
         if let file = fs.memoryFile(named: name, in: ino, caller: caller) { return file.stat() }
-        if let cached = try validListing(in: fs, caller: caller), let stat = cached.byName[name] { return stat }
+        if let cached = try validListing(in: fs, caller: caller), let stat = cached.stat(named: name) { return stat }
         return try lookupItem(name, in: fs, caller: caller)
     }
 
@@ -117,11 +133,11 @@ struct FlatClassDirectory: TopLevelDirectory, ItemFileDirectory {
     }
 
     func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
-        var seen = Set<String>()
+        var seen = Set<[UInt8]>()  // bytes: NFC and NFD labels are two names
         var out: [DirectoryEntry] = []
         for item in try fs.allItems(itemClass, caller: caller) {
             let leaf = PathCodec.leaf(of: itemClass, item.attributes)
-            if seen.insert(leaf).inserted {
+            if seen.insert(Array(leaf.utf8)).inserted {
                 out.append(DirectoryEntry(name: leaf, ino: Inode.item(itemClass, id: item.id), isDirectory: false))
             }
         }

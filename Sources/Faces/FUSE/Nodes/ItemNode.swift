@@ -24,8 +24,9 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
 
     /// The access decision is taken here and bound to the handle: the item is visible to this
     /// caller, its class key is available (lock state), and user presence is given (which may
-    /// prompt; O_NONBLOCK never prompts: EAGAIN). Each later read goes through the store and the
-    /// lock state again and decrypts, but does not ask again: the handle carries the grant.
+    /// prompt; O_NONBLOCK never prompts: EAGAIN). The content is decrypted once, into the
+    /// handle (its snapshot: OpenFiles.swift); each read re-checks only the class key.
+    /// O_TRUNC empties the file as on ext4, committed by the handle's first flush.
     func open(flags: Int32, in fs: KeychainFileSystem, caller given: Caller) throws -> OpenFile {
         var caller = given
         if flags & O_NONBLOCK != 0 { caller.authenticationUI = .fail }
@@ -34,20 +35,18 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
         let truncating = writing && flags & O_TRUNC != 0
         let operation: AuditOperation = truncating ? .openTruncate : writing ? .openWrite : .openRead
         let item = try fs.audited(caller, item: id, operation) {
-            writing && !truncating
-                ? try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller)
-                : try fs.keychain.authorizeRead(id: id, itemClass: itemClass, caller: caller)
+            try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller)
         }
         var granted = caller.granting(presenceFor: id)
         granted.authenticationUI = .allow
-        let file = OpenFile(ino: ino, target: .item(itemClass, id), caller: granted, append: flags & O_APPEND != 0)
-        file.state.withLock { s in
-            if truncating {
-                s.buffer = []
-                s.dirty = true
-            } else if writing {
-                s.buffer = FileContent.of(itemClass, item.data ?? [])
-            }
+        let file = OpenFile(
+            ino: ino, target: .item(itemClass, id), caller: granted, append: flags & O_APPEND != 0,
+            accessibility: item.accessibility, openedStat: fs.itemStat(item))
+        try file.state.withLock { s in
+            s.original = FileContent.of(itemClass, item.data ?? [])
+            s.snapshot = s.original
+            s.view = s.original
+            if truncating && !s.original.isEmpty { try s.truncateItem(to: 0) }
         }
         return file
     }
@@ -57,11 +56,16 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
     }
 
     func truncate(to size: Int, in fs: KeychainFileSystem, caller: Caller) throws {
-        var data =
-            size == 0
-            ? [] : (try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller).data ?? [])
-        FileBytes.resize(&data, to: size)
-        try fs.keychain.update(query, attributes: [:], data: data, caller: caller)
+        try fs.commits.withLock { _ in
+            var data =
+                size == 0
+                ? []
+                : FileContent.of(
+                    itemClass,
+                    try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller).data ?? [])
+            FileBytes.resize(&data, to: size)
+            try fs.keychain.update(query, attributes: [:], data: data, caller: caller)
+        }
     }
 }
 

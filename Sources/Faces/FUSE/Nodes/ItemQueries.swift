@@ -15,7 +15,7 @@ extension KeychainFileSystem {
         }
         do {
             return try keychain.copyMatching(query, caller: caller).filter {
-                PathCodec.directory(of: itemClass, $0.attributes) == spelling
+                PathCodec.directory(of: itemClass, $0.attributes).map { PathCodec.same($0, spelling) } ?? false
             }
         } catch KeychainStatus.itemNotFound { return [] }
     }
@@ -44,7 +44,7 @@ extension KeychainFileSystem {
                 return try keychain.copyMatching(
                     Query(itemClass, key, matchLimit: .all, synchronizableAny: true), caller: caller
                 )
-                .first { PathCodec.leaf(of: itemClass, $0.attributes) == name }
+                .first { PathCodec.same(PathCodec.leaf(of: itemClass, $0.attributes), name) }
             } catch KeychainStatus.itemNotFound { return nil }
         }
         guard PathCodec.isLongSpelling(name) else { return nil }
@@ -55,7 +55,7 @@ extension KeychainFileSystem {
         } else {
             candidates = try allItems(itemClass, caller: caller)
         }
-        return candidates.first { PathCodec.leaf(of: itemClass, $0.attributes) == name }
+        return candidates.first { PathCodec.same(PathCodec.leaf(of: itemClass, $0.attributes), name) }
     }
 
     /// The memory file (editor scratch or pending item) `name` in `parent`, if the caller may

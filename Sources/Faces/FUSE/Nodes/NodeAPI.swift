@@ -17,6 +17,9 @@ public struct NodeStat: Sendable {
     public var size: Int
     public var modified: Date
     public var created: Date
+    /// A name the kernel must not cache (a memory file: visible to its maker's group only,
+    /// and gone without a trace when refused or unlinked).
+    public var uncached = false
 }
 
 /// One name in a directory listing.

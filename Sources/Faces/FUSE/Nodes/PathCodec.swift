@@ -17,31 +17,39 @@ public enum PathCodec {
 
     // MARK: Escaping
 
-    /// Percent-escapes `%`, `/`, NUL and `extra` bytes, a leading `.` and a trailing `~`
-    /// (so a real item never looks like an editor's swap or backup file), and spells the
-    /// empty string `%`. Escapes are uppercase `%XX`.
+    /// Percent-escapes `%`, `/`, NUL and `extra` bytes, and spells the empty string `%`.
+    /// Escapes are uppercase `%XX`. (A whole component is also kept from looking like `.`,
+    /// `..` or an editor's scratch file: `component`.)
     static func escape(_ text: String, extra: Set<UInt8> = []) -> String {
         let bytes = Array(text.utf8)
         if bytes.isEmpty { return "%" }
-        return rebuild(bytes: bytes, extra: extra)
-    }
-
-    private static func rebuild(bytes: [UInt8], extra: Set<UInt8>) -> String {
         var out = [UInt8]()
         out.reserveCapacity(bytes.count + 8)
-        let hex = Array("0123456789ABCDEF".utf8)
-        for (i, b) in bytes.enumerated() {
-            let mustEscape =
-                b == 0x25 || b == 0x2F || b == 0 || extra.contains(b)
-                || (i == 0 && b == UInt8(ascii: "."))
-                || (i == bytes.count - 1 && b == UInt8(ascii: "~"))
-            if mustEscape {
-                out += [0x25, hex[Int(b >> 4)], hex[Int(b & 15)]]
+        for b in bytes {
+            if b == 0x25 || b == 0x2F || b == 0 || extra.contains(b) {
+                out += escaped(b)
             } else {
                 out.append(b)
             }
         }
         return String(decoding: out, as: UTF8.self)
+    }
+
+    private static func escaped(_ b: UInt8) -> [UInt8] {
+        let hex = Array("0123456789ABCDEF".utf8)
+        return [0x25, hex[Int(b >> 4)], hex[Int(b & 15)]]
+    }
+
+    /// A whole file or directory name: never `.` or `..`, never a name editors use for their
+    /// scratch files (`isScratchName`), which would be kept in memory instead of stored. Such a
+    /// spelling has its first byte (`.`, `#` or `4`, always ASCII) escaped, or its trailing `~`.
+    static func component(_ spelled: String) -> String {
+        var bytes = Array(spelled.utf8)
+        if bytes.last == UInt8(ascii: "~") { bytes = bytes.dropLast() + escaped(UInt8(ascii: "~")) }
+        if bytes == [0x2E] || bytes == [0x2E, 0x2E] || isScratchName(bytes) {
+            bytes = escaped(bytes[0]) + bytes.dropFirst()
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Reverses `escape`. Nil for a malformed escape or bytes that are not UTF-8.
@@ -85,14 +93,34 @@ public enum PathCodec {
         return String(decoding: bytes[0..<cut], as: UTF8.self) + longNameMarker + hash
     }
 
-    public static func isLongSpelling(_ name: String) -> Bool { name.contains(longNameMarker) }
-
-    /// Names that editors and tools create beside a file (`.f.swp`, `f~`): never items.
-    /// Real items never have such names, because `escape` escapes a leading `.` and a
-    /// trailing `~`.
-    public static func isScratchName(_ name: String) -> Bool {
-        name.hasPrefix(".") || name.hasSuffix("~")
+    public static func isLongSpelling(_ name: String) -> Bool {
+        let b = Array(name.utf8)
+        return b.indices.dropLast().contains { b[$0] == 0x25 && b[$0 + 1] == UInt8(ascii: "~") }
     }
+
+    /// Names that editors create beside a file, kept in daemon memory and never stored: vim's
+    /// swap files (`.f.swp`, `.f.swo`…`.f.swx`, and `.f.swpx`) and its write test `4913`, backups `f~`, emacs
+    /// lock and auto-save files `.#f` and `#f#`. Every other name is an item (`.env` too).
+    /// Compared as bytes.
+    public static func isScratchName(_ name: String) -> Bool { isScratchName(Array(name.utf8)) }
+
+    static func isScratchName(_ b: [UInt8]) -> Bool {
+        let dot = UInt8(ascii: "."), hash = UInt8(ascii: "#"), tilde = UInt8(ascii: "~")
+        if b == Array("4913".utf8) { return true }
+        if b.count >= 2 && b.last == tilde { return true }
+        if b.count >= 3 && b.first == hash && b.last == hash { return true }
+        guard b.count >= 3, b.first == dot else { return false }
+        if b[1] == hash { return true }
+        // `.<name>.sw<letter>`: vim's swap files (.swp, then .swo, .swn… when taken), and
+        // `.<name>.sw<letter>x`, its probe for file systems that cut long names.
+        let n = b.last == UInt8(ascii: "x") && b.count >= 7 && b[b.count - 5] == dot ? b.count - 1 : b.count
+        return n >= 6 && b[n - 4] == dot && b[n - 3] == UInt8(ascii: "s") && b[n - 2] == UInt8(ascii: "w")
+            && (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b[n - 1])
+    }
+
+    /// Names compared as bytes: Swift's `==` on strings is canonical equivalence, which would
+    /// make the NFC and NFD spellings of `é` one name.
+    static func same(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }
 
     // MARK: Directory components
 
@@ -104,7 +132,7 @@ public enum PathCodec {
     public static func directory(of itemClass: ItemClass, _ attributes: Attributes) -> String? {
         switch itemClass {
         case .genericPassword:
-            return fitted(escape(string(attributes, Schema.service)))
+            return fitted(component(escape(string(attributes, Schema.service))))
         case .internetPassword:
             var out = ""
             let code = string(attributes, Schema.protocolAttribute)
@@ -113,7 +141,7 @@ public enum PathCodec {
             let server = string(attributes, Schema.server)
             let port = number(attributes, Schema.port)
             var host: String
-            if server.contains(":") {
+            if server.utf8.contains(UInt8(ascii: ":")) {
                 host = "[" + escape(server, extra: [UInt8(ascii: "["), UInt8(ascii: "]")]) + "]"
             } else {
                 host = escape(server, extra: hostExtra)
@@ -124,7 +152,7 @@ public enum PathCodec {
             }
             out += host
             if port != 0 { out += ":\(port)" }
-            return fitted(out)
+            return fitted(component(out))
         default:
             return nil
         }
@@ -154,7 +182,7 @@ public enum PathCodec {
         if !group.isEmpty && group != Caller.defaultAccessGroup { suffix.append((Schema.accessGroup.name, group)) }
         if case .bool(true)? = attributes[Schema.synchronizable] { suffix.append((Schema.synchronizable.name, "true")) }
         for (name, value) in suffix { out += ";\(name)=" + escape(value, extra: leafExtra) }
-        return fitted(out)
+        return fitted(component(out))
     }
 
     // MARK: Parsing
@@ -169,17 +197,23 @@ public enum PathCodec {
             guard let service = unescape(name) else { return nil }
             attributes[Schema.service] = .string(service)
         case .internetPassword:
+            // Split on bytes: a `:` followed by a combining mark is still a separator.
             var tokens: [String] = []
-            var current = ""
+            var current: [UInt8] = []
             var depth = 0
-            for ch in name {
-                if ch == "[" { depth += 1 } else if ch == "]" { depth -= 1 }
-                if ch == ":" && depth == 0 { tokens.append(current); current = "" } else { current.append(ch) }
+            for b in name.utf8 {
+                if b == UInt8(ascii: "[") { depth += 1 } else if b == UInt8(ascii: "]") { depth -= 1 }
+                if b == UInt8(ascii: ":") && depth == 0 {
+                    tokens.append(String(decoding: current, as: UTF8.self))
+                    current = []
+                } else {
+                    current.append(b)
+                }
             }
-            tokens.append(current)
+            tokens.append(String(decoding: current, as: UTF8.self))
             var proto = "", host = "", port: Int64 = 0
             func parsePort(_ t: String) -> Int64? {
-                guard let p = Int64(t), p > 0, p <= 65535, String(p) == t else { return nil }
+                guard let p = Int64(t), p > 0, p <= 65535, same(String(p), t) else { return nil }
                 return p
             }
             switch tokens.count {
@@ -198,8 +232,9 @@ public enum PathCodec {
             default: return nil
             }
             let server: String?
-            if host.hasPrefix("[") && host.hasSuffix("]") && host.count >= 2 {
-                server = unescape(String(host.dropFirst().dropLast()))
+            let hostBytes = Array(host.utf8)
+            if hostBytes.count >= 2 && hostBytes.first == UInt8(ascii: "[") && hostBytes.last == UInt8(ascii: "]") {
+                server = unescape(String(decoding: hostBytes.dropFirst().dropLast(), as: UTF8.self))
             } else {
                 server = unescape(host)
             }
@@ -210,14 +245,17 @@ public enum PathCodec {
         default:
             return nil
         }
-        guard directory(of: itemClass, attributes) == name else { return nil }
+        guard let spelled = directory(of: itemClass, attributes), same(spelled, name) else { return nil }
         return attributes
     }
 
     /// Parses a leaf name (in the directory `directory` names) into the item's key attributes.
     public static func parseLeaf(_ itemClass: ItemClass, _ name: String, in directory: Attributes) -> Attributes? {
         guard !isLongSpelling(name), !isScratchName(name) else { return nil }
-        let parts = name.split(separator: ";", omittingEmptySubsequences: false).map(String.init)
+        // Split on bytes: U+037E (GREEK QUESTION MARK) is canonically equivalent to `;` but is
+        // not a separator.
+        let parts = Array(name.utf8).split(separator: UInt8(ascii: ";"), omittingEmptySubsequences: false)
+            .map { String(decoding: $0, as: UTF8.self) }
         guard let first = parts.first, let main = unescape(first) else { return nil }
         var attributes = directory
         switch itemClass {
@@ -230,13 +268,14 @@ public enum PathCodec {
             for a in [Schema.path, Schema.securityDomain, Schema.authenticationType] { attributes[a] = .string("") }
         }
         for part in parts.dropFirst() {
-            guard let eq = part.firstIndex(of: "=") else { return nil }
-            let key = String(part[..<eq])
-            guard let value = unescape(String(part[part.index(after: eq)...])) else { return nil }
+            let bytes = Array(part.utf8)
+            guard let eq = bytes.firstIndex(of: UInt8(ascii: "=")) else { return nil }
+            let key = String(decoding: bytes[..<eq], as: UTF8.self)
+            guard let value = unescape(String(decoding: bytes[(eq + 1)...], as: UTF8.self)) else { return nil }
             switch key {
             case Schema.accessGroup.name: attributes[Schema.accessGroup] = .string(value)
             case Schema.synchronizable.name:
-                guard value == "true" else { return nil }
+                guard same(value, "true") else { return nil }
                 attributes[Schema.synchronizable] = .bool(true)
             case Schema.path.name where itemClass == .internetPassword: attributes[Schema.path] = .string(value)
             case Schema.securityDomain.name where itemClass == .internetPassword:
@@ -248,7 +287,7 @@ public enum PathCodec {
             default: return nil
             }
         }
-        guard leaf(of: itemClass, attributes) == name else { return nil }
+        guard same(leaf(of: itemClass, attributes), name) else { return nil }
         return attributes
     }
 
@@ -266,5 +305,5 @@ public enum PathCodec {
 extension InternetProtocol {
     /// The code for a protocol *name* only (`https` → `htps`); codes are not accepted here,
     /// so a path has one spelling.
-    static func code(forName name: String) -> String? { table.first { $0.name == name }?.code }
+    static func code(forName name: String) -> String? { table.first { PathCodec.same($0.name, name) }?.code }
 }

@@ -61,6 +61,24 @@ extension FuseSession {
                 fuse_reply_entry(req, &e)
             }
         }
+        // An item has one path and is a regular file: no symlinks, no device or fifo nodes
+        // (EPERM, as link(2) gets from the kernel), rather than libfuse's ENOSYS.
+        ops.symlink = { req, _, parent, _ in FuseSession.serve(req, "symlink", parent) { _ in throw Errno.notPermitted }
+        }
+        ops.mknod = { req, parent, name, mode, _ in
+            FuseSession.serve(req, "mknod", parent) { s in
+                // mknod(S_IFREG) (mode & S_IFMT == S_IFREG) is another way to make an empty regular file, as on ext4.
+                guard mode & 0o170000 == 0o100000 else { throw Errno.notPermitted }
+                let opened = try s.fs.create(
+                    parent: parent, name: try FuseSession.name(name), flags: O_WRONLY | O_EXCL,
+                    caller: try s.caller(req, identify: true))
+                s.fs.release(handle: opened.handle)
+                // A certificate cannot exist empty: the pending name went with its handle.
+                if opened.stat.uncached { throw Errno.invalidArgument }
+                var e = s.entry(opened.stat)
+                fuse_reply_entry(req, &e)
+            }
+        }
         ops.rmdir = { req, parent, name in
             FuseSession.serve(req, "rmdir", parent) { s in
                 try s.fs.rmdir(parent: parent, name: try FuseSession.name(name), caller: try s.caller(req))
@@ -117,14 +135,15 @@ extension FuseSession {
             FuseSession.serve(req, "write", ino) { s in
                 guard let fi, let buf else { throw Errno.badFileDescriptor }
                 let n = try s.fs.write(
-                    handle: fi.pointee.fh, offset: Int(off), bytes: UnsafeRawBufferPointer(start: buf, count: size))
+                    handle: fi.pointee.fh, offset: Int(off), bytes: UnsafeRawBufferPointer(start: buf, count: size),
+                    lockOwner: fi.pointee.lock_owner)
                 fuse_reply_write(req, n)
             }
         }
         ops.flush = { req, ino, fi in
             FuseSession.serve(req, "flush", ino) { s in
                 guard let fi else { throw Errno.badFileDescriptor }
-                try s.fs.commit(handle: fi.pointee.fh)
+                try s.fs.commit(handle: fi.pointee.fh, flushOwner: fi.pointee.lock_owner)
                 fuse_reply_err(req, 0)
             }
         }

@@ -180,6 +180,6 @@ public final class FuseSession: Sendable {
     /// How long the kernel may cache a node. Items are not cached at all while an access
     /// policy is in force: a cached entry would let one process see what only another may.
     func timeout(_ s: NodeStat) -> Double {
-        !s.isDirectory && fs.access.hasPolicy ? 0 : options.cacheSeconds
+        s.uncached || (!s.isDirectory && fs.access.hasPolicy) ? 0 : options.cacheSeconds
     }
 }

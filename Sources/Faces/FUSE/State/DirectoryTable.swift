@@ -8,12 +8,15 @@ import Synchronization
 /// directory exists in the vault only through its items).
 final class DirectoryTable: Sendable {
     private struct State {
-        var byKey: [String: UInt64] = [:]
+        /// Keyed by class and the spelling's bytes (NFC and NFD services are two directories).
+        var byKey: [[UInt8]: UInt64] = [:]
         var byInode: [UInt64: (ItemClass, String)] = [:]
         var next = Inode.firstDirectory
         var empty: Set<UInt64> = []
 
-        static func key(_ c: ItemClass, _ spelling: String) -> String { c.rawValue + "/" + spelling }
+        static func key(_ c: ItemClass, _ spelling: String) -> [UInt8] {
+            Array(c.rawValue.utf8) + [UInt8(ascii: "/")] + Array(spelling.utf8)
+        }
 
         mutating func inode(_ c: ItemClass, _ spelling: String) -> UInt64 {
             let key = Self.key(c, spelling)
@@ -54,14 +57,25 @@ final class DirectoryTable: Sendable {
     /// A directory that now holds an item, or was removed or renamed.
     func unmarkEmpty(_ ino: UInt64) { _ = state.withLock { $0.empty.remove(ino) } }
 
-    /// A directory renamed: the old name is no longer a directory of its own; the new one is
-    /// an empty directory if nothing moved with it.
+    /// A directory renamed. The kernel moves the directory's inode to the new name, so that
+    /// inode now is the new directory (its listing right after the rename is the moved items);
+    /// the old name gets a new inode if it is ever looked up again. An empty directory stays
+    /// one under its new name.
     func renamed(_ from: UInt64, to c: ItemClass, _ spelling: String, empty: Bool) {
         state.withLock { s in
-            s.empty.remove(from)
-            if empty { s.empty.insert(s.inode(c, spelling)) }
+            let wasEmpty = s.empty.remove(from) != nil
+            if let (oldClass, oldSpelling) = s.byInode[from] {
+                s.byKey.removeValue(forKey: State.key(oldClass, oldSpelling))
+            }
+            s.byKey[State.key(c, spelling)] = from
+            s.byInode[from] = (c, spelling)
+            if empty || wasEmpty { s.empty.insert(from) }
         }
     }
+
+    /// Keeps a directory whose last item went through the mount, as mkdir keeps a new one: a
+    /// shell sitting in it keeps a working directory, until rmdir (or unmount).
+    func keep(_ ino: UInt64) { _ = state.withLock { $0.empty.insert(ino) } }
 
     /// The spellings of the empty directories of a class.
     func emptyDirectories(of c: ItemClass) -> [(spelling: String, ino: UInt64)] {

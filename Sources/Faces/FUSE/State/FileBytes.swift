@@ -1,3 +1,5 @@
+import Foundation
+
 /// The byte edits every file kind shares: a write at an offset (zero-filling a gap, as POSIX
 /// says a write past the end does) and a resize (truncate or zero-extend).
 enum FileBytes {
@@ -20,5 +22,13 @@ enum FileBytes {
     static func slice(_ data: [UInt8], offset: Int, size: Int) -> [UInt8] {
         guard offset < data.count else { return [] }
         return Array(data[offset..<min(data.count, offset + size)])
+    }
+
+    /// Overwrites a copy of a secret before letting it go.
+    static func wipe(_ buffer: inout [UInt8]) {
+        buffer.withUnsafeMutableBytes { p in
+            if let base = p.baseAddress { memset(base, 0, p.count) }
+        }
+        buffer = []
     }
 }

@@ -12,14 +12,18 @@ final class ListingCache: Sendable {
         let stamp: [Int64]
         let groups: [String]
         let entries: [(name: String, stat: NodeStat)]
-        let byName: [String: NodeStat]
+        /// Keyed by the name's bytes: NFC and NFD spellings are two names (two items).
+        let byName: [[UInt8]: NodeStat]
 
         init(stamp: [Int64], groups: [String], entries: [(name: String, stat: NodeStat)]) {
             self.stamp = stamp
             self.groups = groups
             self.entries = entries
-            self.byName = Dictionary(entries.map { ($0.name, $0.stat) }, uniquingKeysWith: { first, _ in first })
+            self.byName = Dictionary(
+                entries.map { (Array($0.name.utf8), $0.stat) }, uniquingKeysWith: { first, _ in first })
         }
+
+        func stat(named name: String) -> NodeStat? { byName[Array(name.utf8)] }
 
         func isValid(stamp: [Int64], groups: [String]) -> Bool { self.stamp == stamp && self.groups == groups }
     }

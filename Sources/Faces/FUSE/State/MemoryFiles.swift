@@ -5,19 +5,23 @@ import SystemPackage
 import Synchronization
 
 /// A file whose bytes live in daemon memory, never in the vault:
-/// - an editor's scratch file (`.f.swp`, `f~`), which stays in memory for its whole life;
-/// - a file created through the mount (a *pending item*), which becomes an item (SecItemAdd)
-///   at its first commit that has bytes, or at release. Until then it is listed like any
-///   file, and a crash leaves nothing behind.
+/// - an editor's scratch file (`.f.swp`, `f~`, docs/paths.md lists the patterns), which stays
+///   in memory for its whole life;
+/// - a certificate being written through the mount (a *pending certificate*): a certificate
+///   cannot exist empty, so it becomes an item (SecItemAdd) at the first commit (close, fsync)
+///   that has bytes. Every other class is an item from its `creat(2)` on.
 ///
-/// The life of a pending item, stated once:
+/// The life of a pending certificate, stated once:
 ///
-///     created ──write/truncate──► created (bytes in memory, dirty)
-///     created ──commit with bytes, or release──► added(class, id)   SecItemAdd
+///     created ──write/truncate──► created (bytes in memory)
+///     created ──commit with bytes──► added(class, id)          SecItemAdd
+///     created ──commit refused (not a certificate)──► gone: the name is free again
 ///     created ──EFBIG──► refused: bytes dropped, every later commit fails, nothing is added
 ///     created ──unlink──► gone: never becomes an item
 ///     added: the inode stays an alias of the item, because the kernel may still hold it
 ///
+/// Its entries are given to the kernel with no cache lifetime, so a name that goes (refused,
+/// unlinked) is never a ghost.
 final class MemoryFile: Sendable {
     enum Kind: Sendable {
         case editorScratch
@@ -30,8 +34,10 @@ final class MemoryFile: Sendable {
         var name: String
         var data: [UInt8] = []
         var modified = Date()
-        /// Set once a pending item was added: the item it now is.
+        /// Set once a pending item was added: the item it now is, and the bytes it was
+        /// added with (what another handle on the file then sees).
         var added: (ItemClass, Int64)?
+        var addedContent: [UInt8] = []
     }
 
     let ino: UInt64
@@ -61,7 +67,9 @@ final class MemoryFile: Sendable {
 
     func stat() -> NodeStat {
         state.withLock {
-            NodeStat(ino: ino, isDirectory: false, size: $0.data.count, modified: $0.modified, created: $0.modified)
+            NodeStat(
+                ino: ino, isDirectory: false, size: $0.data.count, modified: $0.modified, created: $0.modified,
+                uncached: true)
         }
     }
 }
@@ -102,7 +110,7 @@ final class MemoryFiles: Sendable {
     func named(_ name: String, in parent: UInt64) -> MemoryFile? {
         state.withLock { s in
             s.files.values.first { file in
-                file.state.withLock { $0.parent == parent && $0.name == name && $0.added == nil }
+                file.state.withLock { $0.parent == parent && PathCodec.same($0.name, name) && $0.added == nil }
             }
         }
     }
@@ -120,7 +128,7 @@ final class MemoryFiles: Sendable {
     func move(_ file: MemoryFile, to parent: UInt64, name: String) {
         state.withLock { s in
             if let old = s.files.values.first(where: { other in
-                other !== file && other.state.withLock { $0.parent == parent && $0.name == name }
+                other !== file && other.state.withLock { $0.parent == parent && PathCodec.same($0.name, name) }
             }) {
                 s.files.removeValue(forKey: old.ino)
             }

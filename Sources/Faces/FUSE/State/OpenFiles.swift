@@ -4,25 +4,49 @@ import KeychainAccess
 import SystemPackage
 import Synchronization
 
+/// One change a handle made to its view of a file, kept until it is committed: a commit
+/// replays them onto the item as it is then, so two handles writing different ranges both
+/// land (as on ext4), and appends go to the end of what is stored at commit time.
+enum FileEdit: Sendable {
+    case write(offset: Int, bytes: [UInt8])
+    case append([UInt8])
+    case truncate(Int)
+
+    func apply(to content: inout [UInt8]) {
+        switch self {
+        case .write(let offset, let bytes): bytes.withUnsafeBytes { FileBytes.write($0, into: &content, at: offset) }
+        case .append(let bytes): content += bytes
+        case .truncate(let size): FileBytes.resize(&content, to: size)
+        }
+    }
+}
+
 /// An open file handle: what it is open on, who opened it (the access decision taken at open
-/// is bound to the handle: RELEASE carries no caller), and its buffered writes.
+/// is bound to the handle: RELEASE carries no caller), and what it sees.
 ///
-/// The life of an item handle's buffer, stated once:
+/// An item handle sees a **snapshot**: the item's content decrypted once at open, plus its own
+/// edits. Readers therefore see one committed state whole (never a pending create, never a
+/// torn mix of two commits), and an fd keeps reading its data after the item is unlinked or
+/// replaced, as on ext4. Before each read the item's class key is checked again, so a lock
+/// stops open handles as it stops new opens.
 ///
-///     clean (buffer nil, or the content as loaded) ──write/ftruncate──► dirty, written
-///     open with O_TRUNC ──► dirty, not written: committed only at release, because the
-///         shell's `> file` flushes once before its first write, and committing the empty
-///         file then would lose the old secret if the write fails
-///     dirty ──commit (flush, fsync, release)──► clean, unless a write landed meanwhile
-///         (the generation moved: FLUSH is not serialised with WRITE)
-///     any ──write past 1 MiB──► refused (EFBIG): the buffer is dropped and every later
-///         commit fails with EFBIG, so the old secret stays intact
+/// The life of an item handle's edits, stated once:
 ///
+///     clean ──write / ftruncate / open with O_TRUNC──► dirty (edits recorded, view updated)
+///     dirty ──commit (flush = every close(2), fsync; release if neither came)──► clean:
+///         the edits are replayed onto the stored content in one SecItemUpdate, and the
+///         view becomes what was stored. Edits that land during a commit stay for the next.
+///     any ──write past 1 MiB──► refused (EFBIG): the edits are dropped, and every later
+///         commit fails with EFBIG after putting back what the item held at open, if this
+///         handle had committed something since: the stored secret ends as it was
+///
+/// Nothing is committed after the reply that acknowledged it: close(2) returns after the
+/// FLUSH that committed the bytes.
 final class OpenFile: Sendable {
     enum Target: Sendable {
         /// An item (an identity is `.item(.identity, certificateID)`, read-only).
         case item(ItemClass, Int64)
-        /// An editor scratch file or a pending item, in daemon memory.
+        /// An editor scratch file or a pending certificate, in daemon memory.
         case memory(MemoryFile)
         /// A file of /views: the bytes generated at open, read-only.
         case generated([UInt8])
@@ -30,82 +54,124 @@ final class OpenFile: Sendable {
 
     struct State {
         var target: Target
-        /// Item handles: the file's content as this handle sees it; nil until a write needs it.
-        var buffer: [UInt8]?
-        var dirty = false
-        var written = false
+        /// Item handles: the content when opened: what a refused handle puts back.
+        var original: [UInt8] = []
+        /// Item handles: the content as of open (or this handle's last commit).
+        var snapshot: [UInt8] = []
+        /// Item handles: the snapshot with this handle's edits applied: what it reads.
+        var view: [UInt8] = []
+        var edits: [FileEdit] = []
+        /// Bytes held by `edits`; past twice the size limit they collapse into one rewrite.
+        var editBytes = 0
         var failed: Errno?
+        /// The FUSE lock owners (one per process's file table) that wrote through this handle
+        /// since its last commit: a FLUSH from another one (a forked child closing the
+        /// descriptor it inherited, or exec closing it) commits nothing of theirs.
+        var writers: Set<UInt64> = []
+        /// Bumped by every change; a commit clears only the edits it stored.
         var generation = 0
 
-        /// Applies a write to an item handle's loaded buffer under the size rule.
+        var dirty: Bool { !edits.isEmpty }
+
+        /// Applies a write to an item handle's view under the size rule.
         mutating func writeItem(_ bytes: UnsafeRawBufferPointer, at offset: Int, append: Bool) throws -> Int {
             if let failed { throw failed }
-            var buffer = self.buffer ?? []
-            let start = append ? buffer.count : offset
+            let start = append ? view.count : offset
             guard start + bytes.count <= Keychain.maxDataSize else {
                 // Drop what was buffered: the commit at close must not store a truncated secret.
                 refuse(.fileTooLarge)
                 throw Errno.fileTooLarge
             }
-            FileBytes.write(bytes, into: &buffer, at: start)
-            self.buffer = buffer
-            touched()
+            FileBytes.write(bytes, into: &view, at: start)
+            record(append ? .append(Array(bytes)) : .write(offset: offset, bytes: Array(bytes)), size: bytes.count)
             return bytes.count
         }
 
-        mutating func truncateItem(to size: Int) {
-            var buffer = self.buffer ?? []
-            FileBytes.resize(&buffer, to: size)
-            self.buffer = buffer
-            touched()
+        mutating func truncateItem(to size: Int) throws {
+            if let failed { throw failed }
+            FileBytes.resize(&view, to: size)
+            record(.truncate(size), size: 0)
         }
 
-        mutating func touched() {
-            dirty = true
-            written = true
+        private mutating func record(_ edit: FileEdit, size: Int) {
+            edits.append(edit)
+            editBytes += size
+            if editBytes > 2 * Keychain.maxDataSize {
+                // Many small writes: one rewrite of the whole view replays the same.
+                edits = [.truncate(0), .write(offset: 0, bytes: view)]
+                editBytes = view.count
+            }
             generation += 1
         }
 
+        /// Drops the handle's edits. If it already committed some (a shell's `> f` commits the
+        /// truncation at its first flush, before writing), its next commit puts back what the
+        /// item held when it was opened: an oversized write loses nothing.
         mutating func refuse(_ errno: Errno) {
             failed = errno
-            buffer = nil
-            dirty = false
+            edits = snapshot == original ? [] : [.truncate(0), .write(offset: 0, bytes: original)]
+            editBytes = original.count
+            view = original
         }
 
-        /// What a commit must store, if anything: the buffer of a dirty handle that was written
-        /// to (or any dirty handle at release).
-        func pendingCommit(releasing: Bool) -> (buffer: [UInt8], generation: Int)? {
-            guard let buffer, dirty, written || releasing else { return nil }
-            return (buffer, generation)
+        /// What a commit must replay, if anything. A FLUSH (`flushOwner`) commits only the
+        /// edits of a process that wrote through the handle, or edits nobody wrote (O_TRUNC,
+        /// ftruncate); fsync and release commit whatever is there.
+        func pendingCommit(flushOwner: UInt64? = nil) -> (edits: [FileEdit], generation: Int)? {
+            guard dirty else { return nil }
+            if let flushOwner, !writers.isEmpty, !writers.contains(flushOwner) { return nil }
+            return (edits, generation)
         }
 
-        /// After a commit of `generation`: clean, unless a write landed meanwhile.
-        mutating func committed(generation: Int) {
-            if self.generation == generation { dirty = false }
+        /// After `stored` was committed from the edits of `generation`: those edits are done;
+        /// edits made meanwhile stay and are applied to the new snapshot.
+        mutating func committed(_ stored: [UInt8], editCount: Int) {
+            let later = Array(edits.dropFirst(editCount))
+            snapshot = stored
+            view = stored
+            for edit in later { edit.apply(to: &view) }
+            edits = later
+            if later.isEmpty { writers = [] }
+            editBytes = later.reduce(0) {
+                switch $1 {
+                case .write(_, let b), .append(let b): $0 + b.count
+                case .truncate: $0
+                }
+            }
         }
     }
 
     let ino: UInt64
     let caller: Caller
     let append: Bool
+    /// The protection class of the item when opened: checked before each read.
+    let accessibility: Accessibility?
+    /// The item's stat when opened: what fstat shows once the item is gone.
+    let openedStat: NodeStat?
     let state: Mutex<State>
 
-    init(ino: UInt64, target: Target, caller: Caller, append: Bool) {
+    init(
+        ino: UInt64, target: Target, caller: Caller, append: Bool, accessibility: Accessibility? = nil,
+        openedStat: NodeStat? = nil
+    ) {
         self.ino = ino
         self.caller = caller
         self.append = append
+        self.accessibility = accessibility
+        self.openedStat = openedStat
         self.state = Mutex(State(target: target))
     }
 
-    /// The target, after following a pending item that another handle on the same new file
-    /// added meanwhile: this handle then writes to the item too (its bytes are loaded on its
-    /// first write), not to the old memory file.
+    /// The target, after following a pending certificate that another handle on the same new
+    /// file added meanwhile: this handle then reads and writes the item (its view is what the
+    /// file held when it was added), not the old memory file.
     func currentTarget() -> Target {
         state.withLock { s in
             if case .memory(let file) = s.target, let (c, id) = file.state.withLock({ $0.added }) {
                 s.target = .item(c, id)
-                s.buffer = nil
-                s.dirty = false
+                s.snapshot = file.state.withLock { $0.addedContent }
+                s.view = s.snapshot
+                s.edits = []
             }
             return s.target
         }
@@ -136,4 +202,26 @@ final class OpenFiles: Sendable {
     }
 
     func remove(_ handle: UInt64) -> OpenFile? { state.withLock { $0.files.removeValue(forKey: handle) } }
+
+    /// The stat of an item that is gone (unlinked, replaced) while handles are still open on
+    /// its inode, as those handles see it: fstat of such an fd works, as on ext4. Only handles
+    /// opened with the caller's access groups answer (a stat never reveals another group's item).
+    func orphanStat(of ino: UInt64, for caller: Caller) -> NodeStat? {
+        let open = state.withLock {
+            $0.files.values.first {
+                $0.ino == ino && $0.openedStat != nil && $0.caller.accessGroups == caller.accessGroups
+            }
+        }
+        guard let open, var stat = open.openedStat else { return nil }
+        stat.size = open.state.withLock { $0.view.count }
+        return stat
+    }
+
+    /// The size of the file as handles with uncommitted edits see it, if any is open on
+    /// `ino`: what `stat`/`fstat` report, as on ext4 (the kernel asks without naming the
+    /// handle; with several writers, the largest view answers, as the extents would).
+    func uncommittedSize(of ino: UInt64) -> Int? {
+        let open = state.withLock { $0.files.values.filter { $0.ino == ino } }
+        return open.compactMap { file in file.state.withLock { $0.dirty ? $0.view.count : nil } }.max()
+    }
 }
