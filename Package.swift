@@ -5,7 +5,9 @@ let package = Package(
     name: "keychainfs",
     platforms: [.macOS(.v14)],
     products: [
-        .executable(name: "keychainfs", targets: ["keychainfs"])
+        .executable(name: "keychainfs", targets: ["keychainfs"]),
+        .executable(name: "git-credential-keychainfs", targets: ["git-credential-keychainfs"]),
+        .executable(name: "docker-credential-keychainfs", targets: ["docker-credential-keychainfs"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -65,11 +67,23 @@ let package = Package(
                 "Keychain", "KeychainAccess", "CFuse",
                 .product(name: "SystemPackage", package: "swift-system"),
             ], path: "Sources/Faces/FUSE"),
+        // Credentials for other tools (docs/credentials.md): git's and docker's helper protocols
+        // and `kc://` item references mapped onto core calls, shared by the two helpers and the
+        // CLI's `run` and `inject`.
+        .target(
+            name: "KeychainCredentials", dependencies: ["Keychain", "KeychainAccess"],
+            path: "Sources/Faces/Credentials"),
+        .executableTarget(
+            name: "git-credential-keychainfs", dependencies: ["Keychain", "KeychainCredentials"],
+            path: "Sources/Faces/GitCredential"),
+        .executableTarget(
+            name: "docker-credential-keychainfs", dependencies: ["Keychain", "KeychainCredentials"],
+            path: "Sources/Faces/DockerCredential"),
         // The CLI face, and the daemon start-up of `mount`.
         .executableTarget(
             name: "keychainfs",
             dependencies: [
-                "Keychain", "KeychainAccess", "KeychainFS", "CPlatform",
+                "Keychain", "KeychainAccess", "KeychainFS", "KeychainCredentials", "CPlatform",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ], path: "Sources/Faces/CLI"),
@@ -97,6 +111,13 @@ let package = Package(
         // Tests/FSTests/posix: the python check scripts the FS wrappers run (issue 14), not sources.
         .testTarget(name: "FSTests", dependencies: ["keychainfs", "TestSupport"], exclude: ["posix"]),
         .testTarget(name: "AccessTests", dependencies: ["keychainfs", "TestSupport"]),
+        // The credential faces driven by real git, curl and local servers on 127.0.0.1.
+        .testTarget(
+            name: "CredentialTests",
+            dependencies: [
+                "keychainfs", "git-credential-keychainfs", "docker-credential-keychainfs", "KeychainCredentials",
+                "TestSupport",
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )

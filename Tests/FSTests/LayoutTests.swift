@@ -5,13 +5,13 @@ import Testing
 @Suite("layout and escaping")
 struct LayoutTests {
 
-    @Test("the root lists exactly genp inet cert keys idnt, all directories")
+    @Test("the root lists exactly genp inet cert keys idnt views, all directories")
     func rootListing() throws {
         try withMount { box in
             let r = try box.sh("ls -a \(q(box.mnt))")
             #expect(r.status == 0, "\(r.summary)")
-            #expect(Set(r.lines) == [".", "..", "genp", "inet", "cert", "keys", "idnt"], "root: \(r.lines)")
-            let kinds = try box.sh("cd \(q(box.mnt)) && stat -c '%n %F' genp inet cert keys idnt")
+            #expect(Set(r.lines) == [".", "..", "genp", "inet", "cert", "keys", "idnt", "views"], "root: \(r.lines)")
+            let kinds = try box.sh("cd \(q(box.mnt)) && stat -c '%n %F' genp inet cert keys idnt views")
             #expect(kinds.lines.allSatisfy { $0.hasSuffix(" directory") }, "\(kinds.stdout)")
             // Nothing else exists at the root, and nothing can be made there.
             let bad = try box.pyResults(

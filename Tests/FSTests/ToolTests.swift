@@ -54,7 +54,7 @@ struct ToolTests {
                 entries.allSatisfy { $0.split(separator: " ", omittingEmptySubsequences: true)[2] == me },
                 "\(ls.stdout)")
             let lsRoot = try box.sh("ls -l \(q(m))")
-            #expect(lsRoot.lines.filter { $0.hasPrefix("drwx------") }.count == 5, "\(lsRoot.stdout)")
+            #expect(lsRoot.lines.filter { $0.hasPrefix("drwx------") }.count == 6, "\(lsRoot.stdout)")
 
             let st = try box.sh("stat -c '%n %s %a %F' \(q(d + "/moved"))")
             #expect(st.stdout == "\(d)/moved 14 600 regular file\n", "\(st.summary)")
@@ -64,11 +64,11 @@ struct ToolTests {
             #expect(
                 find.lines == [
                     "./genp/tools/copied", "./genp/tools/copied-p", "./genp/tools/echoed", "./genp/tools/existing",
-                    "./genp/tools/moved", "./genp/tools/moved-in",
+                    "./genp/tools/moved", "./genp/tools/moved-in", "./views/netrc",
                 ], "\(find.stdout)")
             let findDirs = try box.sh("cd \(q(m)) && find . -type d | sort")
             #expect(
-                findDirs.lines == [".", "./cert", "./genp", "./genp/tools", "./idnt", "./inet", "./keys"],
+                findDirs.lines == [".", "./cert", "./genp", "./genp/tools", "./idnt", "./inet", "./keys", "./views"],
                 "\(findDirs.stdout)")
         }
     }

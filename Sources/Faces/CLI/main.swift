@@ -18,6 +18,7 @@ struct KeychainfsCommand: ParsableCommand {
             AddCertificates.self, FindCertificate.self, FindIdentity.self, Import.self, Export.self,
             Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
             AccessGroup.self, AuditLogCommand.self,
+            Run.self, Inject.self,
         ])
 }
 
@@ -56,10 +57,15 @@ func refuseInvalidUTF8Arguments() {
 refuseInvalidUTF8Arguments()
 
 /// macOS `security` (getopt) accepts `-wSECRET`; ArgumentParser would reject it and echo
-/// the secret in its message. Split it into `-w SECRET` first.
-let arguments = CommandLine.arguments.dropFirst().flatMap { arg -> [String] in
-    arg.hasPrefix("-w") && arg.count > 2 && !arg.hasPrefix("--") ? ["-w", String(arg.dropFirst(2))] : [arg]
-}
+/// the secret in its message. Split it into `-w SECRET` first; after `--` (the command of
+/// `run`) the words are not ours.
+let arguments: [String] = {
+    let all = Array(CommandLine.arguments.dropFirst())
+    let end = all.firstIndex(of: "--") ?? all.count
+    return all[..<end].flatMap { arg -> [String] in
+        arg.hasPrefix("-w") && arg.count > 2 && !arg.hasPrefix("--") ? ["-w", String(arg.dropFirst(2))] : [arg]
+    } + all[end...]
+}()
 
 /// Whether the leading words of `arguments` try to name a command that does not exist
 /// (`keychainfs nosuchcommand`, `keychainfs access-group nosuch`). ArgumentParser would answer

@@ -11,6 +11,8 @@ extension KeychainFileSystem {
         switch file.currentTarget() {
         case .memory(let memory):
             return memory.state.withLock { FileBytes.slice($0.data, offset: offset, size: size) }
+        case .generated(let bytes):
+            return FileBytes.slice(bytes, offset: offset, size: size)
         case .item(_, let id):
             // The handle serves what it decrypted at open (a snapshot: one committed state,
             // whole), while the item's class key is still held.
@@ -84,6 +86,8 @@ extension KeychainFileSystem {
         switch target {
         case .memory(let memory):
             try commitPending(memory, file: file, releasing: releasing)
+        case .generated:
+            return
         case .item(let c, let id):
             // A refused handle may still have to put back what it had committed (refuse()).
             if let (edits, _) = file.state.withLock({ $0.pendingCommit(flushOwner: flushOwner) }) {

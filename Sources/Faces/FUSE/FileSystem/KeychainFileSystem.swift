@@ -68,6 +68,7 @@ public final class KeychainFileSystem: Sendable {
         if let (c, id) = aliases.target(of: ino) ?? Inode.decodeItem(ino) {
             return c == .identity ? IdentityNode(certificateID: id) : ItemNode(itemClass: c, id: id)
         }
+        if let view = ViewFiles.file(ino) { return view }
         if Inode.isScratch(ino) {
             guard let file = memoryFiles.file(ino) else { throw Errno.noSuchFileOrDirectory }
             // An added pending item: the kernel may still use the inode it had for the name.

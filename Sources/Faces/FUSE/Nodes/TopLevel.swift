@@ -13,6 +13,7 @@ enum TopLevel {
         FlatClassDirectory(itemClass: .certificate),
         FlatClassDirectory(itemClass: .key),
         IdentityView(),
+        ViewsDirectory(),
     ]
 
     static func inode(of name: String) -> UInt64 {

@@ -11,6 +11,7 @@ import KeychainAccess
 ///     2 ..< 2 + top-level     /genp, /inet, /cert, /keys, /idnt, then any further view
 ///     1000 …                  service and server directories, in the order first seen
 ///     class tag << 40 | id    an item (tag 1…5: the class's place in `classes`)
+///     6 << 40 | n             a generated file of /views (`ViewFiles.all[n]`)
 ///     7 << 40 | n             a scratch or pending file
 enum Inode {
     static let root: UInt64 = 1
@@ -18,6 +19,7 @@ enum Inode {
     /// kernel and must mean the same item for the life of a mount.
     static let classes: [ItemClass] = [.genericPassword, .internetPassword, .certificate, .key, .identity]
     static let itemShift: UInt64 = 40
+    static let viewFileTag: UInt64 = 6
     static let scratchTag: UInt64 = 7
     static let firstTopLevel: UInt64 = 2
     static let firstDirectory: UInt64 = 1000
@@ -40,6 +42,7 @@ enum Inode {
         return (classes[Int(tag - 1)], Int64(ino & ((1 << itemShift) - 1)))
     }
 
+    static func viewFile(_ n: UInt64) -> UInt64 { (viewFileTag << itemShift) | n }
     static func scratch(_ n: UInt64) -> UInt64 { (scratchTag << itemShift) | n }
     static func isScratch(_ ino: UInt64) -> Bool { ino >> itemShift == scratchTag }
 }

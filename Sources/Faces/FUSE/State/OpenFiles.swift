@@ -48,6 +48,8 @@ final class OpenFile: Sendable {
         case item(ItemClass, Int64)
         /// An editor scratch file or a pending certificate, in daemon memory.
         case memory(MemoryFile)
+        /// A file of /views: the bytes generated at open, read-only.
+        case generated([UInt8])
     }
 
     struct State {

@@ -1,0 +1,117 @@
+import Foundation
+import Keychain
+
+/// git's three helper operations over internet-password items. Each answers git in git's
+/// terms and says on stderr (`notes`) why it could not, so that "not found" is never silent
+/// about a locked vault or an item that needs user presence.
+public struct GitCredentialHelper {
+    public let keychain: Keychain
+    public let caller: Caller
+    /// One line each: why something git asked for was not answered. Never secret.
+    public private(set) var notes: [String] = []
+
+    public init(keychain: Keychain, caller: Caller) {
+        self.keychain = keychain
+        self.caller = caller
+    }
+
+    /// `get`: the credential for git's location, or nil (git then tries its next helper or
+    /// prompts). With a username, only that account's item; without one, the oldest match.
+    /// Without a path (git sends one only with `credential.useHttpPath`), any path matches.
+    public mutating func get(_ request: GitCredential) throws -> GitCredential? {
+        let location: InternetLocation
+        do { location = try InternetLocation(request) } catch {
+            notes.append(error.message)
+            return nil
+        }
+        let candidates: [KeychainItem]
+        do {
+            candidates = try keychain.copyMatching(
+                Query(.internetPassword, location.query(account: request.username), matchLimit: .all), caller: caller)
+        } catch KeychainStatus.itemNotFound {
+            return nil
+        }
+        for candidate in candidates.sorted(by: { $0.id < $1.id }) where location.accepts(port: candidate.port) {
+            let item: KeychainItem
+            do {
+                item = try keychain.item(id: candidate.id, itemClass: .internetPassword, withData: true, caller: caller)
+            } catch let e as KeychainError where e.status != .itemNotFound {
+                notes.append("\(e.message) (\(e.status.name))")
+                continue
+            }
+            let (password, extras) = StoredSecret.decode(item.data ?? [])
+            if let expiry = extras["password_expiry_utc"].flatMap(Int64.init),
+                expiry <= Int64(Date().timeIntervalSince1970)
+            {
+                notes.append("\(candidate.summary): the password expired (password_expiry_utc)")
+                continue
+            }
+            guard let text = String(validating: password, as: UTF8.self), !text.contains("\n") else {
+                notes.append("\(candidate.summary): the password holds a newline or is not UTF-8; git cannot take it")
+                continue
+            }
+            var answer = GitCredential()
+            answer.username = item.string(Schema.account) ?? ""
+            answer.password = text
+            answer.passwordExpiryUTC = extras["password_expiry_utc"]
+            answer.oauthRefreshToken = extras["oauth_refresh_token"]
+            return answer
+        }
+        return nil
+    }
+
+    /// `store`: adds the credential, or replaces the data of the item with the same location
+    /// and account. Git sends it after the server accepted the password; without a username
+    /// and a password there is nothing to keep.
+    public mutating func store(_ request: GitCredential) throws {
+        guard let username = request.username, let password = request.password else {
+            notes.append("store without a username and a password: nothing to keep")
+            return
+        }
+        let location = try InternetLocation(request)
+        var attributes = location.stored(account: username)
+        attributes[Schema.label] = .string(request.host ?? location.server)
+        try keychain.addOrUpdate(
+            .internetPassword, attributes, data: StoredSecret.encode(password: password, extras: request.extras),
+            caller: caller)
+    }
+
+    /// `erase`: deletes only the item whose whole location and account equal git's (an absent
+    /// path or username is the empty one; an absent port is 0 or the protocol's default) and, when git says which password failed, only if
+    /// the item still holds that password (another process may have stored a good one since).
+    /// Returns how many items were deleted (0 or 1).
+    @discardableResult
+    public mutating func erase(_ request: GitCredential) throws -> Int {
+        let location = try InternetLocation(request)
+        let exact: [KeychainItem]
+        do {
+            exact = try keychain.copyMatching(
+                Query(.internetPassword, location.exactQuery(account: request.username), matchLimit: .all),
+                caller: caller)
+        } catch KeychainStatus.itemNotFound {
+            return 0
+        }
+        var deleted = 0
+        for candidate in exact where location.accepts(port: candidate.port) {
+            if let rejected = request.password {
+                let item = try keychain.item(
+                    id: candidate.id, itemClass: .internetPassword, withData: true, caller: caller)
+                guard StoredSecret.decode(item.data ?? []).password == Array(rejected.utf8) else {
+                    notes.append("\(candidate.summary) holds another password than the one git rejected: kept")
+                    continue
+                }
+            }
+            deleted += try keychain.delete(
+                Query(.internetPassword, persistentReference: candidate.id), caller: caller)
+        }
+        return deleted
+    }
+}
+
+extension KeychainItem {
+    /// An internet password's port (0 when it has none).
+    var port: Int64 {
+        if case .number(let n)? = self[Schema.port] { return n }
+        return 0
+    }
+}

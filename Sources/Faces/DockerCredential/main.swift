@@ -1,0 +1,77 @@
+import Foundation
+import Keychain
+import KeychainCredentials
+import KeychainCrypto
+
+// docker-credential-keychainfs: docker's credential helper protocol over the vault.
+// `~/.docker/config.json`: {"credsStore": "keychainfs"}. docker passes no arguments but the
+// operation, so the passphrase file comes from $KEYCHAINFS_PASSPHRASE_FILE (or a prompt).
+//
+// As docker-credential-helpers does: an error is one line on stdout and exit 1, a miss is
+// exactly `credentials not found in native keychain`; the reason for a miss the vault caused
+// (locked, timeout) goes to stderr first.
+
+let tool = "docker-credential-keychainfs"
+ProcessHardening.apply()
+
+func finish(_ line: String, _ code: Int32) -> Never {
+    HelperIO.write(1, Array((line + "\n").utf8))
+    exit(code)
+}
+
+let options: HelperOptions
+do {
+    options = try HelperOptions.parse(
+        Array(CommandLine.arguments.dropFirst()), operations: ["get", "store", "erase", "list", "version"])
+} catch {
+    HelperIO.errorLine("\(tool): \(error.message)")
+    finish("Usage: \(tool) \(HelperOptions.usage)", 2)
+}
+if options.operation == "version" { finish("\(tool) (keychainfs) 1", 0) }
+Watchdog.start(
+    seconds: options.timeout, tool: tool, exitCode: 1,
+    answer: Array(((options.operation == "get" ? DockerCredentialHelper.notFound : "timed out") + "\n").utf8))
+
+var input: [UInt8] = []
+if options.operation != "list" {
+    do { input = try HelperVault.readAll(0, limit: 1 << 20, what: "standard input") } catch {
+        finish("\(error)", 1)
+    }
+}
+defer { Sodium.wipe(&input) }
+
+let helper: DockerCredentialHelper
+do {
+    let (keychain, caller) = try HelperVault.open(options, tool: tool)
+    helper = DockerCredentialHelper(keychain: keychain, caller: caller)
+} catch {
+    HelperIO.errorLine("\(tool): \(options.operation): \(error)")
+    finish(options.operation == "get" ? DockerCredentialHelper.notFound : "\(error)", 1)
+}
+
+do {
+    let serverURL = String(decoding: input, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    switch options.operation {
+    case "store":
+        let credential: DockerCredentialHelper.Credential
+        do { credential = try JSONDecoder().decode(DockerCredentialHelper.Credential.self, from: Data(input)) } catch {
+            finish("malformed credentials: expected {\"ServerURL\", \"Username\", \"Secret\"}", 1)
+        }
+        try helper.store(credential)
+    case "get":
+        guard let found = try helper.get(serverURL) else { finish(DockerCredentialHelper.notFound, 1) }
+        HelperIO.write(1, Array(try JSONEncoder().encode(found)) + [10])
+    case "erase":
+        guard try helper.erase(serverURL) else { finish(DockerCredentialHelper.notFound, 1) }
+    default:
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        HelperIO.write(1, Array(try encoder.encode(try helper.list())) + [10])
+    }
+    exit(0)
+} catch let e as KeychainError {
+    HelperIO.errorLine("\(tool): \(options.operation): \(e.message) (\(e.status.name))")
+    finish(options.operation == "get" ? DockerCredentialHelper.notFound : "\(e.message) (\(e.status.name))", 1)
+} catch {
+    finish("\(error)", 1)
+}
