@@ -39,20 +39,8 @@ extension Keychain {
         let (_, secretKey) = try Self.policyKeyPair(master: master)
         let box = try AEAD.seal(policy.encoded, associatedData: policyAD, key: keys.metadata)
         let blob = Signing.sign(box, secretKey: secretKey) + box
-        try storeCall {
-            try store.write { vault in
-                // The manifest covers the policy too, so an older signed policy replayed into
-                // the file is detected at unlock like a replayed row.
-                guard let stored = try vault.meta("manifest"), var manifest = Manifest(encoded: stored) else {
-                    throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
-                }
-                if let old = try vault.meta("access_policy") {
-                    manifest.toggle(Manifest.policyEntry(old, key: keys.manifest))
-                }
-                manifest.toggle(Manifest.policyEntry(blob, key: keys.manifest))
-                try vault.setMeta("access_policy", blob)
-                try vault.setMeta("manifest", manifest.encoded)
-            }
-        }
+        // The manifest covers the policy too (the transaction's writer records its entry), so
+        // an older signed policy replayed into the file is detected at unlock.
+        try writeTransaction(keys: keys.manifest) { try $0.setMeta("access_policy", blob) }
     }
 }

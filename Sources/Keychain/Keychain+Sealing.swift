@@ -148,10 +148,14 @@ extension Keychain {
     /// class and version give, then decoded. Any failure (authentication or decoding) is
     /// errSecDecode naming only the item id: a damaged or moved box never yields attributes.
     func openAttributes(_ row: StoredItem, itemClass: ItemClass, keys: Keys) throws -> Attributes {
+        try openAttributes(row, itemClass: itemClass, metadataKey: keys.metadata)
+    }
+
+    func openAttributes(_ row: StoredItem, itemClass: ItemClass, metadataKey: SecureBytes) throws -> Attributes {
         do {
             let plain = try AEAD.open(
                 row.sealedAttributes,
-                associatedData: attributesAD(id: row.id, itemClass: itemClass, version: row.version), key: keys.metadata
+                associatedData: attributesAD(id: row.id, itemClass: itemClass, version: row.version), key: metadataKey
             )
             return try AttributeCodec.decode(plain, itemClass: itemClass)
         } catch {

@@ -41,9 +41,11 @@ enum FormatOneFixture {
     ]
 
     /// Checks that `kc` (unlocked) holds exactly what the fixture was made with.
-    static func expectContents(_ kc: Keychain, sourceLocation: SourceLocation = #_sourceLocation) throws {
+    static func expectContents(
+        _ kc: Keychain, ids: [Int64] = Array(1...11), sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         let all = try snapshot(kc, caller: everyGroup)
-        #expect(all.map(\.id) == Array(1...11), sourceLocation: sourceLocation)
+        #expect(all.map(\.id) == ids, sourceLocation: sourceLocation)
         for (itemClass, id, grouping, account, data) in passwords {
             let item = all.first { $0.id == id }
             #expect(item?.itemClass == itemClass, sourceLocation: sourceLocation)
@@ -83,5 +85,65 @@ struct FormatFixtureTests {
             try kc.unlock(passphrase: try secure(FormatOneFixture.passphrase))
             try FormatOneFixture.expectContents(kc)
         }
+    }
+
+    /// Everything format 2 must keep byte for byte: rows, class keys, the policy, the salt.
+    static func preserved(_ db: RawDB) throws -> [[Cell]] {
+        try db.query("SELECT id, \(RawDB.itemColumns.joined(separator: ", ")) FROM items ORDER BY id")
+            + db.query("SELECT protection, wrapped FROM class_keys ORDER BY protection")
+            + db.query(
+                "SELECT name, value FROM meta WHERE name IN ('access_policy', 'kdf_salt', 'vault_id') ORDER BY name")
+    }
+
+    @Test("the first unlock migrates the fixture to format 2 in one transaction, losing nothing")
+    func migratesFixture() throws {
+        try withTempDir { dir throws in
+            let (vault, deviceKey) = try FormatOneFixture.copy(into: dir)
+            let before = try Self.preserved(RawDB(vault))
+            #expect(try RawDB(vault).meta("format") == le64(1))
+            let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
+            try kc.unlock(passphrase: try secure(FormatOneFixture.passphrase))
+            try FormatOneFixture.expectContents(kc)
+            let db = try RawDB(vault)
+            // Format-1 code reads this field and refuses anything above 1 as "newer".
+            #expect(try db.meta("format") == le64(2))
+            #expect(try db.meta("manifest")?.count == 120)
+            #expect(try Self.preserved(db) == before)
+            // Opened again: verified, not migrated again; writes go on with ids never reused
+            // (the fixture's last id, 12, was deleted).
+            let manifest = try db.meta("manifest")
+            let again = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
+            try again.unlock(passphrase: try secure(FormatOneFixture.passphrase))
+            #expect(try db.meta("manifest") == manifest)
+            let added = try again.add(.genericPassword, genp("after", "migration"), data: bytes("x"))
+            #expect(added.id == 13)
+            try FormatOneFixture.expectContents(
+                try Keychain.open(at: vault, deviceKeyPath: deviceKey).unlocked(FormatOneFixture.passphrase),
+                ids: Array(1...11) + [13])
+        }
+    }
+
+    @Test("a tampered format-1 vault is refused, not migrated: the file keeps format 1")
+    func damagedFixtureIsNotMigrated() throws {
+        try withTempDir { dir throws in
+            let (vault, deviceKey) = try FormatOneFixture.copy(into: dir)
+            try RawDB(vault).exec("DELETE FROM items WHERE id = 2")
+            let before = try Self.preserved(RawDB(vault))
+            let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
+            expectError(.decode, containing: ["format-1 manifest", "not migrated"]) {
+                try kc.unlock(passphrase: try secure(FormatOneFixture.passphrase))
+            }
+            #expect(kc.lockState == .neverUnlocked)
+            #expect(try RawDB(vault).meta("format") == le64(1))
+            #expect(try Self.preserved(RawDB(vault)) == before)
+        }
+    }
+}
+
+extension Keychain {
+    /// This keychain, unlocked with `passphrase` (for chaining in tests).
+    func unlocked(_ passphrase: String) throws -> Keychain {
+        try unlock(passphrase: try secure(passphrase))
+        return self
     }
 }
