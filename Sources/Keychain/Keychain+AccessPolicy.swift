@@ -21,14 +21,20 @@ extension Keychain {
         guard let stored = try storeCall({ try store.lookup { try $0.meta("access_policy") } }) else {
             return AccessPolicy()
         }
-        let bad = KeychainError(.decode, "the access policy in the vault does not verify: it was altered")
-        guard stored.count > Signing.signatureBytes else { throw bad }
-        let signature = Array(stored[0..<Signing.signatureBytes]), box = Array(stored[Signing.signatureBytes...])
-        guard Signing.verify(signature, box, publicKey: keys.policyPublicKey),
-            let plain = try? AEAD.open(box, associatedData: policyAD, key: keys.metadata),
-            let policy = AccessPolicy(encoded: plain)
-        else { throw bad }
+        guard let policy = openPolicy(stored, publicKey: keys.policyPublicKey, metadataKey: keys.metadata) else {
+            throw KeychainError(.decode, "the access policy in the vault does not verify: it was altered")
+        }
         return policy
+    }
+
+    /// The policy in a stored blob, if its signature verifies and its box opens.
+    func openPolicy(_ stored: [UInt8], publicKey: [UInt8], metadataKey: SecureBytes) -> AccessPolicy? {
+        guard stored.count > Signing.signatureBytes else { return nil }
+        let signature = Array(stored[0..<Signing.signatureBytes]), box = Array(stored[Signing.signatureBytes...])
+        guard Signing.verify(signature, box, publicKey: publicKey),
+            let plain = try? AEAD.open(box, associatedData: policyAD, key: metadataKey)
+        else { return nil }
+        return AccessPolicy(encoded: plain)
     }
 
     /// Replaces the access policy. Needs the passphrase: the policy is signed with a key

@@ -98,6 +98,19 @@ extension Keychain {
         return "rows that fail their own check: \(named)\(more)"
     }
 
+    // MARK: Damaged rows met while serving
+
+    /// `observer` is told (on the calling thread) about each row a query or listing skips
+    /// because it fails its own check; faces log it. Replaces any earlier observer.
+    public func onDamagedRow(_ observer: @escaping @Sendable (DamagedRow) -> Void) {
+        state.withLock { $0.damagedRowObserver = observer }
+    }
+
+    func reportDamaged(_ row: DamagedRow) {
+        let observer = state.withLock { $0.damagedRowObserver }
+        observer?(row)
+    }
+
     // MARK: Rollback
 
     /// Refuses a counter below the highest this process or this device has seen, unless

@@ -164,6 +164,26 @@ extension Keychain {
         }
     }
 
+    /// A row's own check of its item key and data, for `verify`: both open under `classKey`
+    /// with the AD the row's attributes give. No access check and no user presence: nothing
+    /// is returned, and the plaintext is wiped before this returns.
+    func checkSeal(_ row: StoredItem, itemClass: ItemClass, attributes: Attributes, classKey: SecureBytes) throws {
+        let gen = row.dataGeneration
+        try KeyScratch.shared.withKey { itemKey in
+            try AEAD.openKey(
+                row.wrappedItemKey,
+                associatedData: dataAD(
+                    "key", id: row.id, itemClass: itemClass, attributes: attributes, generation: gen),
+                key: classKey, into: itemKey)
+            var plain = try AEAD.open(
+                row.sealedData,
+                associatedData: dataAD(
+                    "data", id: row.id, itemClass: itemClass, attributes: attributes, generation: gen),
+                key: itemKey)
+            Sodium.wipe(&plain)
+        }
+    }
+
     /// The secret of a row, after the two access checks in this order: the class key is held
     /// (lock state, device binding: errSecInteractionNotAllowed) and user presence is given
     /// or granted. The item key is unwrapped into guarded scratch memory under the class key

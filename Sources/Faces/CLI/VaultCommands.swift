@@ -62,12 +62,13 @@ struct DumpKeychain: ParsableCommand {
         var items: [KeychainItem] = []
         for itemClass in ItemClass.allCases where itemClass != .identity {
             do {
-                items += try keychain.copyMatching(
-                    Query(
-                        itemClass, matchLimit: .all, returnData: data ? true : nil,
-                        synchronizableAny: true))
+                items += try keychain.copyMatching(Query(itemClass, matchLimit: .all, synchronizableAny: true))
             } catch KeychainStatus.itemNotFound {}
         }
+        // The data item by item: one that cannot be read here (locked class, another
+        // device's ThisDeviceOnly item, user presence, damage) is named on stderr and dumped
+        // without it, never failing the others.
+        if data { items = items.map { withData($0, keychain) } }
         if json {
             Output.write(Array(ItemPrinter.json(items, includeData: data).utf8))
             return
@@ -76,5 +77,17 @@ struct DumpKeychain: ParsableCommand {
             Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
             if data, let d = item.data { Output.line("data:\n\(ItemPrinter.quoted(d))") }
         }
+    }
+
+    func withData(_ item: KeychainItem, _ keychain: Keychain) -> KeychainItem {
+        do {
+            return try keychain.find(
+                Query(item.itemClass, returnData: true, synchronizableAny: true, persistentReference: item.id))
+        } catch let error as KeychainError {
+            Output.errorLine("keychainfs: warning: \(item.summary): data not dumped: \(error.message)")
+        } catch {
+            Output.errorLine("keychainfs: warning: \(item.summary): data not dumped")
+        }
+        return item
     }
 }
