@@ -70,3 +70,21 @@ struct RollbackTests {
         }
     }
 }
+
+@Suite("Item ids")
+struct ItemIDTests {
+    @Test("a rolled-back sqlite_sequence never makes an id be issued twice (no false 'already exists')")
+    func rolledBackSequence() throws {
+        try withVault { v throws in
+            let kc = v.keychain
+            try kc.add(.genericPassword, genp("svc", "a"), data: bytes("a"))
+            try kc.add(.genericPassword, genp("svc", "b"), data: bytes("b"))
+            let c = try kc.add(.genericPassword, genp("svc", "c"), data: bytes("c"))
+            try kc.delete(Query(.genericPassword, genp("svc", "c")))
+            try v.raw().exec("UPDATE sqlite_sequence SET seq = 1 WHERE name = 'items'")
+            let d = try kc.add(.genericPassword, genp("svc", "d"), data: bytes("d"))
+            #expect(d.id == c.id + 1)
+            #expect(try secret(v.openUnlocked(), "svc", "d") == bytes("d"))
+        }
+    }
+}
