@@ -27,6 +27,12 @@ extension Keychain {
         return policy
     }
 
+    /// The stored form of a policy: encrypted under the metadata key, then signed.
+    func sealedPolicy(_ policy: AccessPolicy, metadataKey: SecureBytes, signingKey: SecureBytes) throws -> [UInt8] {
+        let box = try AEAD.seal(policy.encoded, associatedData: policyAD, key: metadataKey)
+        return Signing.sign(box, secretKey: signingKey) + box
+    }
+
     /// The policy in a stored blob, if its signature verifies and its box opens.
     func openPolicy(_ stored: [UInt8], publicKey: [UInt8], metadataKey: SecureBytes) -> AccessPolicy? {
         guard stored.count > Signing.signatureBytes else { return nil }
@@ -43,8 +49,7 @@ extension Keychain {
         let keys = try currentKeys()
         let master = try refreshedHeader().unwrapMaster(passphrase: passphrase)
         let (_, secretKey) = try Self.policyKeyPair(master: master)
-        let box = try AEAD.seal(policy.encoded, associatedData: policyAD, key: keys.metadata)
-        let blob = Signing.sign(box, secretKey: secretKey) + box
+        let blob = try sealedPolicy(policy, metadataKey: keys.metadata, signingKey: secretKey)
         // The manifest covers the policy too (the transaction's writer records its entry), so
         // an older signed policy replayed into the file is detected at unlock.
         try writeTransaction(keys: keys.manifest) { try $0.setMeta("access_policy", blob) }
