@@ -113,10 +113,20 @@ extension Keychain {
 
     // MARK: Rollback
 
-    /// Refuses a counter below the highest this process or this device has seen, unless
-    /// `accepting` (then the device's mark is reset to it).
-    func refuseRollback(_ counter: Int64, accepting: Bool) throws {
-        let seen = max(state.withLock { $0.highestCounterSeen }, rollbackMark.read() ?? 0)
+    /// The highest counter this process or this device has seen. Read it *before* the
+    /// transaction that reads the counter it is compared with: a mark is raised only after its
+    /// commit is durable, so any snapshot begun later holds a counter at least as high, unless
+    /// the file went back. (Read after a read snapshot began, a mark raised by another process's
+    /// newer commit would look like a rollback.) Inside a write transaction either order is
+    /// safe: it sees the latest commit, and nobody else commits meanwhile.
+    func highestCounterSeen() -> Int64 {
+        max(state.withLock { $0.highestCounterSeen }, rollbackMark.read() ?? 0)
+    }
+
+    /// Refuses a counter below `seen` (by default: what `highestCounterSeen` says now),
+    /// unless `accepting` (then the device's mark is reset to it).
+    func refuseRollback(_ counter: Int64, seen given: Int64? = nil, accepting: Bool) throws {
+        let seen = given ?? highestCounterSeen()
         guard counter < seen else { return }
         guard accepting else {
             throw KeychainError(

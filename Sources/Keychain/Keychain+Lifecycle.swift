@@ -99,6 +99,8 @@ extension Keychain {
         let manifestKeys = try ManifestKeys(master: master)
         let metadata = try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context)
         let device = try DeviceKey.load(at: deviceKeyPath)
+        // Before the snapshot is taken (see highestCounterSeen).
+        let seen = highestCounterSeen()
         var classKeys: [Accessibility: SecureBytes] = [:]
         var deviceMatches = false
         let (manifest, authenticated) = try verifyManifest(keys: manifestKeys, metadataKey: metadata) { state in
@@ -106,7 +108,7 @@ extension Keychain {
             classKeys = try Self.openClassKeys(
                 state, master: master, device: deviceMatches ? device : nil)
         }
-        try refuseRollback(manifest.counter, accepting: acceptRollback)
+        try refuseRollback(manifest.counter, seen: seen, accepting: acceptRollback)
         let header = authenticated.header
         let newKeys = Keys(
             metadata: metadata,
