@@ -5,7 +5,7 @@ import KeychainStore
 /// The vault's key hierarchy (docs/security.md draws it):
 ///
 ///     passphrase ──Argon2id(salt, params)──► KEK ──wraps──► master key
-///     master key ──crypto_kdf──► metadata key, index key, manifest key
+///     master key ──crypto_kdf──► metadata key, index key, manifest entry key, manifest tag key
 ///     master key ──wraps──► class key per accessibility class
 ///     master key + device key ──BLAKE2b──► wrap key of the …ThisDeviceOnly class keys
 ///     class key ──wraps──► per-item key ──seals──► the item's secret data
@@ -13,7 +13,10 @@ import KeychainStore
 /// The master key exists only during unlock and passphrase change; what stays in memory
 /// afterwards are the subkeys and the class keys, all in libsodium guarded memory.
 struct VaultHeader {
-    static let formatVersion: Int64 = 1
+    /// 1: the manifest was a count and an accumulator, unauthenticated. 2: the manifest is
+    /// authenticated and carries a commit counter (Manifest.swift); format-1 vaults are
+    /// migrated at their first unlock (`Keychain.migrate`).
+    static let formatVersion: Int64 = 2
 
     var format: Int64
     var vaultID: [UInt8]
@@ -32,6 +35,16 @@ struct VaultHeader {
             Framing.int(Int64(bitPattern: parameters.opsLimit)),
             Framing.int(Int64(bitPattern: parameters.memLimit)), salt,
         ])
+    }
+
+    /// Every header field, framed, in a fixed order: what the manifest's tag covers, so that
+    /// no field (device_key_id included) can be edited without the unlock noticing.
+    var authenticatedFields: [[UInt8]] {
+        [
+            Framing.text("kcfs/header/v2"), Framing.int(format), vaultID,
+            Framing.int(Int64(bitPattern: parameters.opsLimit)), Framing.int(Int64(bitPattern: parameters.memLimit)),
+            salt, wrappedMaster, deviceKeyID,
+        ]
     }
 
     static func read(from store: any ItemStoreReader) throws -> VaultHeader {
@@ -72,28 +85,35 @@ struct VaultHeader {
         try store.setMeta("device_key_id", deviceKeyID)
     }
 
-    /// Derives the key-encryption key and unwraps the master key. Parameters outside the
-    /// accepted range are refused before any work is done.
+    /// Derives the key-encryption key and unwraps the master key.
     func unwrapMaster(passphrase: SecureBytes) throws -> SecureBytes {
+        try openMaster(kek: try keyEncryptionKey(passphrase: passphrase))
+    }
+
+    /// Argon2id of the passphrase with the header's salt and parameters. Parameters outside
+    /// the accepted range (INTERACTIVE to SENSITIVE) are refused before any work is done.
+    func keyEncryptionKey(passphrase: SecureBytes) throws -> SecureBytes {
         guard parameters.isAtLeastInteractive else {
             throw KeychainError(
                 .decode,
                 "vault header asks for Argon2id parameters below INTERACTIVE (opslimit \(parameters.opsLimit), memlimit \(parameters.memLimit)): refused as a downgrade"
             )
         }
-        guard parameters.isWithinSaneMaximum else {
+        guard parameters.isAtMostSensitive else {
             throw KeychainError(
                 .decode,
-                "vault header asks for Argon2id parameters far above SENSITIVE (opslimit \(parameters.opsLimit), memlimit \(parameters.memLimit)): refused"
+                "vault header asks for Argon2id parameters above SENSITIVE, the most init can choose (opslimit \(parameters.opsLimit), memlimit \(parameters.memLimit)): refused"
             )
         }
-        let kek: SecureBytes
         do {
-            kek = try KeyDerivation.passwordKey(passphrase: passphrase, salt: salt, parameters: parameters)
+            return try KeyDerivation.passwordKey(passphrase: passphrase, salt: salt, parameters: parameters)
         } catch {
-            throw KeychainError(
-                .allocate, "Argon2id key derivation failed (memlimit \(parameters.memLimit) bytes): \(error)")
+            throw KeychainError(.allocate, "Argon2id key derivation failed (memlimit \(parameters.memLimit) bytes)")
         }
+    }
+
+    /// Unwraps the master key with the key-encryption key.
+    func openMaster(kek: SecureBytes) throws -> SecureBytes {
         do {
             return try AEAD.openKey(wrappedMaster, associatedData: masterAssociatedData, key: kek)
         } catch {
@@ -161,6 +181,8 @@ enum Subkey: UInt64 {
     case index = 2
     case manifest = 3
     case policySigning = 4
+    /// The manifest's tag (format 2), used for nothing else.
+    case manifestTag = 5
     static let context = "kcfsvlt1"
 }
 

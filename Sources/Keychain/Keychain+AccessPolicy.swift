@@ -21,14 +21,26 @@ extension Keychain {
         guard let stored = try storeCall({ try store.lookup { try $0.meta("access_policy") } }) else {
             return AccessPolicy()
         }
-        let bad = KeychainError(.decode, "the access policy in the vault does not verify: it was altered")
-        guard stored.count > Signing.signatureBytes else { throw bad }
-        let signature = Array(stored[0..<Signing.signatureBytes]), box = Array(stored[Signing.signatureBytes...])
-        guard Signing.verify(signature, box, publicKey: keys.policyPublicKey),
-            let plain = try? AEAD.open(box, associatedData: policyAD, key: keys.metadata),
-            let policy = AccessPolicy(encoded: plain)
-        else { throw bad }
+        guard let policy = openPolicy(stored, publicKey: keys.policyPublicKey, metadataKey: keys.metadata) else {
+            throw KeychainError(.decode, "the access policy in the vault does not verify: it was altered")
+        }
         return policy
+    }
+
+    /// The stored form of a policy: encrypted under the metadata key, then signed.
+    func sealedPolicy(_ policy: AccessPolicy, metadataKey: SecureBytes, signingKey: SecureBytes) throws -> [UInt8] {
+        let box = try AEAD.seal(policy.encoded, associatedData: policyAD, key: metadataKey)
+        return Signing.sign(box, secretKey: signingKey) + box
+    }
+
+    /// The policy in a stored blob, if its signature verifies and its box opens.
+    func openPolicy(_ stored: [UInt8], publicKey: [UInt8], metadataKey: SecureBytes) -> AccessPolicy? {
+        guard stored.count > Signing.signatureBytes else { return nil }
+        let signature = Array(stored[0..<Signing.signatureBytes]), box = Array(stored[Signing.signatureBytes...])
+        guard Signing.verify(signature, box, publicKey: publicKey),
+            let plain = try? AEAD.open(box, associatedData: policyAD, key: metadataKey)
+        else { return nil }
+        return AccessPolicy(encoded: plain)
     }
 
     /// Replaces the access policy. Needs the passphrase: the policy is signed with a key
@@ -37,22 +49,9 @@ extension Keychain {
         let keys = try currentKeys()
         let master = try refreshedHeader().unwrapMaster(passphrase: passphrase)
         let (_, secretKey) = try Self.policyKeyPair(master: master)
-        let box = try AEAD.seal(policy.encoded, associatedData: policyAD, key: keys.metadata)
-        let blob = Signing.sign(box, secretKey: secretKey) + box
-        try storeCall {
-            try store.write { vault in
-                // The manifest covers the policy too, so an older signed policy replayed into
-                // the file is detected at unlock like a replayed row.
-                guard let stored = try vault.meta("manifest"), var manifest = Manifest(encoded: stored) else {
-                    throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
-                }
-                if let old = try vault.meta("access_policy") {
-                    manifest.toggle(Manifest.policyEntry(old, key: keys.manifest))
-                }
-                manifest.toggle(Manifest.policyEntry(blob, key: keys.manifest))
-                try vault.setMeta("access_policy", blob)
-                try vault.setMeta("manifest", manifest.encoded)
-            }
-        }
+        let blob = try sealedPolicy(policy, metadataKey: keys.metadata, signingKey: secretKey)
+        // The manifest covers the policy too (the transaction's writer records its entry), so
+        // an older signed policy replayed into the file is detected at unlock.
+        try writeTransaction(keys: keys.manifest) { try $0.setMeta("access_policy", blob) }
     }
 }

@@ -24,19 +24,16 @@ extension Keychain {
         let protection = Self.accessibility(of: attributes)
         let classKey = try self.classKey(protection, keys: keys, for: Self.describe(itemClass, attributes))
 
-        return try storeCall {
-            try store.write { vault in
-                let id = try vault.nextItemID()
-                let row = try seal(
-                    id: id, itemClass: itemClass, attributes: attributes, data: data, version: 1,
-                    keys: keys, classKey: classKey)
-                do { try vault.insert(row, id: id) } catch StoreError.duplicate {
-                    throw KeychainError(.duplicateItem, "\(Self.describe(itemClass, attributes)) already exists")
-                }
-                try updateManifest(keys: keys, removing: nil, adding: row, in: vault)
-                return KeychainItem(
-                    id: id, itemClass: itemClass, attributes: attributes, data: nil, dataLength: data.count)
+        return try writeTransaction(keys: keys.manifest) { vault in
+            let id = try vault.nextItemID()
+            let row = try seal(
+                id: id, itemClass: itemClass, attributes: attributes, data: data, version: 1,
+                keys: keys, classKey: classKey)
+            do { try vault.insert(row, id: id) } catch StoreError.duplicate {
+                throw KeychainError(.duplicateItem, "\(Self.describe(itemClass, attributes)) already exists")
             }
+            return KeychainItem(
+                id: id, itemClass: itemClass, attributes: attributes, data: nil, dataLength: data.count)
         }
     }
 

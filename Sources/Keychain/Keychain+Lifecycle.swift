@@ -12,8 +12,8 @@ extension Keychain {
         at path: String, passphrase: SecureBytes, parameters: PasswordHashParameters = .moderate,
         deviceKeyPath: String = KeychainPaths.deviceKey()
     ) throws -> Keychain {
-        guard parameters.isAtLeastInteractive else {
-            throw KeychainError(.param, "Argon2id parameters below INTERACTIVE are not allowed")
+        guard parameters.isAtLeastInteractive && parameters.isAtMostSensitive else {
+            throw KeychainError(.param, "Argon2id parameters must lie between INTERACTIVE and SENSITIVE")
         }
         guard passphrase.count > 0 else { throw KeychainError(.param, "the passphrase is empty") }
         if FileManager.default.fileExists(atPath: path) {
@@ -29,6 +29,7 @@ extension Keychain {
                 parameters: parameters, salt: [], wrappedMaster: [],
                 deviceKeyID: DeviceKey.identifier(of: device))
             try VaultHeader.wrapMaster(master, header: &header, passphrase: passphrase)
+            let manifestKeys = try ManifestKeys(master: master)
             try store.write { vault in
                 try header.write(to: vault)
                 for protection in Accessibility.allCases {
@@ -41,7 +42,8 @@ extension Keychain {
                     }
                     try vault.setClassKey(protection.rawValue, wrapped: wrapped)
                 }
-                try vault.setMeta("manifest", Manifest.empty.encoded)
+                try vault.setMeta(
+                    "manifest", try AuthenticatedState.read(from: vault).encode(Manifest.empty, keys: manifestKeys))
             }
             let keychain = Keychain(path: path, store: store, header: header, deviceKeyPath: deviceKeyPath)
             try keychain.unlock(master: master, header: header)
@@ -64,10 +66,21 @@ extension Keychain {
         return Keychain(path: path, store: store, header: header, deviceKeyPath: deviceKeyPath)
     }
 
-    /// Unlocks with the passphrase: unwraps the class keys and verifies the manifest.
-    public func unlock(passphrase: SecureBytes) throws {
-        let header = try refreshedHeader()
-        try unlock(master: try header.unwrapMaster(passphrase: passphrase), header: header)
+    /// Unlocks with the passphrase: unwraps the class keys, verifies the manifest, and checks
+    /// the commit counter against this device's rollback mark. A format-1 vault is migrated
+    /// first, in one transaction. `acceptRollback`: a vault older than the mark is accepted
+    /// (restored from a backup on purpose) and the mark reset to it.
+    public func unlock(passphrase: SecureBytes, acceptRollback: Bool = false) throws {
+        var header = try refreshedHeader()
+        let kek = try header.keyEncryptionKey(passphrase: passphrase)
+        let master = try header.openMaster(kek: kek)
+        if header.format < VaultHeader.formatVersion {
+            header = try migrate(
+                master: master, kek: kek,
+                metadataKey: try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context)
+            )
+        }
+        try unlock(master: master, header: header, acceptRollback: acceptRollback)
     }
 
     /// Reads the header from the file again (a passphrase change by another process
@@ -78,37 +91,61 @@ extension Keychain {
         return fresh
     }
 
-    /// Unlocks with the master key unwrapped from `header` (the one just read or written).
-    func unlock(master: SecureBytes, header: VaultHeader) throws {
+    /// Unlocks with the master key unwrapped from the header. Everything is checked in one
+    /// snapshot: the class keys first (so a damaged one is named), then the manifest's tag,
+    /// which covers every header field, so an edited `device_key_id` reads as tampering and
+    /// never as "another machine"; nothing is kept unless all of it verifies.
+    func unlock(master: SecureBytes, header _: VaultHeader, acceptRollback: Bool = false) throws {
+        let manifestKeys = try ManifestKeys(master: master)
+        let metadata = try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context)
         let device = try DeviceKey.load(at: deviceKeyPath)
-        let deviceMatches = device.map { DeviceKey.identifier(of: $0) == header.deviceKeyID } ?? false
-        let wrapped = try storeCall { try store.lookup { try $0.classKeys() } }
+        // Before the snapshot is taken (see highestCounterSeen).
+        let seen = highestCounterSeen()
+        var classKeys: [Accessibility: SecureBytes] = [:]
+        var deviceMatches = false
+        let (manifest, authenticated) = try verifyManifest(keys: manifestKeys, metadataKey: metadata) { state in
+            deviceMatches = device.map { DeviceKey.identifier(of: $0) == state.header.deviceKeyID } ?? false
+            classKeys = try Self.openClassKeys(
+                state, master: master, device: deviceMatches ? device : nil)
+        }
+        try refuseRollback(manifest.counter, seen: seen, accepting: acceptRollback)
+        let header = authenticated.header
+        let newKeys = Keys(
+            metadata: metadata,
+            index: try KeyDerivation.subkey(of: master, id: Subkey.index.rawValue, context: Subkey.context),
+            manifest: manifestKeys, classKeys: classKeys, deviceMismatch: !deviceMatches,
+            policyPublicKey: try Self.policyKeyPair(master: master).0)
+        state.withLock {
+            $0.header = header
+            $0.keys = newKeys
+            $0.lockState = .unlocked(since: Date())
+        }
+        noteCounter(manifest.counter)
+    }
+
+    /// Every class key of `state` that can be opened: all of them, less the ThisDeviceOnly ones
+    /// when `device` is nil (another machine, or no device key). A missing or unauthentic one
+    /// is named.
+    static func openClassKeys(_ state: AuthenticatedState, master: SecureBytes, device: SecureBytes?) throws
+        -> [Accessibility: SecureBytes]
+    {
         var classKeys: [Accessibility: SecureBytes] = [:]
         for protection in Accessibility.allCases {
-            if protection.isThisDeviceOnly && !deviceMatches { continue }
-            guard let box = wrapped[protection.rawValue],
+            if protection.isThisDeviceOnly && device == nil { continue }
+            guard let box = state.classKeys[protection.rawValue],
                 let wrapKey = try classWrapKey(master: master, device: device, protection)
             else {
                 throw KeychainError(.decode, "vault is damaged: the \(protection.name) class key is missing")
             }
             do {
                 classKeys[protection] = try AEAD.openKey(
-                    box, associatedData: classKeyAssociatedData(vaultID: header.vaultID, protection), key: wrapKey)
+                    box, associatedData: classKeyAssociatedData(vaultID: state.header.vaultID, protection),
+                    key: wrapKey)
             } catch {
                 throw KeychainError(.decode, "vault is damaged: the \(protection.name) class key does not authenticate")
             }
         }
-        let newKeys = Keys(
-            metadata: try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context),
-            index: try KeyDerivation.subkey(of: master, id: Subkey.index.rawValue, context: Subkey.context),
-            manifest: try KeyDerivation.subkey(of: master, id: Subkey.manifest.rawValue, context: Subkey.context),
-            classKeys: classKeys, deviceMismatch: !deviceMatches,
-            policyPublicKey: try Self.policyKeyPair(master: master).0)
-        try verifyManifest(keys: newKeys)
-        state.withLock {
-            $0.keys = newKeys
-            $0.lockState = .unlocked(since: Date())
-        }
+        return classKeys
     }
 
     /// Locks: drops the class keys of WhenUnlocked-type classes. Attributes and
@@ -127,20 +164,28 @@ extension Keychain {
     public var lockState: LockState { state.withLock { $0.lockState } }
 
     /// Changes the passphrase (and optionally the KDF parameters). Only the master-key wrap
-    /// changes: no item is re-encrypted.
+    /// changes: no item is re-encrypted. One write transaction, so the manifest (whose tag
+    /// covers the header) is re-tagged with it; a format-1 vault is migrated first.
     public func changePassphrase(old: SecureBytes, new: SecureBytes, parameters: PasswordHashParameters? = nil) throws {
-        let current = try refreshedHeader()
-        let master = try current.unwrapMaster(passphrase: old)
-        var newHeader = current
+        var current = try refreshedHeader()
+        let kek = try current.keyEncryptionKey(passphrase: old)
+        let master = try current.openMaster(kek: kek)
         if let parameters {
-            guard parameters.isAtLeastInteractive else {
-                throw KeychainError(.param, "Argon2id parameters below INTERACTIVE are not allowed")
+            guard parameters.isAtLeastInteractive && parameters.isAtMostSensitive else {
+                throw KeychainError(.param, "Argon2id parameters must lie between INTERACTIVE and SENSITIVE")
             }
-            newHeader.parameters = parameters
         }
         guard new.count > 0 else { throw KeychainError(.param, "the new passphrase is empty") }
+        if current.format < VaultHeader.formatVersion {
+            current = try migrate(
+                master: master, kek: kek,
+                metadataKey: try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context)
+            )
+        }
+        var newHeader = current
+        if let parameters { newHeader.parameters = parameters }
         try VaultHeader.wrapMaster(master, header: &newHeader, passphrase: new)
-        try storeCall { try store.write { try newHeader.write(to: $0) } }
+        try writeTransaction(keys: try ManifestKeys(master: master)) { try newHeader.write(to: $0) }
         state.withLock { $0.header = newHeader }
     }
 

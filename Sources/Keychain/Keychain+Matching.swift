@@ -48,16 +48,20 @@ extension Keychain {
             syncValues = [false]
         }
         let caseInsensitive = query.caseInsensitive == true
+        // A query naming one item (by reference or whole primary key) reports that item's
+        // damage as errSecDecode; a scan (a listing) skips damaged rows instead.
+        let namesOneItem =
+            query.persistentReference != nil
+            || (!caseInsensitive
+                && Schema.primaryKey(of: itemClass).allSatisfy({
+                    $0 == Schema.accessGroup || $0 == Schema.synchronizable || query.attributes[$0] != nil
+                }))
 
         func candidates(_ vault: any ItemStoreReader) throws -> [StoredItem] {
             var rows: [StoredItem] = []
             if let id = query.persistentReference {
                 if let row = try vault.item(id: id, withData: withData) { rows = [row] }
-            } else if !caseInsensitive,
-                Schema.primaryKey(of: itemClass).allSatisfy({
-                    $0 == Schema.accessGroup || $0 == Schema.synchronizable || query.attributes[$0] != nil
-                })
-            {
+            } else if namesOneItem {
                 for g in groups {
                     for s in syncValues {
                         var key = query.attributes
@@ -85,7 +89,16 @@ extension Keychain {
 
         var out: [(StoredItem, Attributes)] = []
         for row in rows where row.itemClass == itemClass.rawValue {
-            let attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
+            let attributes: Attributes
+            do {
+                attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
+            } catch  where !namesOneItem {
+                // In a scan, a row that fails its own check is skipped and reported: one
+                // damaged row never fails a whole listing.
+                reportDamaged(
+                    DamagedRow(id: row.id, itemClass: row.itemClass, reason: "its attributes do not authenticate"))
+                continue
+            }
             guard case .string(let g)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: g),
                 groups.contains(g)
             else { continue }

@@ -36,7 +36,15 @@ extension Keychain {
                     data = try openData(
                         row, item: item, keys: keys, caller: caller,
                         ui: query.authenticationUI ?? caller.authenticationUI)
-                } catch SkipItem.skip { continue }
+                } catch SkipItem.skip {
+                    continue
+                } catch let e as KeychainError where e.status == .decode && limit == .max {
+                    // Listing every match: a damaged secret is reported and left out, not
+                    // allowed to fail the others.
+                    reportDamaged(
+                        DamagedRow(id: row.id, itemClass: row.itemClass, reason: "its data does not authenticate"))
+                    continue
+                }
             }
             results.append(
                 KeychainItem(

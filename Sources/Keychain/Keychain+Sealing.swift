@@ -148,15 +148,66 @@ extension Keychain {
     /// class and version give, then decoded. Any failure (authentication or decoding) is
     /// errSecDecode naming only the item id: a damaged or moved box never yields attributes.
     func openAttributes(_ row: StoredItem, itemClass: ItemClass, keys: Keys) throws -> Attributes {
+        try openAttributes(row, itemClass: itemClass, metadataKey: keys.metadata)
+    }
+
+    func openAttributes(_ row: StoredItem, itemClass: ItemClass, metadataKey: SecureBytes) throws -> Attributes {
         do {
             let plain = try AEAD.open(
                 row.sealedAttributes,
-                associatedData: attributesAD(id: row.id, itemClass: itemClass, version: row.version), key: keys.metadata
+                associatedData: attributesAD(id: row.id, itemClass: itemClass, version: row.version), key: metadataKey
             )
             return try AttributeCodec.decode(plain, itemClass: itemClass)
         } catch {
             throw KeychainError(
                 .decode, "item \(row.id) is damaged or was tampered with: its attributes do not authenticate")
+        }
+    }
+
+    /// The row under new keys, for a master-key rotation: the item key unwrapped with the old
+    /// class key and wrapped with the new one, the attributes sealed under the new metadata key
+    /// and the indexes made with the new index key. The ADs are the row's own as before (same
+    /// id, class, version, generation): only the keys change. The data box is kept: its item key
+    /// is what was re-wrapped.
+    func rekeyed(
+        _ row: StoredItem, itemClass: ItemClass, attributes: Attributes, oldClassKey: SecureBytes,
+        newClassKey: SecureBytes, newKeys: Keys
+    ) throws -> StoredItem {
+        let gen = row.dataGeneration
+        let keyAD = dataAD("key", id: row.id, itemClass: itemClass, attributes: attributes, generation: gen)
+        var out = row
+        out.wrappedItemKey = try KeyScratch.shared.withKey { itemKey in
+            try AEAD.openKey(row.wrappedItemKey, associatedData: keyAD, key: oldClassKey, into: itemKey)
+            return try itemKey.withBytes { try AEAD.seal($0, associatedData: keyAD, key: newClassKey) }
+        }
+        var group = ""
+        if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
+        out.primaryIndex = primaryIndex(itemClass, attributes, keys: newKeys)
+        out.secondaryIndex = secondaryIndex(
+            itemClass, group: group, attributes[Schema.groupingAttribute(of: itemClass)] ?? .string(""), keys: newKeys)
+        out.sealedAttributes = try AEAD.seal(
+            AttributeCodec.encode(attributes),
+            associatedData: attributesAD(id: row.id, itemClass: itemClass, version: row.version), key: newKeys.metadata)
+        return out
+    }
+
+    /// A row's own check of its item key and data, for `verify`: both open under `classKey`
+    /// with the AD the row's attributes give. No access check and no user presence: nothing
+    /// is returned, and the plaintext is wiped before this returns.
+    func checkSeal(_ row: StoredItem, itemClass: ItemClass, attributes: Attributes, classKey: SecureBytes) throws {
+        let gen = row.dataGeneration
+        try KeyScratch.shared.withKey { itemKey in
+            try AEAD.openKey(
+                row.wrappedItemKey,
+                associatedData: dataAD(
+                    "key", id: row.id, itemClass: itemClass, attributes: attributes, generation: gen),
+                key: classKey, into: itemKey)
+            var plain = try AEAD.open(
+                row.sealedData,
+                associatedData: dataAD(
+                    "data", id: row.id, itemClass: itemClass, attributes: attributes, generation: gen),
+                key: itemKey)
+            Sodium.wipe(&plain)
         }
     }
 

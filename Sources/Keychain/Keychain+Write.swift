@@ -123,12 +123,11 @@ extension Keychain {
                         "cannot update \(Self.describe(query.itemClass, oldAttributes)): \(Self.describe(query.itemClass, attributes)) already exists"
                     )
                 }
-                try updateManifest(keys: keys, removing: old, adding: row, in: vault)
             }
             return found.count
         }
         if let outer { return try apply(outer) }
-        return try storeCall { try store.write(apply) }
+        return try writeTransaction(keys: keys.manifest, apply)
     }
 
     // MARK: Rename (an update of key attributes that may replace an existing item)
@@ -147,44 +146,39 @@ extension Keychain {
         let call = callContext(callerArgument)
         let caller = call.caller
         let keys = try call.unlockedKeys()
-        try storeCall {
-            try store.write { vault in
-                var one = source
-                one.matchLimit = .all
-                let found = try matches(one, caller: caller, keys: keys, withData: false, in: vault)
-                guard let (row, attributes) = found.first else {
-                    throw KeychainError(.itemNotFound, "\(Self.describe(source)) not found")
-                }
-                guard found.count == 1 else {
-                    throw KeychainError(
-                        .param, "\(Self.describe(source)) names \(found.count) items; a rename moves one")
-                }
-                if let victim, victim != row.id, let doomed = try vault.item(id: victim, withData: true) {
-                    try vault.delete(id: victim)
-                    try updateManifest(keys: keys, removing: doomed, adding: nil, in: vault)
-                }
-                var target = attributes
-                for (k, v) in changes { target[k] = v }
-                let keyOnly = Schema.primaryKey(of: source.itemClass)
-                var targetQuery = Query(source.itemClass, synchronizableAny: true)
-                for k in keyOnly { targetQuery.attributes[k] = target[k] ?? AttributeValue.defaultValue(for: k.type) }
-                targetQuery.matchLimit = .all
-                let existing = try matches(targetQuery, caller: caller, keys: keys, withData: true, in: vault).filter {
-                    $0.0.id != row.id
-                }
-                if !existing.isEmpty {
-                    guard replacing else {
-                        throw KeychainError(.duplicateItem, "\(Self.describe(source.itemClass, target)) already exists")
-                    }
-                    for (victim, _) in existing {
-                        try vault.delete(id: victim.id)
-                        try updateManifest(keys: keys, removing: victim, adding: nil, in: vault)
-                    }
-                }
-                try update(
-                    Query(source.itemClass, synchronizableAny: true, persistentReference: row.id), attributes: changes,
-                    in: call, within: vault)
+        try writeTransaction(keys: keys.manifest) { vault in
+            var one = source
+            one.matchLimit = .all
+            let found = try matches(one, caller: caller, keys: keys, withData: false, in: vault)
+            guard let (row, attributes) = found.first else {
+                throw KeychainError(.itemNotFound, "\(Self.describe(source)) not found")
             }
+            guard found.count == 1 else {
+                throw KeychainError(
+                    .param, "\(Self.describe(source)) names \(found.count) items; a rename moves one")
+            }
+            // The transaction's writer takes each deleted row out of the manifest.
+            if let victim, victim != row.id { try vault.delete(id: victim) }
+            var target = attributes
+            for (k, v) in changes { target[k] = v }
+            let keyOnly = Schema.primaryKey(of: source.itemClass)
+            var targetQuery = Query(source.itemClass, synchronizableAny: true)
+            for k in keyOnly { targetQuery.attributes[k] = target[k] ?? AttributeValue.defaultValue(for: k.type) }
+            targetQuery.matchLimit = .all
+            let existing = try matches(targetQuery, caller: caller, keys: keys, withData: false, in: vault).filter {
+                $0.0.id != row.id
+            }
+            if !existing.isEmpty {
+                guard replacing else {
+                    throw KeychainError(.duplicateItem, "\(Self.describe(source.itemClass, target)) already exists")
+                }
+                for (victim, _) in existing {
+                    try vault.delete(id: victim.id)
+                }
+            }
+            try update(
+                Query(source.itemClass, synchronizableAny: true, persistentReference: row.id), attributes: changes,
+                in: call, within: vault)
         }
     }
 
@@ -208,19 +202,16 @@ extension Keychain {
                 caller: caller, ui: caller.authenticationUI)
             granted = granted.granting(presenceFor: row.id)
         }
-        try storeCall {
-            try store.write { vault in
-                let found = try matches(one, caller: caller, keys: keys, withData: true, in: vault)
-                guard found.count == 1, let (row, attributes) = found.first else {
-                    throw KeychainError(
-                        found.isEmpty ? .itemNotFound : .param, "\(Self.describe(source)) must name exactly one item")
-                }
-                let item = KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil)
-                let data = try openData(row, item: item, keys: keys, caller: granted, ui: caller.authenticationUI)
-                try update(target, attributes: [:], data: data, in: call.with(caller: granted), within: vault)
-                try vault.delete(id: row.id)
-                try updateManifest(keys: keys, removing: row, adding: nil, in: vault)
+        try writeTransaction(keys: keys.manifest) { vault in
+            let found = try matches(one, caller: caller, keys: keys, withData: true, in: vault)
+            guard found.count == 1, let (row, attributes) = found.first else {
+                throw KeychainError(
+                    found.isEmpty ? .itemNotFound : .param, "\(Self.describe(source)) must name exactly one item")
             }
+            let item = KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil)
+            let data = try openData(row, item: item, keys: keys, caller: granted, ui: caller.authenticationUI)
+            try update(target, attributes: [:], data: data, in: call.with(caller: granted), within: vault)
+            try vault.delete(id: row.id)
         }
     }
 
@@ -237,16 +228,13 @@ extension Keychain {
         let keys = try call.unlockedKeys()
         var all = query
         all.matchLimit = .all
-        return try storeCall {
-            try store.write { vault in
-                let found = try matches(all, caller: caller, keys: keys, withData: true, in: vault)
-                guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
-                for (row, _) in found {
-                    try vault.delete(id: row.id)
-                    try updateManifest(keys: keys, removing: row, adding: nil, in: vault)
-                }
-                return found.count
+        return try writeTransaction(keys: keys.manifest) { vault in
+            let found = try matches(all, caller: caller, keys: keys, withData: false, in: vault)
+            guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
+            for (row, _) in found {
+                try vault.delete(id: row.id)
             }
+            return found.count
         }
     }
 }

@@ -27,6 +27,8 @@ public final class Keychain: Sendable {
     /// The rows, behind the narrow protocol a sync backend could also implement.
     let store: any ItemStore
     let deviceKeyPath: String
+    /// This device's highest commit counter seen for this vault.
+    let rollbackMark: RollbackMark
     /// Never changes for the life of a vault; bound into every associated data.
     let vaultID: [UInt8]
 
@@ -36,7 +38,7 @@ public final class Keychain: Sendable {
     struct Keys: Sendable {
         let metadata: SecureBytes
         let index: SecureBytes
-        let manifest: SecureBytes
+        let manifest: ManifestKeys
         var classKeys: [Accessibility: SecureBytes]
         /// ThisDeviceOnly class keys could not be opened because the device key differs.
         let deviceMismatch: Bool
@@ -52,6 +54,11 @@ public final class Keychain: Sendable {
         var keys: Keys?
         var lockState: LockState = .neverUnlocked
         var defaultCaller = Caller.default
+        /// The highest commit counter this object has seen or committed: a vault file replaced
+        /// by an older copy while it is open is refused at the next write.
+        var highestCounterSeen: Int64 = 0
+        /// Told about each row skipped because it fails its own check (see `onDamagedRow`).
+        var damagedRowObserver: (@Sendable (DamagedRow) -> Void)?
     }
 
     let state: Mutex<State>
@@ -68,6 +75,7 @@ public final class Keychain: Sendable {
         self.path = path
         self.store = store
         self.deviceKeyPath = deviceKeyPath
+        self.rollbackMark = RollbackMark(deviceKeyPath: deviceKeyPath, vaultID: header.vaultID)
         self.state = Mutex(State(header: header))
     }
 
@@ -125,7 +133,8 @@ public final class Keychain: Sendable {
         case StoreError.duplicate: return KeychainError(.duplicateItem, "duplicate item")
         case StoreError.sqlite(let code, let message):
             return KeychainError(.io, "vault \(path): SQLite error \(code): \(message)")
-        default: return KeychainError(.io, "vault \(path): \(error)")
+        // Never the raw value: it could carry SQLite's or a library's internals.
+        default: return KeychainError(.io, "vault \(path): internal failure (\(type(of: error)))")
         }
     }
 }

@@ -2,29 +2,51 @@ import Foundation
 import KeychainCrypto
 import KeychainStore
 
-/// The authenticated manifest: a count and the XOR of a keyed hash per row over
-/// (id, version, digest of every stored column). XOR makes it updatable in O(1) per change;
-/// without the manifest key nobody can compute the entry of a row, so rows cannot be
-/// deleted, swapped, altered or replayed without the total changing.
-struct Manifest {
+/// The authenticated manifest (vault format 2). Stored as the meta blob `manifest`:
+///
+///     counter ‖ count ‖ highestID ‖ accumulator ‖ policy ‖ tag        (8+8+8+32+32+32 bytes)
+///
+/// - `accumulator`: the XOR of `entry(row)` over every row, a keyed BLAKE2b of the row's id,
+///   version and every stored column (MSet-XOR-Hash; updatable in O(1) per change);
+/// - `policy`: the keyed entry of the stored access policy (zeros when there is none);
+/// - `counter`: incremented by every write transaction (rollback detection);
+/// - `highestID`: the highest item id ever issued, so ids are never reused even if SQLite's
+///   own sequence is rolled back;
+/// - `tag`: keyed BLAKE2b, under a key used for nothing else, over all of the above, the vault
+///   id and every header field and wrapped class key.
+///
+/// Why it cannot be forged from honest copies: the tag key comes from the master key, so the
+/// only manifests that verify are ones the key holder wrote, each for one state of the table
+/// that really existed; a table assembled from several copies (or with a row deleted,
+/// replayed or duplicated) would have to XOR to such a state's accumulator, which without the
+/// entry key means predicting BLAKE2b outputs. docs/security.md states the argument in full.
+struct Manifest: Equatable {
+    var counter: Int64
     var count: Int64
+    var highestID: Int64
     var accumulator: [UInt8]
+    var policy: [UInt8]
 
-    static let empty = Manifest(count: 0, accumulator: [UInt8](repeating: 0, count: 32))
+    static let zeros = [UInt8](repeating: 0, count: 32)
+    static let empty = Manifest(counter: 0, count: 0, highestID: 0, accumulator: zeros, policy: zeros)
+    static let tagBytes = 32
+    static let encodedBytes = 24 + 32 + 32 + tagBytes
 
-    init(count: Int64, accumulator: [UInt8]) {
-        self.count = count
-        self.accumulator = accumulator
+    /// Everything but the tag.
+    var body: [UInt8] { Framing.int(counter) + Framing.int(count) + Framing.int(highestID) + accumulator + policy }
+
+    /// The manifest and its tag, if `stored` has the right shape (nothing is verified here).
+    static func decode(_ stored: [UInt8]) -> (Manifest, tag: [UInt8])? {
+        guard stored.count == encodedBytes else { return nil }
+        func int(_ at: Int) -> Int64 { stored[at..<(at + 8)].reversed().reduce(Int64(0)) { ($0 << 8) | Int64($1) } }
+        let manifest = Manifest(
+            counter: int(0), count: int(8), highestID: int(16), accumulator: Array(stored[24..<56]),
+            policy: Array(stored[56..<88]))
+        return (manifest, Array(stored[88...]))
     }
 
-    init?(encoded: [UInt8]) {
-        guard encoded.count == 40 else { return nil }
-        count = encoded[0..<8].reversed().reduce(Int64(0)) { ($0 << 8) | Int64($1) }
-        accumulator = Array(encoded[8...])
-    }
-
-    var encoded: [UInt8] { Framing.int(count) + accumulator }
-
+    /// The row's entry: keyed BLAKE2b over the domain, the id, the version and a digest of every
+    /// stored column (the same construction as format 1, so migration keeps every entry).
     static func entry(_ row: StoredItem, key: SecureBytes) -> [UInt8] {
         let digest = KeyedHash.digest([
             Framing.text(row.itemClass), row.primaryIndex, row.secondaryIndex,
@@ -36,57 +58,88 @@ struct Manifest {
             key: key)
     }
 
-    /// The access policy's entry: XORed in without counting as a row.
-    static func policyEntry(_ blob: [UInt8], key: SecureBytes) -> [UInt8] {
-        KeyedHash.hash(Framing.frame([Framing.text("kcfs/manifest-policy/v1"), KeyedHash.digest([blob])]), key: key)
+    /// The access policy's entry.
+    static func policyEntry(_ blob: [UInt8]?, key: SecureBytes) -> [UInt8] {
+        guard let blob else { return zeros }
+        return KeyedHash.hash(
+            Framing.frame([Framing.text("kcfs/manifest-policy/v1"), KeyedHash.digest([blob])]), key: key)
     }
 
-    mutating func toggle(_ entry: [UInt8]) { xor(entry) }
-    mutating func insert(_ entry: [UInt8]) { xor(entry); count += 1 }
-    mutating func remove(_ entry: [UInt8]) { xor(entry); count -= 1 }
+    mutating func insert(_ row: StoredItem, key: SecureBytes) {
+        xor(Manifest.entry(row, key: key))
+        count += 1
+        highestID = max(highestID, row.id)
+    }
+
+    mutating func remove(_ row: StoredItem, key: SecureBytes) {
+        xor(Manifest.entry(row, key: key))
+        count -= 1
+    }
+
     private mutating func xor(_ entry: [UInt8]) {
         for i in 0..<32 { accumulator[i] ^= entry[i] }
     }
 }
 
-extension Keychain {
-    // MARK: Integrity
+/// The two manifest keys, subkeys of the master key: one for row entries, one for the tag.
+struct ManifestKeys: Sendable {
+    let entry: SecureBytes
+    let tag: SecureBytes
 
-    /// Recomputes the manifest over every row and compares it with the stored one.
-    public func verifyIntegrity() throws { try verifyManifest(keys: try currentKeys()) }
+    init(master: SecureBytes) throws {
+        entry = try KeyDerivation.subkey(of: master, id: Subkey.manifest.rawValue, context: Subkey.context)
+        tag = try KeyDerivation.subkey(of: master, id: Subkey.manifestTag.rawValue, context: Subkey.context)
+    }
+}
 
-    func verifyManifest(keys: Keys) throws {
-        try storeCall {
-            try store.read { vault in
-                guard let stored = try vault.meta("manifest"), let expected = Manifest(encoded: stored) else {
-                    throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
-                }
-                var actual = Manifest.empty
-                try vault.forEachItem { actual.insert(Manifest.entry($0, key: keys.manifest)) }
-                if let policy = try vault.meta("access_policy") {
-                    actual.toggle(Manifest.policyEntry(policy, key: keys.manifest))
-                }
-                guard actual.count == expected.count, Sodium.constantTimeEqual(actual.accumulator, expected.accumulator)
-                else {
-                    throw KeychainError(
-                        .decode,
-                        "vault integrity check failed: the item table does not match its authenticated manifest (\(actual.count) rows found, \(expected.count) expected): rows were deleted, altered, swapped or replayed"
-                    )
-                }
-            }
-        }
+/// What the tag covers besides the manifest: the vault id and the store's other authenticated
+/// state, read in the same transaction as the manifest.
+struct AuthenticatedState {
+    let header: VaultHeader
+    let classKeys: [String: [UInt8]]
+
+    static func read(from vault: any ItemStoreReader) throws -> AuthenticatedState {
+        AuthenticatedState(header: try VaultHeader.read(from: vault), classKeys: try vault.classKeys())
     }
 
-    /// Adjusts the stored manifest for one row removed and/or added, inside the write
-    /// transaction that removes or adds it.
-    func updateManifest(keys: Keys, removing old: StoredItem?, adding new: StoredItem?, in vault: any ItemStoreWriter)
-        throws
-    {
-        guard let stored = try vault.meta("manifest"), var manifest = Manifest(encoded: stored) else {
+    /// Unkeyed BLAKE2b of every header field and every wrapped class key (in protection order),
+    /// each length-framed.
+    var digest: [UInt8] {
+        var parts = header.authenticatedFields
+        for protection in classKeys.keys.sorted() {
+            parts += [Framing.text(protection), classKeys[protection]!]
+        }
+        return KeyedHash.digest(parts)
+    }
+
+    func tag(_ manifest: Manifest, keys: ManifestKeys) -> [UInt8] {
+        KeyedHash.hash(
+            Framing.frame([Framing.text("kcfs/manifest-tag/v2"), header.vaultID, manifest.body, digest]),
+            key: keys.tag)
+    }
+
+    func encode(_ manifest: Manifest, keys: ManifestKeys) -> [UInt8] { manifest.body + tag(manifest, keys: keys) }
+
+    /// The stored manifest, if its tag verifies over it and this state.
+    func verified(_ stored: [UInt8]?, keys: ManifestKeys) throws -> Manifest {
+        guard let stored, let (manifest, tag) = Manifest.decode(stored) else {
             throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
         }
-        if let old { manifest.remove(Manifest.entry(old, key: keys.manifest)) }
-        if let new { manifest.insert(Manifest.entry(new, key: keys.manifest)) }
-        try vault.setMeta("manifest", manifest.encoded)
+        guard Sodium.constantTimeEqual(tag, self.tag(manifest, keys: keys)) else {
+            throw KeychainError(
+                .decode,
+                "vault integrity check failed: the manifest's authentication tag does not verify: the manifest, a header field (such as device_key_id) or a class key was altered"
+            )
+        }
+        return manifest
+    }
+}
+
+extension Keychain {
+    /// Checks the manifest again (tag, table, policy) against the file as it is now: what
+    /// unlock checks, without unlocking.
+    public func verifyIntegrity() throws {
+        let keys = try currentKeys()
+        _ = try verifyManifest(keys: keys.manifest, metadataKey: keys.metadata)
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Keychain
 import SystemPackage
+import Synchronization
 
 /// What an audit line says was decided (`op=…`). docs/security.md lists every one; a test
 /// checks the two agree.
@@ -50,29 +51,86 @@ public enum AuditOperation: Sendable, Equatable {
 
 /// The audit log: one line per access decision — time, pid, executable, item id, operation,
 /// allow/deny and why. Never a secret or a secret's length. A file the user owns (0600).
-/// Sendable as it is: its state is a descriptor, and each line is one write(2) on O_APPEND,
-/// which the kernel keeps whole against other writers.
+///
+/// Rotated by size: when the file reaches `maxBytes` (8 MiB) it becomes `PATH.1` (`.1` becomes
+/// `.2`, …) and a new file is started; `keep` (4) rotated files are kept and the oldest beyond
+/// them is removed. No line is lost to a rotation: each line is one write(2) on O_APPEND, and a
+/// writer switches files only under the state lock, so a line lands whole in the old file or the
+/// new one. Several processes may share the file (two mounts, one default path): rotation runs
+/// under `flock` on `PATH.lock` and re-checks the size there, and a writer whose file was rotated
+/// by another process notices (its descriptor no longer names PATH) and reopens before writing.
 public final class AuditLog: Sendable {
     public let path: String
-    private let fd: Int32
+    public let maxBytes: Int
+    public let keep: Int
+    private struct State {
+        var fd: Int32
+    }
+    private let state: Mutex<State>
 
-    public init(path: String) throws {
+    public init(path: String, maxBytes: Int = 8 << 20, keep: Int = 4) throws {
         self.path = path
+        self.maxBytes = maxBytes
+        self.keep = max(1, keep)
         try FileManager.default.createDirectory(
             atPath: KeychainPaths.parent(of: path),
             withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw Errno(rawValue: errno) }
+        state = Mutex(State(fd: try Self.openLog(path)))
     }
 
-    deinit { close(fd) }
+    deinit { state.withLock { close($0.fd) } }
+
+    /// The log's files, oldest first: `PATH.keep` … `PATH.1`, `PATH` (those that exist).
+    public static func files(of path: String, keep: Int = 4) -> [String] {
+        ((1...max(1, keep)).reversed().map { "\(path).\($0)" } + [path]).filter {
+            FileManager.default.fileExists(atPath: $0)
+        }
+    }
 
     public func record(_ caller: Caller, item: Int64?, _ operation: AuditOperation, allowed: Bool, why: String? = nil) {
         var line =
             "\(AttributeTextTime.now()) \(caller.processDescription.isEmpty ? "pid ?" : caller.processDescription)"
         line += " item=\(item.map(String.init) ?? "-") op=\(operation.text) \(allowed ? "allow" : "deny")"
         if let why { line += " why=\(why)" }
-        line += "\n"
-        _ = line.withCString { write(fd, $0, strlen($0)) }
+        append(line + "\n")
+    }
+
+    /// Appends one whole line, rotating first if the file is full.
+    func append(_ line: String) {
+        state.withLock { state in
+            var st = stat(), current = stat()
+            let rotatedElsewhere =
+                fstat(state.fd, &st) != 0 || stat(path, &current) != 0 || st.st_ino != current.st_ino
+                || st.st_dev != current.st_dev
+            if rotatedElsewhere || Int(st.st_size) + line.utf8.count > maxBytes {
+                if !rotatedElsewhere { rotate() }
+                if let fd = try? Self.openLog(path) {
+                    close(state.fd)
+                    state.fd = fd
+                }
+            }
+            _ = line.withCString { write(state.fd, $0, strlen($0)) }
+        }
+    }
+
+    /// Shifts the files by one under the cross-process lock, unless another process did already
+    /// (the file at PATH is no longer full).
+    private func rotate() {
+        let lock = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if lock >= 0 { flock(lock, LOCK_EX) }
+        defer { if lock >= 0 { close(lock) } }
+        var st = stat()
+        guard stat(path, &st) == 0, Int(st.st_size) > 0,
+            Int(st.st_size) >= maxBytes / 2
+        else { return }
+        unlink("\(path).\(keep)")
+        for n in stride(from: keep - 1, through: 1, by: -1) { rename("\(path).\(n)", "\(path).\(n + 1)") }
+        rename(path, path + ".1")
+    }
+
+    private static func openLog(_ path: String) throws -> Int32 {
+        let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw Errno(rawValue: errno) }
+        return fd
     }
 }

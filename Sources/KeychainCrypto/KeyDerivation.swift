@@ -23,10 +23,11 @@ public struct PasswordHashParameters: Equatable, Sendable {
         opsLimit >= Self.interactive.opsLimit && memLimit >= Self.interactive.memLimit
     }
 
-    /// Parameters far above SENSITIVE are refused too: a tampered header must not be able
-    /// to make unlock allocate unbounded memory or spin for hours.
-    public var isWithinSaneMaximum: Bool {
-        opsLimit <= Self.sensitive.opsLimit * 4 && memLimit <= Self.sensitive.memLimit * 4
+    /// Parameters above SENSITIVE, the most `init --kdf` and `passwd --kdf` can choose, are
+    /// refused too: a header edited to ask for more must not make an unlock spend minutes and
+    /// gigabytes before it fails (SENSITIVE: opslimit 4, memlimit 1 GiB, ≈3–4 s here).
+    public var isAtMostSensitive: Bool {
+        opsLimit <= Self.sensitive.opsLimit && memLimit <= Self.sensitive.memLimit
     }
 
     public static let saltBytes = Int(crypto_pwhash_SALTBYTES)

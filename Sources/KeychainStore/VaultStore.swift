@@ -200,6 +200,25 @@ public final class VaultStore: ItemStore {
         try lookup { try $0.item(id: id, withData: withData) }
     }
 
+    /// Writes a consistent copy of the whole database into `path` (a new, empty file the
+    /// caller created with the mode it wants) with `VACUUM INTO`: one read transaction, so
+    /// commits still in the WAL are included and writers in other processes go on.
+    public func copy(into path: String) throws {
+        try state.withLock { _ in try connection.run("VACUUM INTO ?", [.text(path)]) }
+    }
+
+    /// `PRAGMA integrity_check`: nil when SQLite finds the file sound, else its first complaint.
+    public func integrityComplaint() throws -> String? {
+        var complaint: String?
+        try state.withLock { _ in
+            try connection.run("PRAGMA integrity_check(1)") { row in
+                let text = row.text(0)
+                if text != "ok" { complaint = text }
+            }
+        }
+        return complaint
+    }
+
     /// Moves WAL contents into the main file (used before copying a vault, and by tests).
     public func checkpoint() throws {
         try state.withLock { _ in try connection.run("PRAGMA wal_checkpoint(TRUNCATE)") }

@@ -306,3 +306,10 @@ final class ErrorBox: Sendable {
     func add(_ e: any Error, _ context: String) { errors.withLock { $0.append("\(context): \(e)") } }
     var all: [String] { errors.withLock { $0 } }
 }
+
+/// Damaged rows a keychain reported (see `Keychain.onDamagedRow`), from any thread.
+final class DamageLog: Sendable {
+    private let rows = Mutex<[DamagedRow]>([])
+    func add(_ row: DamagedRow) { rows.withLock { $0.append(row) } }
+    var all: [DamagedRow] { rows.withLock { $0 } }
+}

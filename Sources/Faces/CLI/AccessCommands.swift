@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainAccess
 
 struct AccessGroup: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -102,9 +103,13 @@ struct AuditLogCommand: ParsableCommand {
 
     func run() throws {
         let path = file ?? (KeychainPaths.stateDirectory() + "/audit.log")
-        guard let data = FileManager.default.contents(atPath: path) else {
+        // The rotated files first (oldest first), then the current one.
+        let files = AuditLog.files(of: path)
+        guard !files.isEmpty else {
             throw CLIError.failure("no audit log at \(path) (nothing has been mounted yet)")
         }
+        var data = Data()
+        for file in files { data += FileManager.default.contents(atPath: file) ?? Data() }
         var all = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true)
         if let lines { all = Array(all.suffix(max(0, lines))) }
         for line in all { Output.line(String(line)) }

@@ -168,7 +168,9 @@ struct Mount: ParsableCommand {
 
             let keychain = try Keychain.open(at: vaultPath)
             if !parsed.fuse.startLocked {
-                try keychain.unlock(passphrase: passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): "))
+                try keychain.unlock(
+                    passphrase: passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): "),
+                    acceptRollback: vault.acceptRollback)
             }
             var fuseOptions = parsed.fuse
             fuseOptions.fsname = vaultPath
@@ -231,7 +233,7 @@ struct Mount: ParsableCommand {
         } else {
             passphrase = try passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): ")
             // Fail early on a wrong passphrase, with the same message the CLI gives.
-            try keychain.unlock(passphrase: passphrase)
+            try keychain.unlock(passphrase: passphrase, acceptRollback: vault.acceptRollback)
         }
         let logPath = parsed.log ?? (KeychainPaths.stateDirectory() + "/daemon.log")
         try makeDirectories(KeychainPaths.parent(of: logPath), mode: 0o700)

@@ -22,6 +22,13 @@ struct VaultOptions: ParsableArguments {
         help: ArgumentHelp("Read the passphrase from this open file descriptor until EOF.", valueName: "fd"))
     var passphraseFd: Int32?
 
+    @Flag(
+        name: .long,
+        help:
+            "Open a vault older than the newest this device has seen (restored from a backup on purpose); resets the device's mark."
+    )
+    var acceptRollback = false
+
     var path: String { vault ?? KeychainPaths.defaultVault() }
     var passphrase: PassphraseSource { PassphraseSource(file: passphraseFile, fd: passphraseFd) }
 
@@ -35,7 +42,9 @@ struct VaultOptions: ParsableArguments {
     /// group of the policy (with `default` first, where its new items go).
     func openUnlocked() throws -> Keychain {
         let keychain = try Keychain.open(at: path)
-        try keychain.unlock(passphrase: passphrase.read(prompt: "passphrase for \(path): "))
+        try keychain.unlock(
+            passphrase: passphrase.read(prompt: "passphrase for \(path): "), acceptRollback: acceptRollback)
+        keychain.onDamagedRow { Output.errorLine("keychainfs: warning: skipped a damaged row: \($0)") }
         let groups = try keychain.accessPolicy().groups.map(\.name).filter { $0 != Caller.defaultAccessGroup }
         keychain.defaultCaller = Caller(
             accessGroups: [Caller.defaultAccessGroup] + groups, authenticationUI: .fail,

@@ -29,7 +29,7 @@ struct Init: ParsableCommand {
 
 struct Passwd: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Change the vault's passphrase (re-wraps the master key only).")
+        abstract: "Change the vault's passphrase (re-wraps the master key; --rotate replaces it).")
     @OptionGroup var vault: VaultOptions
     @Option(name: .long, help: ArgumentHelp("Read the new passphrase from this file.", valueName: "path"))
     var newPassphraseFile: String?
@@ -37,13 +37,24 @@ struct Passwd: ParsableCommand {
     var newPassphraseFd: Int32?
     @Option(name: .long, help: ArgumentHelp("New Argon2id cost (default: keep the current one).", valueName: "profile"))
     var kdf: KDFProfile?
+    @Flag(
+        name: .long,
+        help:
+            "Also rotate the master key: new class keys, every item key and attribute re-encrypted, in one transaction."
+    )
+    var rotate = false
 
     func run() throws {
         let keychain = try Keychain.open(at: vault.path)
         let old = try vault.passphrase.read(prompt: "current passphrase for \(vault.path): ")
         let new = try PassphraseSource(file: newPassphraseFile, fd: newPassphraseFd).readNew(what: "new passphrase")
-        try keychain.changePassphrase(old: old, new: new, parameters: kdf?.parameters)
-        Output.errorLine("keychainfs: passphrase changed for \(vault.path)")
+        if rotate {
+            try keychain.rotateMasterKey(old: old, new: new, parameters: kdf?.parameters)
+            Output.errorLine("keychainfs: master key rotated and passphrase changed for \(vault.path)")
+        } else {
+            try keychain.changePassphrase(old: old, new: new, parameters: kdf?.parameters)
+            Output.errorLine("keychainfs: passphrase changed for \(vault.path)")
+        }
     }
 }
 
@@ -62,12 +73,13 @@ struct DumpKeychain: ParsableCommand {
         var items: [KeychainItem] = []
         for itemClass in ItemClass.allCases where itemClass != .identity {
             do {
-                items += try keychain.copyMatching(
-                    Query(
-                        itemClass, matchLimit: .all, returnData: data ? true : nil,
-                        synchronizableAny: true))
+                items += try keychain.copyMatching(Query(itemClass, matchLimit: .all, synchronizableAny: true))
             } catch KeychainStatus.itemNotFound {}
         }
+        // The data item by item: one that cannot be read here (locked class, another
+        // device's ThisDeviceOnly item, user presence, damage) is named on stderr and dumped
+        // without it, never failing the others.
+        if data { items = items.map { withData($0, keychain) } }
         if json {
             Output.write(Array(ItemPrinter.json(items, includeData: data).utf8))
             return
@@ -76,5 +88,17 @@ struct DumpKeychain: ParsableCommand {
             Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
             if data, let d = item.data { Output.line("data:\n\(ItemPrinter.quoted(d))") }
         }
+    }
+
+    func withData(_ item: KeychainItem, _ keychain: Keychain) -> KeychainItem {
+        do {
+            return try keychain.find(
+                Query(item.itemClass, returnData: true, synchronizableAny: true, persistentReference: item.id))
+        } catch let error as KeychainError {
+            Output.errorLine("keychainfs: warning: \(item.summary): data not dumped: \(error.message)")
+        } catch {
+            Output.errorLine("keychainfs: warning: \(item.summary): data not dumped")
+        }
+        return item
     }
 }

@@ -56,6 +56,7 @@ public final class KeychainFileSystem: Sendable {
         self.uid = uid
         self.gid = gid
         self.access = AccessLayer(keychain: keychain, audit: audit)
+        keychain.onDamagedRow { Log.warning("skipped a damaged row: \($0)") }
     }
 
     func notify(_ what: Invalidation) { invalidate?(what) }

@@ -1,0 +1,229 @@
+import Foundation
+import KeychainCrypto
+import KeychainStore
+
+// The authenticated manifest at work: every write transaction, the unlock-time check, rollback
+// detection against the device's mark, and the one-time migration from format 1.
+
+/// A row that fails its own check (its attributes or data do not authenticate): named by id
+/// and class only, never by anything read from it.
+public struct DamagedRow: Sendable, Equatable, CustomStringConvertible {
+    public let id: Int64
+    public let itemClass: String
+    public let reason: String
+    public var description: String { "item \(id) (\(itemClass)): \(reason)" }
+}
+
+extension Keychain {
+    // MARK: Write transactions
+
+    /// Runs `body` in one write transaction that also commits the next manifest: the stored
+    /// manifest is authenticated first (a manifest altered while the vault is in use is
+    /// refused, never re-signed), the counter must not have gone back, every row change made
+    /// through the writer adjusts the manifest, and the counter goes up by one. After the
+    /// commit the device's rollback mark is raised to the new counter.
+    func writeTransaction<R>(keys: ManifestKeys, _ body: (any ItemStoreWriter) throws -> R) throws -> R {
+        let (result, counter) = try storeCall {
+            try store.write { vault -> (R, Int64) in
+                let before = try AuthenticatedState.read(from: vault)
+                guard before.header.format >= VaultHeader.formatVersion else {
+                    throw KeychainError(
+                        .decode, "vault \(path) is in format \(before.header.format): unlock it once to migrate it")
+                }
+                let manifest = try before.verified(try vault.meta("manifest"), keys: keys)
+                try refuseRollback(manifest.counter, accepting: false)
+                let writer = ManifestedWriter(vault, manifest: manifest, entryKey: keys.entry)
+                let result = try body(writer)
+                var next = writer.manifest
+                next.counter = manifest.counter + 1
+                let after = writer.authenticatedStateChanged ? try AuthenticatedState.read(from: vault) : before
+                try vault.setMeta("manifest", after.encode(next, keys: keys))
+                return (result, next.counter)
+            }
+        }
+        noteCounter(counter)
+        return result
+    }
+
+    // MARK: Unlock-time check
+
+    /// Authenticates the manifest and checks the item table and access policy against it, in
+    /// one snapshot. Returns the manifest and the authenticated header and class keys. A
+    /// mismatch says what does not match and names the rows that fail their own check.
+    /// `first` sees the header and class keys of the same snapshot before the tag is checked
+    /// (unlock opens the class keys there, so a damaged one is named as such).
+    func verifyManifest(
+        keys: ManifestKeys, metadataKey: SecureBytes, first: (AuthenticatedState) throws -> Void = { _ in }
+    ) throws -> (Manifest, AuthenticatedState) {
+        try storeCall {
+            try store.read { vault in
+                let state = try AuthenticatedState.read(from: vault)
+                try first(state)
+                let expected = try state.verified(try vault.meta("manifest"), keys: keys)
+                let found = try Manifest.tally(vault, key: keys.entry)
+                if let problem = Manifest.mismatch(found: found, expected: expected) {
+                    let damaged = try damagedRows(in: vault, metadataKey: metadataKey)
+                    throw KeychainError(
+                        .decode, "vault integrity check failed: \(problem); \(Self.describe(damaged))")
+                }
+                return (expected, state)
+            }
+        }
+    }
+
+    /// Rows whose attribute box does not open under the metadata key with their own id,
+    /// class and version: moved, altered or made-up rows. (A whole older row replayed opens;
+    /// only the manifest catches it.)
+    func damagedRows(in vault: any ItemStoreReader, metadataKey: SecureBytes) throws -> [DamagedRow] {
+        var damaged: [DamagedRow] = []
+        try vault.forEachItem { row in
+            guard let itemClass = ItemClass(rawValue: row.itemClass) else {
+                damaged.append(DamagedRow(id: row.id, itemClass: row.itemClass, reason: "unknown item class"))
+                return
+            }
+            if (try? openAttributes(row, itemClass: itemClass, metadataKey: metadataKey)) == nil {
+                damaged.append(
+                    DamagedRow(id: row.id, itemClass: row.itemClass, reason: "its attributes do not authenticate"))
+            }
+        }
+        return damaged
+    }
+
+    static func describe(_ damaged: [DamagedRow]) -> String {
+        guard !damaged.isEmpty else {
+            return "every row passes its own check, so whole rows were deleted, added or replayed from an older copy"
+        }
+        let named = damaged.prefix(10).map { "\($0.id) (\($0.itemClass))" }.joined(separator: ", ")
+        let more = damaged.count > 10 ? " and \(damaged.count - 10) more" : ""
+        return "rows that fail their own check: \(named)\(more)"
+    }
+
+    // MARK: Damaged rows met while serving
+
+    /// `observer` is told (on the calling thread) about each row a query or listing skips
+    /// because it fails its own check; faces log it. Replaces any earlier observer.
+    public func onDamagedRow(_ observer: @escaping @Sendable (DamagedRow) -> Void) {
+        state.withLock { $0.damagedRowObserver = observer }
+    }
+
+    func reportDamaged(_ row: DamagedRow) {
+        let observer = state.withLock { $0.damagedRowObserver }
+        observer?(row)
+    }
+
+    // MARK: Rollback
+
+    /// The highest counter this process or this device has seen. Read it *before* the
+    /// transaction that reads the counter it is compared with: a mark is raised only after its
+    /// commit is durable, so any snapshot begun later holds a counter at least as high, unless
+    /// the file went back. (Read after a read snapshot began, a mark raised by another process's
+    /// newer commit would look like a rollback.) Inside a write transaction either order is
+    /// safe: it sees the latest commit, and nobody else commits meanwhile.
+    func highestCounterSeen() -> Int64 {
+        max(state.withLock { $0.highestCounterSeen }, rollbackMark.read() ?? 0)
+    }
+
+    /// Refuses a counter below `seen` (by default: what `highestCounterSeen` says now),
+    /// unless `accepting` (then the device's mark is reset to it).
+    func refuseRollback(_ counter: Int64, seen given: Int64? = nil, accepting: Bool) throws {
+        let seen = given ?? highestCounterSeen()
+        guard counter < seen else { return }
+        guard accepting else {
+            throw KeychainError(
+                .decode,
+                "vault \(path) was rolled back: its commit counter is \(counter) but this device has seen \(seen). If you restored it from a backup on purpose, open it once with --accept-rollback"
+            )
+        }
+        try rollbackMark.reset(to: counter)
+        state.withLock { $0.highestCounterSeen = counter }
+    }
+
+    /// Remembers a counter seen or committed, here and in the device's mark.
+    func noteCounter(_ counter: Int64) {
+        state.withLock { $0.highestCounterSeen = max($0.highestCounterSeen, counter) }
+        rollbackMark.raise(to: counter)
+    }
+
+    // MARK: Migration from format 1
+
+    /// Format 1 → 2 in one write transaction: the format-1 manifest is checked as format 1
+    /// checked it (count and accumulator), the master key is re-wrapped under the format-2
+    /// associated data with the same KEK and salt, and the authenticated manifest is written.
+    /// Rows, class keys and the policy are kept byte for byte. Returns the new header (or the
+    /// one another process migrated to first).
+    func migrate(master: SecureBytes, kek: SecureBytes, metadataKey: SecureBytes) throws -> VaultHeader {
+        let keys = try ManifestKeys(master: master)
+        let header = try storeCall {
+            try store.write { vault -> VaultHeader in
+                var header = try VaultHeader.read(from: vault)
+                guard header.format < VaultHeader.formatVersion else { return header }
+                let found = try Manifest.tally(vault, key: keys.entry)
+                guard let stored = try vault.meta("manifest"), let old = Manifest.formatOne(stored),
+                    old.count == found.count, Sodium.constantTimeEqual(old.accumulator, found.formatOneAccumulator)
+                else {
+                    let damaged = try damagedRows(in: vault, metadataKey: metadataKey)
+                    throw KeychainError(
+                        .decode,
+                        "vault integrity check failed: the item table does not match its format-1 manifest, so it is not migrated; \(Self.describe(damaged))"
+                    )
+                }
+                header.format = VaultHeader.formatVersion
+                header.wrappedMaster = try master.withUnsafeBytes {
+                    try AEAD.seal($0, associatedData: header.masterAssociatedData, key: kek)
+                }
+                try header.write(to: vault)
+                var manifest = found
+                manifest.counter = 1
+                manifest.highestID = max(found.highestID, try vault.nextItemID() - 1)
+                try vault.setMeta("manifest", try AuthenticatedState.read(from: vault).encode(manifest, keys: keys))
+                return header
+            }
+        }
+        state.withLock { $0.header = header }
+        return header
+    }
+}
+
+extension Manifest {
+    /// The manifest of what the store holds now (counter 0): count, accumulator and highest
+    /// id over every row, and the policy's entry.
+    static func tally(_ vault: any ItemStoreReader, key: SecureBytes) throws -> Manifest {
+        var found = Manifest.empty
+        try vault.forEachItem { found.insert($0, key: key) }
+        found.policy = policyEntry(try vault.meta("access_policy"), key: key)
+        return found
+    }
+
+    /// What differs between the table found and the authenticated manifest, in words; nil when
+    /// they agree.
+    static func mismatch(found: Manifest, expected: Manifest) -> String? {
+        if !Sodium.constantTimeEqual(found.policy, expected.policy) {
+            return
+                "the access policy is not the one the manifest authenticates: an older policy was replayed, or the policy was altered or removed"
+        }
+        if found.highestID > expected.highestID {
+            return
+                "the item table does not match its authenticated manifest: row \(found.highestID) has an id that was never issued (a row was copied or inserted under a new id)"
+        }
+        if found.count == expected.count && Sodium.constantTimeEqual(found.accumulator, expected.accumulator) {
+            return nil
+        }
+        let what =
+            found.count < expected.count
+            ? "rows were deleted"
+            : found.count > expected.count
+                ? "rows were added" : "rows were altered, swapped, or replayed or recombined from older copies"
+        return
+            "the item table does not match its authenticated manifest (\(found.count) rows found, \(expected.count) expected): \(what)"
+    }
+
+    /// A format-1 manifest: count ‖ accumulator (rows and policy XORed together), unauthenticated.
+    static func formatOne(_ stored: [UInt8]) -> Manifest? {
+        guard stored.count == 40 else { return nil }
+        let count = stored[0..<8].reversed().reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+        return Manifest(counter: 0, count: count, highestID: 0, accumulator: Array(stored[8...]), policy: zeros)
+    }
+
+    /// Format 1 XORed the policy's entry into the accumulator.
+    var formatOneAccumulator: [UInt8] { zip(accumulator, policy).map { $0 ^ $1 } }
+}

@@ -1,0 +1,81 @@
+import Foundation
+import KeychainCrypto
+import KeychainStore
+
+/// The writer a write transaction's body gets: every insert, replace and delete goes through
+/// here and adjusts the working manifest in the same step, so no write path can change a row
+/// without the manifest following it. The manifest itself is written only by
+/// `Keychain.writeTransaction`, once, when the body has returned.
+final class ManifestedWriter: ItemStoreWriter {
+    private let inner: any ItemStoreWriter
+    private let key: SecureBytes
+    private(set) var manifest: Manifest
+    /// A header field or a class key was written: the tag's state must be read again.
+    private(set) var authenticatedStateChanged = false
+
+    init(_ inner: any ItemStoreWriter, manifest: Manifest, entryKey: SecureBytes) {
+        self.inner = inner
+        self.manifest = manifest
+        self.key = entryKey
+    }
+
+    // MARK: Reads, as they are
+
+    func item(id: Int64, withData: Bool) throws -> StoredItem? { try inner.item(id: id, withData: withData) }
+    func item(primaryIndex: [UInt8], withData: Bool) throws -> StoredItem? {
+        try inner.item(primaryIndex: primaryIndex, withData: withData)
+    }
+    func items(secondaryIndex: [UInt8], withData: Bool) throws -> [StoredItem] {
+        try inner.items(secondaryIndex: secondaryIndex, withData: withData)
+    }
+    func exists(secondaryIndex: [UInt8]) throws -> Bool { try inner.exists(secondaryIndex: secondaryIndex) }
+    func items(itemClass: String, withData: Bool) throws -> [StoredItem] {
+        try inner.items(itemClass: itemClass, withData: withData)
+    }
+    func forEachItem(_ body: (StoredItem) throws -> Void) throws { try inner.forEachItem(body) }
+    func itemCount() throws -> Int { try inner.itemCount() }
+    func meta(_ name: String) throws -> [UInt8]? { try inner.meta(name) }
+    func classKeys() throws -> [String: [UInt8]] { try inner.classKeys() }
+
+    // MARK: Writes, with the manifest
+
+    /// Above both SQLite's sequence and the manifest's highest id: a rolled-back
+    /// `sqlite_sequence` can never make an id be issued twice.
+    func nextItemID() throws -> Int64 { max(try inner.nextItemID(), manifest.highestID + 1) }
+
+    func insert(_ item: StoredItem, id: Int64) throws {
+        try inner.insert(item, id: id)
+        var row = item
+        row.id = id
+        manifest.insert(row, key: key)
+    }
+
+    func replace(_ item: StoredItem) throws {
+        guard let old = try inner.item(id: item.id, withData: true) else {
+            throw KeychainError(.decode, "item \(item.id) disappeared from the vault during a write")
+        }
+        try inner.replace(item)
+        manifest.remove(old, key: key)
+        manifest.insert(item, key: key)
+    }
+
+    func delete(id: Int64) throws {
+        guard let old = try inner.item(id: id, withData: true) else { return }
+        try inner.delete(id: id)
+        manifest.remove(old, key: key)
+    }
+
+    func setMeta(_ name: String, _ value: [UInt8]) throws {
+        switch name {
+        case "manifest": preconditionFailure("the manifest is written by writeTransaction only")
+        case "access_policy": manifest.policy = Manifest.policyEntry(value, key: key)
+        default: authenticatedStateChanged = true
+        }
+        try inner.setMeta(name, value)
+    }
+
+    func setClassKey(_ protection: String, wrapped: [UInt8]) throws {
+        authenticatedStateChanged = true
+        try inner.setClassKey(protection, wrapped: wrapped)
+    }
+}
