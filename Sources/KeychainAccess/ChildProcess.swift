@@ -37,7 +37,14 @@ public enum ChildProcess {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        if newSession { posix_spawnattr_setflags(&attributes, kcfs_posix_spawn_setsid) }
+        // The child starts with the default action for the signals a parent may ignore or
+        // handle itself (`keychainfs run` forwards SIGTERM and SIGHUP; Swift ignores SIGPIPE).
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGPIPE] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(
+            &attributes, Int16(POSIX_SPAWN_SETSIGDEF) | (newSession ? kcfs_posix_spawn_setsid : 0))
         let cArgs = arguments.map { strdup($0) } + [nil]
         let cEnv = environment.map { $0.map { strdup($0) } + [nil] }
         defer {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Keychain
 import KeychainAccess
 import KeychainCredentials
@@ -33,10 +34,13 @@ enum ChildRunner {
     static func run(_ path: String, arguments: [String], environment: [String], masking: SecretMasker?) throws
         -> Int32
     {
+        // Forwarding is in place before the child exists: a SIGTERM that arrives while it is
+        // being spawned is passed on as soon as its pid is known, never lost with run.
+        let forwarding = TerminationForwarder()
+        defer { forwarding.stop() }
         guard let masking else {
             let pid = try spawn(path, arguments, environment, [])
-            let forwarding = forwardTermination(to: pid)
-            defer { forwarding.forEach { $0.cancel() } }
+            forwarding.attach(pid)
             return waitFor(pid)
         }
         let out = try pipePair(), err = try pipePair()
@@ -47,10 +51,9 @@ enum ChildRunner {
             [out.read, out.write, err.read, err.write].forEach { close($0) }
             throw error
         }
+        forwarding.attach(pid)
         close(out.write)
         close(err.write)
-        let forwarding = forwardTermination(to: pid)
-        defer { forwarding.forEach { $0.cancel() } }
         var streams = [(out.read, Int32(1), masking), (err.read, Int32(2), masking)]
         var buffer = [UInt8](repeating: 0, count: 65536)
         while !streams.isEmpty {
@@ -76,21 +79,6 @@ enum ChildRunner {
             }
         }
         return waitFor(pid)
-    }
-
-    /// The terminal's ^C and ^\ reach the whole foreground group: the child decides, and run
-    /// stays to pass on its last output and its status. SIGTERM and SIGHUP sent to run alone
-    /// are passed on to the child, so that ending run ends the command.
-    static func forwardTermination(to pid: pid_t) -> [any DispatchSourceSignal] {
-        signal(SIGINT, SIG_IGN)
-        signal(SIGQUIT, SIG_IGN)
-        return [SIGTERM, SIGHUP].map { sig in
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler { _ = kill(pid, sig) }
-            source.resume()
-            return source
-        }
     }
 
     static func spawn(
@@ -174,4 +162,60 @@ enum PrivateFile {
             }
         }
     }
+}
+
+/// The terminal's ^C and ^\ reach the whole foreground group: the child decides, and run stays
+/// to pass on its last output and its status. SIGTERM and SIGHUP sent to run alone are passed
+/// on to the child, so that ending run ends the command; one that comes before the child's pid
+/// is known is passed on when it is (`attach`). The child starts with default actions
+/// (ChildProcess sets them), whatever run ignores.
+final class TerminationForwarder {
+    /// The child's pid once known, and the signals that came before it.
+    private final class Target: Sendable {
+        private struct State {
+            var pid: pid_t?
+            var early: [Int32] = []
+        }
+        private let state = Mutex(State())
+
+        /// The pid to pass `sig` on to, or nil after keeping it for `attach`.
+        func forward(_ sig: Int32) -> pid_t? {
+            state.withLock { s in
+                if s.pid == nil { s.early.append(sig) }
+                return s.pid
+            }
+        }
+
+        func attach(_ pid: pid_t) -> [Int32] {
+            state.withLock { s in
+                s.pid = pid
+                defer { s.early = [] }
+                return s.early
+            }
+        }
+    }
+
+    private let target = Target()
+    private let sources: [any DispatchSourceSignal]
+
+    init() {
+        signal(SIGINT, SIG_IGN)
+        signal(SIGQUIT, SIG_IGN)
+        let target = self.target
+        sources = [SIGTERM, SIGHUP].map { sig in
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler {
+                if let pid = target.forward(sig) { kill(pid, sig) }
+            }
+            source.resume()
+            return source
+        }
+    }
+
+    func attach(_ pid: pid_t) {
+        for sig in target.attach(pid) { kill(pid, sig) }
+    }
+
+    func stop() { sources.forEach { $0.cancel() } }
 }
