@@ -195,19 +195,27 @@ extension Keychain {
     /// with the AD the row's attributes give. No access check and no user presence: nothing
     /// is returned, and the plaintext is wiped before this returns.
     func checkSeal(_ row: StoredItem, itemClass: ItemClass, attributes: Attributes, classKey: SecureBytes) throws {
+        var plain = try openSeal(row, itemClass: itemClass, attributes: attributes, classKey: classKey)
+        Sodium.wipe(&plain)
+    }
+
+    /// The data of a row opened under `classKey`, with no access check (`verify`, `salvage`:
+    /// callers that hold the passphrase).
+    func openSeal(_ row: StoredItem, itemClass: ItemClass, attributes: Attributes, classKey: SecureBytes) throws
+        -> [UInt8]
+    {
         let gen = row.dataGeneration
-        try KeyScratch.shared.withKey { itemKey in
+        return try KeyScratch.shared.withKey { itemKey in
             try AEAD.openKey(
                 row.wrappedItemKey,
                 associatedData: dataAD(
                     "key", id: row.id, itemClass: itemClass, attributes: attributes, generation: gen),
                 key: classKey, into: itemKey)
-            var plain = try AEAD.open(
+            return try AEAD.open(
                 row.sealedData,
                 associatedData: dataAD(
                     "data", id: row.id, itemClass: itemClass, attributes: attributes, generation: gen),
                 key: itemKey)
-            Sodium.wipe(&plain)
         }
     }
 

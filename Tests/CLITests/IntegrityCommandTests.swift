@@ -140,4 +140,29 @@ struct IntegrityCommandTests {
         }
         #expect(!r.stdoutString.hasSuffix("ok\n"))
     }
+
+    @Test("salvage: a vault that no longer unlocks gives up every intact item to a new vault")
+    func salvage() throws {
+        _ = try requireBinary()
+        let box = try Sandbox()
+        try box.initVault()
+        expectSuccess(try box.addGeneric(service: "svc", account: "a", secret: Array("a-secret".utf8)))
+        expectSuccess(try box.addGeneric(service: "svc", account: "b", secret: Array("b-secret".utf8)))
+        try box.tamper("UPDATE items SET data = data || x'00' WHERE id = 2")
+        expectError(try box.run(["dump-keychain"] + box.unlock), 1, mentions: ["manifest"])
+        let destination = box.root + "/salvaged.vault"
+        let r = try box.run(["salvage", destination] + box.unlock)
+        expectSuccess(r)
+        #expect(r.stdoutString.hasPrefix("salvaged 1 items into \(destination)\n"))
+        #expect(r.stdoutString.contains("left behind: item 2 (genp): its data does not authenticate"))
+        #expect(fileMode(destination) == 0o600)
+        let found = try box.run(
+            [
+                "find-generic-password", "-s", "svc", "-a", "a", "-w", "--vault", destination, "--passphrase-file",
+                box.passphraseFile,
+            ])
+        #expect(found.stdoutString == "a-secret\n")
+        let again = try box.run(["salvage", destination] + box.unlock)
+        expectError(again, 1, mentions: ["refusing to overwrite"])
+    }
 }

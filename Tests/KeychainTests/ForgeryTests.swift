@@ -168,3 +168,36 @@ struct ForgeryTests {
         }
     }
 }
+
+@Suite("Salvage")
+struct SalvageTests {
+    @Test("a vault that no longer unlocks: salvage copies every intact item (and the policy), names what it leaves")
+    func salvagesIntactItems() throws {
+        try withVault { v throws in
+            let kc = v.keychain
+            var policy = AccessPolicy()
+            policy.add(group: "team", executable: "/usr/bin/dd")
+            try kc.setAccessPolicy(policy, passphrase: try secure(testPassphrase))
+            try kc.add(.genericPassword, genp("svc", "a", [Schema.label: .string("kept label")]), data: bytes("a"))
+            let b = try kc.add(.genericPassword, genp("svc", "b"), data: bytes("b"))
+            try kc.add(.internetPassword, [Schema.server: .string("example.com")], data: bytes("c"))
+            try v.raw().flipByte("data", id: b.id) { $0 / 2 }
+            try v.raw().query("DELETE FROM items WHERE id = 3")
+            expectError(.decode, containing: ["manifest"]) { try v.openUnlocked() }
+
+            let destination = v.dir + "/salvaged.vault"
+            let report = try Keychain.salvage(
+                from: v.path, to: destination, passphrase: try secure(testPassphrase), deviceKeyPath: v.deviceKeyPath)
+            #expect(report.salvaged == 1)
+            #expect(report.policyCopied)
+            #expect(report.skipped.map(\.id) == [b.id])
+            #expect(report.skipped.first?.reason == "its data does not authenticate")
+            let salvaged = try Keychain.open(at: destination, deviceKeyPath: v.deviceKeyPath).unlocked(testPassphrase)
+            #expect(try secret(salvaged, "svc", "a") == bytes("a"))
+            let item = try salvaged.find(Query(.genericPassword, genp("svc", "a")))
+            #expect(item.string(Schema.label) == "kept label")
+            #expect(try salvaged.accessPolicy().groups.map(\.name) == ["team"])
+            #expect(try salvaged.verify(passphrase: try secure(testPassphrase)).isClean)
+        }
+    }
+}

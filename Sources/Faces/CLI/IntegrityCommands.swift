@@ -78,3 +78,25 @@ struct Verify: ParsableCommand {
         return lines
     }
 }
+
+struct Salvage: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Copy every item that passes its own check into a new vault (when the vault no longer unlocks).",
+        discussion: """
+            The way out of a vault whose manifest no longer verifies. The new vault has the same passphrase \
+            and KDF cost; items keep their attributes and data; damaged items and items whose data this \
+            machine cannot open are listed and left behind. A whole older version of an item replayed into \
+            the file passes its own check and is copied as it is: prefer a backup when there is one.
+            """)
+    @OptionGroup var vault: VaultOptions
+    @Argument(help: ArgumentHelp("The new vault to create (never overwritten).", valueName: "dest"))
+    var destination: String
+
+    func run() throws {
+        let passphrase = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
+        let report = try Keychain.salvage(from: vault.path, to: destination, passphrase: passphrase)
+        let policy = report.policyCopied ? " and the access policy" : ""
+        Output.line("salvaged \(report.salvaged) items\(policy) into \(destination)")
+        for row in report.skipped { Output.line("left behind: \(row)") }
+    }
+}

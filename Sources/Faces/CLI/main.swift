@@ -17,7 +17,7 @@ struct KeychainfsCommand: ParsableCommand {
             DumpKeychain.self,
             AddCertificates.self, FindCertificate.self, FindIdentity.self, Import.self, Export.self,
             Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
-            AccessGroup.self, AuditLogCommand.self, Backup.self, Verify.self,
+            AccessGroup.self, AuditLogCommand.self, Backup.self, Verify.self, Salvage.self,
             Run.self, Inject.self,
         ])
 }

@@ -117,7 +117,8 @@ public final class ControlServer: Sendable {
             Log.info("unlock by pid \(cred.pid) failed: \(e.status.name)")
             reply(client, "error \(e.status.rawValue) \(e.message)")
         } catch {
-            reply(client, "error \(KeychainStatus.io.rawValue) \(error)")
+            // The type only: a raw error value could carry a library's internals.
+            reply(client, "error \(KeychainStatus.io.rawValue) internal failure (\(type(of: error)))")
         }
     }
 
