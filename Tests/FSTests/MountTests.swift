@@ -72,6 +72,9 @@ struct MountTests {
             // The mountpoint was just looked at (a shell prompt, ls): its attributes are in the
             // kernel's cache for the attribute timeout (1 s).
             _ = try box.sh("cat \(q(box.mnt + "/genp/svc/a")) && stat \(q(box.mnt)) >/dev/null")
+            let socket = try box.sh("getfattr --only-values -n user.keychainfs.control \(q(box.mnt))").stdout
+            #expect(
+                socket.hasPrefix("/") && FileManager.default.fileExists(atPath: socket), "control socket: \(socket)")
             try box.signalDaemon(SIGKILL)
             let dead = try box.sh("ls \(q(box.mnt + "/genp"))")
             #expect(dead.status != 0 && dead.stderr.contains("Transport endpoint is not connected"), "\(dead.summary)")
@@ -81,6 +84,11 @@ struct MountTests {
             #expect(box.isMounted)
             let r = try box.sh("cat \(q(box.mnt + "/genp/svc/a"))", timeout: 5)
             #expect(r.status == 0 && r.stdout == "survivor", "\(r.summary)")
+            // The dead daemon's control socket went with the next mount's start.
+            #expect(
+                !FileManager.default.fileExists(atPath: socket), "the dead daemon's socket \(socket) is still there")
+            let status = try box.cli(["status", box.mnt])
+            #expect(status.status == 0, "status through the new daemon's socket: \(status.summary)")
         }
     }
 

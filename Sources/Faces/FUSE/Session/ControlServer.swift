@@ -33,6 +33,7 @@ public final class ControlServer: Sendable {
             throw Errno.notPermitted
         }
         unlink(path)
+        Self.removeStaleSockets(in: dir)
         var address = try Self.address(path)
         let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard listener >= 0 else { throw Errno(rawValue: errno) }
@@ -135,6 +136,27 @@ public final class ControlServer: Sendable {
     }
 
     /// A Unix socket address for `path` (ENAMETOOLONG past sun_path's 108 bytes).
+    /// The control sockets of daemons that died without cleaning up (kill -9, a crash): a
+    /// `ctl-<pid>.sock` nobody listens on any more (connect is refused) is removed. One that
+    /// answers belongs to a live daemon and stays.
+    static func removeStaleSockets(in dir: String) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: dir) else { return }
+        for name in names where name.hasPrefix("ctl-") && name.hasSuffix(".sock") {
+            let path = dir + "/" + name
+            guard var address = try? address(path) else { continue }
+            let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { return }
+            let rc = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+                }
+            }
+            let refused = rc != 0 && errno == ECONNREFUSED
+            close(fd)
+            if refused { unlink(path) }
+        }
+    }
+
     static func address(_ path: String) throws -> sockaddr_un {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
