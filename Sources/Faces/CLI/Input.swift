@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import KeychainCrypto
 import CPlatform
 import SystemPackage
@@ -45,27 +46,9 @@ enum SecretInput {
 
     /// Prompts on the controlling terminal with echo off. Nil when there is no terminal.
     static func prompt(_ text: String) throws -> [UInt8]? {
-        let fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var old = termios()
-        guard tcgetattr(fd, &old) == 0 else { return nil }
-        var quiet = old
-        quiet.c_lflag &= ~tcflag_t(ECHO)
-        tcsetattr(fd, TCSAFLUSH, &quiet)
-        defer {
-            tcsetattr(fd, TCSAFLUSH, &old)
-            _ = write(fd, "\n", 1)
-        }
-        _ = text.withCString { write(fd, $0, strlen($0)) }
-        var line = [UInt8]()
-        var byte: UInt8 = 0
-        while read(fd, &byte, 1) == 1 {
-            if byte == UInt8(ascii: "\n") || byte == UInt8(ascii: "\r") { break }
-            line.append(byte)
-            if line.count > Keychain.maxDataSize { throw KeychainError(.dataTooLarge, "input is too long") }
-        }
-        return line
+        guard let typed = Terminal.promptWithoutEcho(text, limit: Keychain.maxDataSize) else { return nil }
+        if typed.tooLong { throw KeychainError(.dataTooLarge, "input is too long") }
+        return typed.line
     }
 
     /// Strips one trailing newline (files and pipes usually end with one).

@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 
 /// Unbuffered writes to stdout/stderr (Swift 6 forbids the C `stdout` global, and `print`
 /// is fully buffered on a pipe, which loses output on exit paths).
@@ -9,15 +10,7 @@ enum Output {
     static func line(_ s: String) { write(Array((s + "\n").utf8)) }
     static func errorLine(_ s: String) { writeError(Array((s + "\n").utf8)) }
 
-    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return }
-            offset += n
-        }
-    }
+    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) { Terminal.writeAll(fd, bytes) }
 }
 
 /// Prints items in the manner of macOS `security find-generic-password`, and as JSON.

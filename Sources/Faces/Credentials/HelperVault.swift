@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import KeychainCrypto
 
 /// Why a credential helper could not answer from the vault (no passphrase, wrong passphrase,
@@ -144,27 +145,11 @@ public enum HelperVault {
         }
     }
 
-    /// A no-echo line from /dev/tty; nil when there is no controlling terminal.
+    /// A no-echo line from /dev/tty; nil when there is no controlling terminal or the line is
+    /// longer than a passphrase may be.
     static func promptOnTerminal(_ text: String) -> [UInt8]? {
-        let fd = Glibc.open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var old = termios()
-        guard tcgetattr(fd, &old) == 0 else { return nil }
-        var quiet = old
-        quiet.c_lflag &= ~tcflag_t(ECHO)
-        tcsetattr(fd, TCSAFLUSH, &quiet)
-        defer {
-            tcsetattr(fd, TCSAFLUSH, &old)
-            _ = write(fd, "\n", 1)
-        }
-        _ = text.withCString { write(fd, $0, strlen($0)) }
-        var line = [UInt8]()
-        var byte: UInt8 = 0
-        while read(fd, &byte, 1) == 1, byte != UInt8(ascii: "\n"), byte != UInt8(ascii: "\r"), line.count < 4096 {
-            line.append(byte)
-        }
-        return line
+        guard let typed = Terminal.promptWithoutEcho(text, limit: 4096), !typed.tooLong else { return nil }
+        return typed.line
     }
 }
 
@@ -182,15 +167,7 @@ public enum Watchdog {
 
 /// Unbuffered writes (a helper may `_exit` from the watchdog: nothing may sit in a buffer).
 public enum HelperIO {
-    public static func write(_ fd: Int32, _ bytes: [UInt8]) {
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return }
-            offset += n
-        }
-    }
+    public static func write(_ fd: Int32, _ bytes: [UInt8]) { Terminal.writeAll(fd, bytes) }
 
     public static func errorLine(_ s: String) {
         let oneLine = s.split(whereSeparator: \.isNewline).joined(separator: " ")
