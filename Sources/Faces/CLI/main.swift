@@ -8,7 +8,11 @@ struct KeychainfsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "keychainfs",
         abstract: "An encrypted keychain with Apple's Keychain Services semantics, mountable as a directory.",
-        discussion: "Exit codes: 0 ok, 44 item not found, 45 duplicate item, 2 usage, 1 any other failure.",
+        discussion: """
+            Exit codes, as macOS `security`: 0 ok; a keychain status exits with its OSStatus's low byte \
+            (44 item not found, 45 duplicate item, 51 wrong passphrase, 36 interaction not allowed; \
+            the full table is in docs/errors.md); 2 usage; 1 any other failure.
+            """,
         version: "keychainfs \(keychainfsVersion)",
         subcommands: [
             Init.self, Passwd.self,
