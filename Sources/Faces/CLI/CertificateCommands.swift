@@ -72,7 +72,7 @@ struct FindCertificate: ParsableCommand {
         help: ArgumentHelp("Match certificates whose label contains this string.", valueName: "name")) var name: String?
     @Flag(name: .customShort("a"), help: "All matches, not only the first.") var all = false
     @Flag(name: .customShort("p"), help: "Print as PEM.") var pem = false
-    @Flag(name: .customShort("Z"), help: "Print the SHA-1 hash of each certificate.") var sha1 = false
+    @Flag(name: .customShort("Z"), help: "Print the SHA-1 hash before each certificate.") var sha1 = false
     @Flag(name: .long, help: "Write the certificate's DER (Apple's stored value) to stdout; with one match only.")
     var der = false
 
@@ -93,9 +93,14 @@ struct FindCertificate: ParsableCommand {
         }
         for item in found {
             let der = item.data ?? []
+            // As `security`: the hash line first, then the certificate's attributes (its label
+            // among them), or with -p its PEM instead of the attributes.
             if sha1 { Output.line("SHA-1 hash: \(AttributeText.hex(CertificateData.fingerprint(der)).uppercased())") }
-            if pem { Output.write(CertificateData.pem(der)) }
-            if !pem && !sha1 { Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8)) }
+            if pem {
+                Output.write(CertificateData.pem(der))
+            } else {
+                Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
+            }
         }
     }
 }

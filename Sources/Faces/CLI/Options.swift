@@ -37,8 +37,10 @@ struct VaultOptions: ParsableArguments {
         let keychain = try Keychain.open(at: path)
         try keychain.unlock(passphrase: passphrase.read(prompt: "passphrase for \(path): "))
         let groups = try keychain.accessPolicy().groups.map(\.name).filter { $0 != Caller.defaultAccessGroup }
+        // No presence verifier: reading an item that needs user presence is
+        // errSecInteractionNotAllowed (exit 36), Apple's answer when no UI can be shown.
         keychain.defaultCaller = Caller(
-            accessGroups: [Caller.defaultAccessGroup] + groups, authenticationUI: .fail,
+            accessGroups: [Caller.defaultAccessGroup] + groups, authenticationUI: .allow,
             processDescription: "keychainfs CLI (pid \(getpid()))")
         return keychain
     }
@@ -70,8 +72,9 @@ struct CommonItemOptions: ParsableArguments {
         try set(&out, itemClass, "comment", comment)
         try set(&out, itemClass, "description", kind)
         try set(&out, itemClass, "accessGroup", accessGroup)
-        if let creator { out[Schema.named("creator")] = .number(try fourCharCode(creator, option: "-c")) }
-        if let type { out[Schema.named("type")] = .number(try fourCharCode(type, option: "-C")) }
+        // Four-character codes ('aapl') or numbers, as AttributeText reads them everywhere.
+        try set(&out, itemClass, "creator", creator)
+        try set(&out, itemClass, "type", type)
         return out
     }
 }
@@ -95,6 +98,14 @@ struct AddOptions: ParsableArguments {
     var accessControl: String?
     @Flag(name: .long, help: "Mark the item synchronizable.")
     var synchronizable = false
+    @OptionGroup var generation: GenerationOptions
+
+    func validate() throws {
+        if generation.generate && password != nil { throw ValidationError("give -w or --generate, not both") }
+    }
+
+    /// Whether the secret comes from standard input (neither -w nor --generate).
+    var readsStandardInput: Bool { password == nil && !generation.generate }
 
     func apply(to attributes: inout Attributes, _ itemClass: ItemClass) throws {
         let protection: Accessibility
@@ -120,8 +131,10 @@ struct AddOptions: ParsableArguments {
         if synchronizable { attributes[Schema.synchronizable] = .bool(true) }
     }
 
-    /// The secret: `-w`, else stdin (a no-echo prompt, typed twice, when stdin is a terminal).
+    /// The secret: generated, `-w`, else stdin (a no-echo prompt, typed twice, when stdin is a
+    /// terminal).
     func secret() throws -> [UInt8] {
+        if generation.generate { return generation.recipe.generate() }
         if let password {
             return Array(password.utf8)
         }
@@ -147,15 +160,4 @@ func set(_ attributes: inout Attributes, _ itemClass: ItemClass, _ name: String,
     } catch let e as KeychainError {
         throw CLIError.usage(e.message)
     }
-}
-
-/// macOS `security` takes creator and type as four-character codes ('aapl'); a plain
-/// number is taken as is.
-func fourCharCode(_ text: String, option: String) throws -> Int64 {
-    if let n = Int64(text) { return n }
-    let bytes = Array(text.utf8)
-    guard bytes.count == 4 else {
-        throw CLIError.usage("\(option): expected a four-character code or a number, not '\(text)'")
-    }
-    return bytes.reduce(Int64(0)) { ($0 << 8) | Int64($1) }
 }

@@ -60,7 +60,7 @@ struct InternetPasswordOptions: ParsableArguments {
 func addPassword(_ vault: VaultOptions, _ itemClass: ItemClass, attributes given: Attributes, add: AddOptions) throws {
     var attributes = given
     try add.apply(to: &attributes, itemClass)
-    if add.password == nil && vault.passphraseFd == 0 {
+    if add.readsStandardInput && vault.passphraseFd == 0 {
         throw CLIError.usage(
             "standard input carries the passphrase (--passphrase-fd 0), so it cannot carry the secret too: give the secret on another descriptor's stdin or with -w"
         )
@@ -73,6 +73,11 @@ func addPassword(_ vault: VaultOptions, _ itemClass: ItemClass, attributes given
         try keychain.addOrUpdate(itemClass, attributes, data: secret)
     } else {
         try keychain.add(itemClass, attributes, data: secret)
+    }
+    // Only once it is stored, and only when asked: a generated secret nobody saw is the default.
+    if add.generation.print {
+        Output.write(secret)
+        Output.write([UInt8(ascii: "\n")])
     }
 }
 

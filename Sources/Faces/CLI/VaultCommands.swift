@@ -50,7 +50,10 @@ struct Passwd: ParsableCommand {
 struct DumpKeychain: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dump-keychain",
-        abstract: "Print every item's attributes (secrets only with -d).")
+        abstract: "Print every item's attributes (secrets only with -d).",
+        discussion:
+            "With -d, an item whose data needs user presence is printed without its data and named on stderr (Apple's kSecUseAuthenticationUISkip); the other items print in full and the exit status is 0."
+    )
     @OptionGroup var vault: VaultOptions
     @Flag(name: .customShort("d"), help: "Also print the secret data.")
     var data = false
@@ -60,21 +63,50 @@ struct DumpKeychain: ParsableCommand {
     func run() throws {
         let keychain = try vault.openUnlocked()
         var items: [KeychainItem] = []
+        var skipped: Set<Int64> = []
         for itemClass in ItemClass.allCases where itemClass != .identity {
-            do {
-                items += try keychain.copyMatching(
-                    Query(
-                        itemClass, matchLimit: .all, returnData: data ? true : nil,
-                        synchronizableAny: true))
-            } catch KeychainStatus.itemNotFound {}
+            let listed = try everything(keychain, itemClass, withData: false)
+            guard data else {
+                items += listed
+                continue
+            }
+            // The data of every item that can be read without asking; the rest are left out by
+            // the core, as Apple's kSecUseAuthenticationUISkip does, and named here.
+            let readable = Dictionary(
+                try everything(keychain, itemClass, withData: true).map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }
+            )
+            for item in listed {
+                if let full = readable[item.id] {
+                    items.append(full)
+                } else if item.accessControl?.requiresPresence == true {
+                    skipped.insert(item.id)
+                    items.append(item)
+                    Output.errorLine(
+                        "keychainfs: skipped the data of \(item.summary): it needs user presence, and the CLI cannot ask (errSecInteractionNotAllowed)"
+                    )
+                }
+                // Otherwise it was deleted between the two queries: not there any more.
+            }
         }
         if json {
-            Output.write(Array(ItemPrinter.json(items, includeData: data).utf8))
+            Output.write(Array(ItemPrinter.json(items, includeData: data, skipped: skipped).utf8))
             return
         }
         for item in items {
             Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
             if data, let d = item.data { Output.line("data:\n\(ItemPrinter.quoted(d))") }
+        }
+    }
+
+    /// Every item of a class, synchronizable or not; data items that need presence skipped.
+    private func everything(_ keychain: Keychain, _ itemClass: ItemClass, withData: Bool) throws -> [KeychainItem] {
+        do {
+            return try keychain.copyMatching(
+                Query(
+                    itemClass, matchLimit: .all, returnData: withData ? true : nil, synchronizableAny: true,
+                    authenticationUI: withData ? .skip : nil))
+        } catch KeychainStatus.itemNotFound {
+            return []
         }
     }
 }

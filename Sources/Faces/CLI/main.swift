@@ -20,6 +20,7 @@ struct KeychainfsCommand: ParsableCommand {
             AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
             DumpKeychain.self,
             AddCertificates.self, FindCertificate.self, FindIdentity.self, Import.self, Export.self,
+            FindKey.self, DeleteKey.self, DeleteCertificate.self, Generate.self,
             Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
             AccessGroup.self, AuditLogCommand.self,
         ])
@@ -63,7 +64,7 @@ refuseInvalidUTF8Arguments()
 /// the secret in its message. Split it into `-w SECRET` first.
 let arguments = CommandLine.arguments.dropFirst().flatMap { arg -> [String] in
     arg.hasPrefix("-w") && arg.count > 2 && !arg.hasPrefix("--") ? ["-w", String(arg.dropFirst(2))] : [arg]
-}
+}.flatMap(GenerationOptions.expand)
 
 /// Whether the leading words of `arguments` try to name a command that does not exist
 /// (`keychainfs nosuchcommand`, `keychainfs access-group nosuch`). ArgumentParser would answer
