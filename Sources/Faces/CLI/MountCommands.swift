@@ -150,7 +150,10 @@ struct Mount: ParsableCommand {
 
     func passphraseSource(_ parsed: ParsedMountOptions) -> PassphraseSource {
         var source = vault.passphrase
-        if source.file == nil && source.fd == nil { source.file = parsed.passphraseFile }
+        if !source.isGiven {
+            source.file = parsed.passphraseFile
+            source.program = parsed.passphraseProgram
+        }
         return source
     }
 

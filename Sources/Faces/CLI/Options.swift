@@ -22,12 +22,20 @@ struct VaultOptions: ParsableArguments {
         help: ArgumentHelp("Read the passphrase from this open file descriptor until EOF.", valueName: "fd"))
     var passphraseFd: Int32?
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Run this shell command and read the passphrase from its standard output.", valueName: "command"))
+    var passphraseProgram: String?
+
     var path: String { vault ?? KeychainPaths.defaultVault() }
-    var passphrase: PassphraseSource { PassphraseSource(file: passphraseFile, fd: passphraseFd) }
+    var passphrase: PassphraseSource {
+        PassphraseSource(file: passphraseFile, fd: passphraseFd, program: passphraseProgram)
+    }
 
     func validate() throws {
-        if passphraseFile != nil && passphraseFd != nil {
-            throw ValidationError("give --passphrase-file or --passphrase-fd, not both")
+        if [passphraseFile != nil, passphraseFd != nil, passphraseProgram != nil].filter({ $0 }).count > 1 {
+            throw ValidationError("give one of --passphrase-file, --passphrase-fd and --passphrase-program")
         }
     }
 
