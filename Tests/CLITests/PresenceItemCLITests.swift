@@ -1,9 +1,10 @@
 import Foundation
 import Testing
 
-/// Issue 13, presence items on the CLI: the CLI has no way to ask for user presence, so reading
-/// such an item's data is errSecInteractionNotAllowed (exit 36), and `dump-keychain -d` prints
-/// every other item in full, this one without its data, and names it on stderr.
+/// Issue 13, presence items on the CLI without a terminal (AccessTests' CLIPresenceTests has the
+/// terminal): reading such an item's data is errSecInteractionNotAllowed (exit 36), and
+/// `dump-keychain -d` prints every other item in full, this one without its data, and names it
+/// on stderr.
 @Suite("presence items on the CLI")
 struct PresenceItemCLITests {
     /// A vault with a plain item and a userPresence item.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainAccess
 import KeychainCrypto
 
 /// Which vault and how to unlock it; shared by every command that opens a vault.
@@ -45,11 +46,14 @@ struct VaultOptions: ParsableArguments {
         let keychain = try Keychain.open(at: path)
         try keychain.unlock(passphrase: passphrase.read(prompt: "passphrase for \(path): "))
         let groups = try keychain.accessPolicy().groups.map(\.name).filter { $0 != Caller.defaultAccessGroup }
-        // No presence verifier: reading an item that needs user presence is
+        // User presence is asked as the mount asks it: pinentry on this process's terminal (any
+        // of fds 0–2) or display. With neither, or no pinentry, such an item is
         // errSecInteractionNotAllowed (exit 36), Apple's answer when no UI can be shown.
         keychain.defaultCaller = Caller(
-            accessGroups: [Caller.defaultAccessGroup] + groups, authenticationUI: .allow,
-            processDescription: "keychainfs CLI (pid \(getpid()))")
+            accessGroups: [Caller.defaultAccessGroup] + groups,
+            presence: PinentryPresence(keychain: keychain, program: nil, reuseSeconds: 0),
+            authenticationUI: .allow, processDescription: "keychainfs CLI (pid \(getpid()))",
+            processKey: ProcessIdentity.of(tid: getpid())?.key ?? "")
         return keychain
     }
 }

@@ -52,7 +52,7 @@ struct DumpKeychain: ParsableCommand {
         commandName: "dump-keychain",
         abstract: "Print every item's attributes (secrets only with -d).",
         discussion:
-            "With -d, an item whose data needs user presence is printed without its data and named on stderr (Apple's kSecUseAuthenticationUISkip); the other items print in full and the exit status is 0."
+            "With -d, an item whose data needs user presence is printed without its data and named on stderr, never prompted for (Apple's kSecUseAuthenticationUISkip); the other items print in full and the exit status is 0."
     )
     @OptionGroup var vault: VaultOptions
     @Flag(name: .customShort("d"), help: "Also print the secret data.")
@@ -82,7 +82,7 @@ struct DumpKeychain: ParsableCommand {
                     skipped.insert(item.id)
                     items.append(item)
                     Output.errorLine(
-                        "keychainfs: skipped the data of \(item.summary): it needs user presence, and the CLI cannot ask (errSecInteractionNotAllowed)"
+                        "keychainfs: skipped the data of \(item.summary): it needs user presence, which dump-keychain does not ask for (errSecInteractionNotAllowed)"
                     )
                 }
                 // Otherwise it was deleted between the two queries: not there any more.
