@@ -138,7 +138,7 @@ struct KeyAndCertificateVerbTests {
         for bad in ["abc", "abcde", "ab\u{e9}"] {
             expectError(
                 try box.run(["add-generic-password", "-s", "bad", "-C", bad, "-w", "x"] + box.unlock), 2,
-                mentions: ["four-character code"])
+                mentions: ["-C: invalid value for 'type'", "four-character code"])
         }
     }
 }

@@ -211,7 +211,8 @@ extension Import {
 
 struct Export: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Export certificates, keys or identities as a PEM bundle on stdout or to a file (mode 0600).")
+        abstract:
+            "Export certificates, keys or identities as PEM, or an identity as PKCS#12, on stdout or to a file (0600).")
     enum ItemType: String, ExpressibleByArgument, CaseIterable { case certs, privKeys, identities, all }
     enum Format: String, ExpressibleByArgument, CaseIterable { case pemseq, pkcs12 }
     @OptionGroup var vault: VaultOptions

@@ -40,7 +40,7 @@ struct KeySelection: ParsableArguments {
     func attributes() throws -> Attributes {
         var out = Attributes()
         try set(&out, .key, "label", label)
-        try set(&out, .key, "creator", creator)
+        try set(&out, .key, "creator", creator, option: "-c")
         if let applicationLabel {
             guard let bytes = parseHash(applicationLabel) else {
                 throw CLIError.usage("-a: expected the application label in hexadecimal")

@@ -85,8 +85,8 @@ struct CommonItemOptions: ParsableArguments {
         try set(&out, itemClass, "description", kind)
         try set(&out, itemClass, "accessGroup", accessGroup)
         // Four-character codes ('aapl') or numbers, as AttributeText reads them everywhere.
-        try set(&out, itemClass, "creator", creator)
-        try set(&out, itemClass, "type", type)
+        try set(&out, itemClass, "creator", creator, option: "-c")
+        try set(&out, itemClass, "type", type, option: "-C")
         return out
     }
 }
@@ -163,13 +163,16 @@ struct AddOptions: ParsableArguments {
     }
 }
 
-/// Sets an attribute from an option's text; a value that does not parse is a usage error.
-func set(_ attributes: inout Attributes, _ itemClass: ItemClass, _ name: String, _ text: String?) throws {
+/// Sets an attribute from an option's text; a value that does not parse is a usage error,
+/// naming the option when it is given.
+func set(
+    _ attributes: inout Attributes, _ itemClass: ItemClass, _ name: String, _ text: String?, option: String? = nil
+) throws {
     guard let text else { return }
     let attribute = try Schema.attribute(named: name, in: itemClass)
     do {
         attributes[attribute] = try AttributeText.parse(attribute, Array(text.utf8))
     } catch let e as KeychainError {
-        throw CLIError.usage(e.message)
+        throw CLIError.usage((option.map { "\($0): " } ?? "") + e.message)
     }
 }

@@ -84,7 +84,7 @@ func addPassword(_ vault: VaultOptions, _ itemClass: ItemClass, attributes given
 struct AddGenericPassword: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "add-generic-password",
-        abstract: "Add a generic password item (the secret from stdin unless -w is given).",
+        abstract: "Add a generic password item (the secret from stdin, -w or --generate).",
         usage: "keychainfs add-generic-password -s service [-a account] [-w password] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: GenericPasswordOptions
@@ -101,7 +101,7 @@ struct AddGenericPassword: ParsableCommand {
 struct AddInternetPassword: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "add-internet-password",
-        abstract: "Add an internet password item (the secret from stdin unless -w is given).",
+        abstract: "Add an internet password item (the secret from stdin, -w or --generate).",
         usage: "keychainfs add-internet-password -s server [-a account] [-w password] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: InternetPasswordOptions
