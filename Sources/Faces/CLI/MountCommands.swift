@@ -196,7 +196,10 @@ struct Mount: ParsableCommand {
             }
             Log.info("mounted \(vaultPath) on \(mountpoint)")
             report("ok")
+            // A Type=notify unit (mount -f under systemd) is started now that the mount is live.
+            SystemdNotify.send("READY=1")
             let rc = session.run()
+            SystemdNotify.send("STOPPING=1")
             Log.info("unmounted \(mountpoint)")
             // libfuse returns the number of the signal that ended the loop: SIGTERM, SIGINT and
             // SIGHUP are the documented ways to stop the daemon, so they are a clean exit.
