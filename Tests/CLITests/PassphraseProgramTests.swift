@@ -55,6 +55,25 @@ struct PassphraseProgramTests {
             mentions: ["one of --passphrase-file, --passphrase-fd and --passphrase-program"])
     }
 
+    @Test("under systemd (INVOCATION_ID) with no terminal and no option, systemd-ask-password is asked")
+    func systemdAskPassword() throws {
+        let box = try Sandbox()
+        try box.initVault()
+        let directory = box.root + "/bin"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        _ = try Self.script(
+            box, "bin/systemd-ask-password",
+            body: "printf '%s\\n' \"$@\" > '\(box.root)/asked'; cat '\(box.passphraseFile)'")
+        let env: [String: String?] = ["PATH": directory + ":/usr/bin:/bin", "INVOCATION_ID": "0123abcd"]
+        let r = try box.run(["dump-keychain", "--vault", box.vault], env: env)
+        expectSuccess(r)
+        let asked = String(decoding: fileBytes(box.root + "/asked") ?? [], as: UTF8.self)
+        #expect(asked == "--id=keychainfs\npassphrase for \(box.vault): \n", "\(asked)")
+        // Not under systemd: no prompt anywhere, the usual hint.
+        let outside = try box.run(["dump-keychain", "--vault", box.vault], env: ["PATH": directory + ":/usr/bin:/bin"])
+        expectError(outside, 1, mentions: ["no passphrase", "--passphrase-program"])
+    }
+
     @Test("mount -o passphrase_program=SCRIPT mounts; with passphrase_file too it is a usage error")
     func mountOption() throws {
         let box = try Sandbox()

@@ -108,6 +108,9 @@ struct PassphraseSource {
             SecretInput.chomp(&bytes)
         } else if let typed = try SecretInput.prompt(prompt) {
             bytes = typed
+        } else if var asked = try PassphraseProgram.askThroughSystemd(prompt: prompt, id: "keychainfs") {
+            SecretInput.chomp(&asked)
+            bytes = asked
         } else {
             throw CLIError.failure(
                 "no passphrase: there is no terminal to prompt on; use --passphrase-file, --passphrase-fd or --passphrase-program"
@@ -139,9 +142,25 @@ struct PassphraseSource {
 /// `systemd-ask-password`, `pass show` and pinentry do; its standard error is the user's.
 enum PassphraseProgram {
     static func run(_ command: String) throws -> [UInt8] {
+        try run(executable: "/bin/sh", arguments: ["-c", command])
+    }
+
+    /// Under systemd (a service's `$INVOCATION_ID`) with no terminal, `systemd-ask-password`
+    /// asks through systemd's password agents, as systemd's own units do; nil when either is
+    /// missing.
+    static func askThroughSystemd(prompt: String, id: String) throws -> [UInt8]? {
+        let environment = ProcessInfo.processInfo.environment
+        guard environment["INVOCATION_ID"]?.isEmpty == false else { return nil }
+        let directories = (environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":").map(String.init)
+        guard let program = directories.map({ $0 + "/systemd-ask-password" }).first(where: { access($0, X_OK) == 0 })
+        else { return nil }
+        return try run(executable: program, arguments: ["--id=\(id)", prompt])
+    }
+
+    static func run(executable: String, arguments: [String]) throws -> [UInt8] {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command]
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
         let output = Pipe()
         process.standardOutput = output
         process.standardInput = FileHandle.nullDevice
