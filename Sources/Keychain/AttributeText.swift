@@ -10,6 +10,29 @@ public enum AttributeText {
     /// identifiers (hashes, DER) and shown as lowercase hex.
     static let rawDataAttributes: Set<String> = ["generic", "applicationTag"]
 
+    /// Number attributes that Apple spells as a FourCharCode (kSecAttrType, kSecAttrCreator).
+    static let fourCharCodeAttributes: Set<String> = ["type", "creator"]
+
+    /// The four characters of a FourCharCode value, as Apple's `security` prints them; nil
+    /// (print the decimal) unless they read back as the same value: printable ASCII that does
+    /// not also parse as a decimal number ('1234').
+    static func fourCharCodeText(_ n: Int64) -> [UInt8]? {
+        guard (0...Int64(UInt32.max)).contains(n) else { return nil }
+        let bytes = (0..<4).map { UInt8(truncatingIfNeeded: n >> (24 - 8 * $0)) }
+        guard fourCharCode(bytes) == n,
+            Int64(String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespaces)) == nil,
+            bytes.contains(where: { $0 != 0x20 })
+        else { return nil }
+        return bytes
+    }
+
+    /// The big-endian value of four ASCII characters ('abcd' → 0x61626364), as a FourCharCode
+    /// literal is; nil for anything else (non-ASCII bytes would be ambiguous).
+    public static func fourCharCode(_ bytes: [UInt8]) -> Int64? {
+        guard bytes.count == 4, bytes.allSatisfy({ (0x20..<0x7f).contains($0) }) else { return nil }
+        return bytes.reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+    }
+
     public static func render(_ attribute: Attribute, _ value: AttributeValue) -> [UInt8] {
         switch value {
         case .string(let s):
@@ -19,7 +42,9 @@ public enum AttributeText {
             return Array(s.utf8)
         case .data(let d):
             return rawDataAttributes.contains(attribute.name) ? d : Array(hex(d).utf8)
-        case .number(let n): return Array(String(n).utf8)
+        case .number(let n):
+            if fourCharCodeAttributes.contains(attribute.name), let code = fourCharCodeText(n) { return code }
+            return Array(String(n).utf8)
         case .bool(let b): return Array((b ? "true" : "false").utf8)
         case .date(let d): return Array(iso8601(d).utf8)
         case .accessibility(let a): return Array(a.name.utf8)
@@ -59,8 +84,16 @@ public enum AttributeText {
             return .data(d)
         case .number:
             let s = try text().trimmingCharacters(in: .whitespaces)
-            guard let n = Int64(s) else { throw bad("expected a decimal integer") }
-            return .number(n)
+            if let n = Int64(s) { return .number(n) }
+            // kSecAttrType and kSecAttrCreator are FourCharCodes ('aapl'): Apple's tools take
+            // the four characters, untrimmed ('ftp ' ends in a space).
+            if fourCharCodeAttributes.contains(attribute.name) {
+                guard let code = fourCharCode(bytes) else {
+                    throw bad("expected a four-character code (such as abcd) or a decimal integer")
+                }
+                return .number(code)
+            }
+            throw bad("expected a decimal integer")
         case .bool:
             switch try text().trimmingCharacters(in: .whitespaces).lowercased() {
             case "true", "1", "yes": return .bool(true)

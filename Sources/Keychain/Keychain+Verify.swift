@@ -141,9 +141,10 @@ extension Keychain {
         do { source = try VaultStore.open(at: path) } catch { throw mapStoreError(error, path: path) }
         let fd = Glibc.open(destination, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
-            let reason =
-                errno == EEXIST ? "it exists; a backup never overwrites a file" : String(cString: strerror(errno))
-            throw KeychainError(.io, "cannot create the backup \(destination): \(reason)")
+            // An existing file is errSecDuplicateKeychain, as for `init` onto one.
+            let exists = errno == EEXIST
+            let reason = exists ? "it exists; a backup never overwrites a file" : String(cString: strerror(errno))
+            throw KeychainError(exists ? .duplicateKeychain : .io, "cannot create the backup \(destination): \(reason)")
         }
         close(fd)
         do {

@@ -28,6 +28,15 @@ public struct KeychainStatus: RawRepresentable, Hashable, Sendable, CustomString
     public static let decode = KeychainStatus(rawValue: -26275)
     public static let missingEntitlement = KeychainStatus(rawValue: -34018)
 
+    /// Every status keychainfs names, in the order docs/errors.md lists them (a test keeps the
+    /// two equal, so a new status cannot go undocumented).
+    public static let known: [KeychainStatus] = [
+        .success, .itemNotFound, .duplicateItem, .param, .noSuchAttr, .readOnlyAttr, .interactionNotAllowed,
+        .authFailed, .missingEntitlement, .writePermission, .readOnly, .noSuchClass, .interactionRequired,
+        .userCanceled, .dataTooLarge, .decode, .noSuchKeychain, .duplicateKeychain, .unimplemented, .notAvailable,
+        .allocate, .io,
+    ]
+
     /// Apple's constant name, e.g. `errSecItemNotFound`.
     public var name: String {
         switch self {

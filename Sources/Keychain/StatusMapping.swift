@@ -27,15 +27,15 @@ extension KeychainStatus {
         }
     }
 
-    /// The exit code of a CLI command that failed with this status. 44 and 45 are what
-    /// macOS `security` returns for item-not-found and duplicate-item; every other failure
-    /// is 1 (2 is reserved for usage errors, which never reach the core).
+    /// The exit code of a CLI command that failed with this status: the OSStatus's low byte,
+    /// as macOS `security` exits (errSecItemNotFound −25300 → 44, errSecDuplicateItem −25299
+    /// → 45, errSecAuthFailed −25293 → 51), so scripts written for `security` read ours alike.
+    /// A status whose low byte is 0 or 2 would read as success or as a usage error (2, which
+    /// never reaches the core); it exits 1 instead. No status keychainfs throws has such a
+    /// byte; the rule covers OSStatus values it may pass on from elsewhere (the daemon's reply).
     public var exitCode: Int32 {
-        switch self {
-        case .success: 0
-        case .itemNotFound: 44
-        case .duplicateItem: 45
-        default: 1
-        }
+        if self == .success { return 0 }
+        let lowByte = Int32(UInt8(truncatingIfNeeded: rawValue))
+        return lowByte == 0 || lowByte == 2 ? 1 : lowByte
     }
 }

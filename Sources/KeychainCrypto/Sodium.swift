@@ -33,6 +33,13 @@ public enum Sodium {
         return out
     }
 
+    /// A uniformly distributed number in 0..<upperBound from the system CSPRNG, without the
+    /// modulo bias of `random % n` (libsodium's randombytes_uniform rejects the uneven tail).
+    public static func uniformRandom(below upperBound: UInt32) -> UInt32 {
+        precondition(initialised, "libsodium is not initialised")
+        return randombytes_uniform(upperBound)
+    }
+
     /// Overwrites a buffer with zeros in a way the optimiser cannot remove.
     public static func wipe(_ bytes: inout [UInt8]) {
         bytes.withUnsafeMutableBytes { if let p = $0.baseAddress { sodium_memzero(p, $0.count) } }

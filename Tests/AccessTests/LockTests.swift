@@ -97,10 +97,10 @@ extension AccessSuite {
                             == "\("when-unlocked-secret".utf8.count)",
                     "stat while locked: \(st.summary)")
 
-                // A wrong passphrase: exit 1, still locked.
+                // A wrong passphrase: exit 51 (errSecAuthFailed, the daemon's reply), still locked.
                 try Data("not-the-passphrase\n".utf8).write(to: URL(fileURLWithPath: box.root + "/wrong"))
                 let bad = try box.cli(["unlock", box.mnt, "--passphrase-file", box.root + "/wrong"])
-                #expect(bad.status == 1, "unlock with a wrong passphrase: \(bad.summary)")
+                #expect(bad.status == 51, "unlock with a wrong passphrase: \(bad.summary)")
                 #expect(
                     !bad.stderr.contains("not-the-passphrase") && !bad.stdout.contains("not-the-passphrase"),
                     "the passphrase was echoed")

@@ -192,12 +192,12 @@ struct GenericPasswordTests {
 
         let tooBig = big + [42]
         let refused = try box.addGeneric(service: "too-big", secret: tooBig)
-        expectError(refused, 1, mentions: ["1048576"])
+        expectError(refused, 42, mentions: ["1048576"])  // errSecDataTooLarge −25302
         #expect(refused.stderr.contains("limit") || refused.stderr.lowercased().contains("too large"))
         expectError(try box.run(["find-generic-password"] + box.unlock + ["-s", "too-big"]), 44)
         // -U over an existing item with too much data: refused, old secret intact.
         let refusedUpdate = try box.addGeneric(service: "big", secret: tooBig, extra: ["-U"])
-        expectError(refusedUpdate, 1, mentions: ["1048576"])
+        expectError(refusedUpdate, 42, mentions: ["1048576"])
         #expect(try box.findGenericSecret(service: "big").1 == big)
         let dump = try parseDump(try box.run(["dump-keychain", "--json"] + box.unlock))
         #expect(dump.count == 1)

@@ -72,7 +72,7 @@ struct IntegrityCommandTests {
         try box.restore(backup)
 
         let refused = try box.run(["find-generic-password", "-s", "svc", "-a", "a", "-w"] + box.unlock)
-        expectError(refused, 1, mentions: ["rolled back", "--accept-rollback"])
+        expectError(refused, 93, mentions: ["rolled back", "--accept-rollback"])  // errSecDecode
         let accepted = try box.run(
             ["find-generic-password", "-s", "svc", "-a", "a", "-w", "--accept-rollback"] + box.unlock)
         expectSuccess(accepted)
@@ -95,7 +95,7 @@ struct IntegrityCommandTests {
         #expect(fileMode(backup) == 0o600)
         let before = fileBytes(backup)
         let again = try box.run(["backup", "--vault", box.vault, backup])
-        expectError(again, 1, mentions: ["never overwrites"])
+        expectError(again, 48, mentions: ["never overwrites"])  // errSecDuplicateKeychain
         #expect(fileBytes(backup) == before)
         let verify = try box.run(["verify", box.vault, "--passphrase-file", box.passphraseFile])
         expectSuccess(verify)
@@ -149,7 +149,7 @@ struct IntegrityCommandTests {
         expectSuccess(try box.addGeneric(service: "svc", account: "a", secret: Array("a-secret".utf8)))
         expectSuccess(try box.addGeneric(service: "svc", account: "b", secret: Array("b-secret".utf8)))
         try box.tamper("UPDATE items SET data = data || x'00' WHERE id = 2")
-        expectError(try box.run(["dump-keychain"] + box.unlock), 1, mentions: ["manifest"])
+        expectError(try box.run(["dump-keychain"] + box.unlock), 93, mentions: ["manifest"])  // errSecDecode
         let destination = box.root + "/salvaged.vault"
         let r = try box.run(["salvage", destination] + box.unlock)
         expectSuccess(r)
@@ -163,6 +163,6 @@ struct IntegrityCommandTests {
             ])
         #expect(found.stdoutString == "a-secret\n")
         let again = try box.run(["salvage", destination] + box.unlock)
-        expectError(again, 1, mentions: ["refusing to overwrite"])
+        expectError(again, 48, mentions: ["refusing to overwrite"])  // errSecDuplicateKeychain
     }
 }

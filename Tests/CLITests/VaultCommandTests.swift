@@ -34,7 +34,7 @@ struct VaultCommandTests {
         let r1 = try box.run(["init", "--kdf", "interactive"] + box.unlock)
         #expect(r1.status != 0)
         #expect(fileBytes(box.vault) == original)
-        expectError(r1, 1, mentions: ["already exists"])
+        expectError(r1, 48, mentions: ["already exists"])  // errSecDuplicateKeychain −25296
 
         // An existing vault with an item in it: still there, still the same bytes.
         let box2 = try Sandbox()
@@ -50,7 +50,7 @@ struct VaultCommandTests {
         #expect(try box2.findGenericSecret(service: "kept").1 == secret)
     }
 
-    @Test("wrong passphrase: exit 1, one line that mentions the passphrase")
+    @Test("wrong passphrase: exit 51 (errSecAuthFailed, as `security`), one line that mentions the passphrase")
     func wrongPassphrase() throws {
         _ = try requireBinary()
         let box = try Sandbox()
@@ -63,20 +63,20 @@ struct VaultCommandTests {
             ["dump-keychain", "-d"], ["delete-generic-password", "-s", "svc"],
         ] {
             let r = try box.run([args[0], "--vault", box.vault, "--passphrase-file", wrong] + args.dropFirst())
-            expectError(r, 1, mentions: ["passphrase"])
+            expectError(r, 51, mentions: ["passphrase"])
         }
         // add with the wrong passphrase stores nothing (and must not echo the secret).
         let other = Array(randomToken("never-stored-").utf8)
         box.registerSecret(other)
         let r = try box.run(
             ["add-generic-password", "--vault", box.vault, "--passphrase-file", wrong, "-s", "new"], stdin: other)
-        expectError(r, 1, mentions: ["passphrase"])
+        expectError(r, 51, mentions: ["passphrase"])
         expectError(try box.run(["find-generic-password"] + box.unlock + ["-s", "new"]), 44)
         // Nothing was harmed.
         #expect(try box.findGenericSecret(service: "svc").1 == secret)
     }
 
-    @Test("a missing vault: exit 1, 'no vault at <path>', and no file is created")
+    @Test("a missing vault: exit 50 (errSecNoSuchKeychain), 'no vault at <path>', and no file is created")
     func missingVault() throws {
         _ = try requireBinary()
         let box = try Sandbox()
@@ -86,12 +86,12 @@ struct VaultCommandTests {
             ["passwd", "--new-passphrase-file", box.passphraseFile],
         ] {
             let r = try box.run([args[0]] + box.unlock + args.dropFirst())
-            expectError(r, 1, mentions: ["no vault at", box.vault])
+            expectError(r, 50, mentions: ["no vault at", box.vault])
         }
         #expect(!FileManager.default.fileExists(atPath: box.vault))
     }
 
-    @Test("a file that is not a vault: exit 1, 'not a keychainfs vault', file untouched")
+    @Test("a file that is not a vault: exit 93 (errSecDecode), 'not a keychainfs vault', file untouched")
     func notAVault() throws {
         _ = try requireBinary()
         let box = try Sandbox()
@@ -106,7 +106,7 @@ struct VaultCommandTests {
             for args in [["find-generic-password", "-s", "x"], ["dump-keychain"]] {
                 let r = try box.run(
                     [args[0], "--vault", path, "--passphrase-file", box.passphraseFile] + args.dropFirst())
-                expectError(r, 1, mentions: ["not a keychainfs vault"])
+                expectError(r, 93, mentions: ["not a keychainfs vault"])
             }
             #expect(fileBytes(path) == contents, "\(name) file was modified")
         }
@@ -114,7 +114,7 @@ struct VaultCommandTests {
         let dir = box.root + "/dir.vault"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
         expectError(
-            try box.run(["dump-keychain", "--vault", dir, "--passphrase-file", box.passphraseFile]), 1,
+            try box.run(["dump-keychain", "--vault", dir, "--passphrase-file", box.passphraseFile]), 93,
             mentions: ["not a keychainfs vault"])
     }
 
@@ -135,11 +135,11 @@ struct VaultCommandTests {
 
         // Old passphrase: refused.
         expectError(
-            try box.run(["find-generic-password", "-s", "svc1", "-w"] + box.unlock), 1, mentions: ["passphrase"])
+            try box.run(["find-generic-password", "-s", "svc1", "-w"] + box.unlock), 51, mentions: ["passphrase"])
         // And passwd with a wrong current passphrase is refused too.
         let third = try box.passphraseFile(named: "third", randomToken("third-"))
         expectError(
-            try box.run(["passwd"] + box.unlock + ["--new-passphrase-file", third]), 1, mentions: ["passphrase"])
+            try box.run(["passwd"] + box.unlock + ["--new-passphrase-file", third]), 51, mentions: ["passphrase"])
 
         // New passphrase: every item and its exact bytes.
         let withNew = ["--vault", box.vault, "--passphrase-file", newFile]
@@ -182,7 +182,7 @@ struct VaultCommandTests {
         expectError(
             try box.run(
                 ["find-generic-password", "--vault", box.vault, "--passphrase-fd", "0", "-s", "svc"],
-                stdin: Array("not-the-passphrase\n".utf8)), 1, mentions: ["passphrase"])
+                stdin: Array("not-the-passphrase\n".utf8)), 51, mentions: ["passphrase"])
         // An empty descriptor is an empty passphrase.
         expectError(
             try box.run(
@@ -255,7 +255,7 @@ struct VaultCommandTests {
         expectError(try box.run(["find-generic-password"] + box.unlock + ["-s", "env-svc"], env: env), 44)
         // Without the variable the default (XDG) vault is used, and it does not exist.
         expectError(
-            try box.run(["find-generic-password"] + pp + ["-s", "env-svc"]), 1,
+            try box.run(["find-generic-password"] + pp + ["-s", "env-svc"]), 50,
             mentions: ["no vault at", box.dataHome + "/keychainfs/default.vault"])
     }
 

@@ -17,25 +17,25 @@ struct ErrnoTests {
             ("errSecSuccess", .success, 0, 0, "0", 0),
             ("errSecItemNotFound", .itemNotFound, -25300, ENOENT, "ENOENT", 44),
             ("errSecDuplicateItem", .duplicateItem, -25299, EEXIST, "EEXIST", 45),
-            ("errSecParam", .param, -50, EINVAL, "EINVAL", 1),
-            ("errSecNoSuchAttr", .noSuchAttr, -25303, ENODATA, "ENODATA", 1),
-            ("errSecReadOnlyAttr", .readOnlyAttr, -25309, EPERM, "EPERM", 1),
-            ("errSecInteractionNotAllowed", .interactionNotAllowed, -25308, EACCES, "EACCES", 1),
-            ("errSecAuthFailed", .authFailed, -25293, EACCES, "EACCES", 1),
-            ("errSecMissingEntitlement", .missingEntitlement, -34018, EACCES, "EACCES", 1),
-            ("errSecWrPerm", .writePermission, -61, EACCES, "EACCES", 1),
-            ("errSecReadOnly", .readOnly, -25292, EPERM, "EPERM", 1),
-            ("errSecNoSuchClass", .noSuchClass, -25306, EINVAL, "EINVAL", 1),
-            ("errSecInteractionRequired", .interactionRequired, -25315, EAGAIN, "EAGAIN", 1),
-            ("errSecUserCanceled", .userCanceled, -128, ECANCELED, "ECANCELED", 1),
-            ("errSecDataTooLarge", .dataTooLarge, -25302, EFBIG, "EFBIG", 1),
-            ("errSecDecode", .decode, -26275, EIO, "EIO", 1),
-            ("errSecNoSuchKeychain", .noSuchKeychain, -25294, ENOENT, "ENOENT", 1),
-            ("errSecDuplicateKeychain", .duplicateKeychain, -25296, EEXIST, "EEXIST", 1),
-            ("errSecUnimplemented", .unimplemented, -4, EOPNOTSUPP, "EOPNOTSUPP", 1),
-            ("errSecNotAvailable", .notAvailable, -25291, EAGAIN, "EAGAIN", 1),
-            ("errSecAllocate", .allocate, -108, ENOMEM, "ENOMEM", 1),
-            ("errSecIO", .io, -36, EIO, "EIO", 1),
+            ("errSecParam", .param, -50, EINVAL, "EINVAL", 206),
+            ("errSecNoSuchAttr", .noSuchAttr, -25303, ENODATA, "ENODATA", 41),
+            ("errSecReadOnlyAttr", .readOnlyAttr, -25309, EPERM, "EPERM", 35),
+            ("errSecInteractionNotAllowed", .interactionNotAllowed, -25308, EACCES, "EACCES", 36),
+            ("errSecAuthFailed", .authFailed, -25293, EACCES, "EACCES", 51),
+            ("errSecMissingEntitlement", .missingEntitlement, -34018, EACCES, "EACCES", 30),
+            ("errSecWrPerm", .writePermission, -61, EACCES, "EACCES", 195),
+            ("errSecReadOnly", .readOnly, -25292, EPERM, "EPERM", 52),
+            ("errSecNoSuchClass", .noSuchClass, -25306, EINVAL, "EINVAL", 38),
+            ("errSecInteractionRequired", .interactionRequired, -25315, EAGAIN, "EAGAIN", 29),
+            ("errSecUserCanceled", .userCanceled, -128, ECANCELED, "ECANCELED", 128),
+            ("errSecDataTooLarge", .dataTooLarge, -25302, EFBIG, "EFBIG", 42),
+            ("errSecDecode", .decode, -26275, EIO, "EIO", 93),
+            ("errSecNoSuchKeychain", .noSuchKeychain, -25294, ENOENT, "ENOENT", 50),
+            ("errSecDuplicateKeychain", .duplicateKeychain, -25296, EEXIST, "EEXIST", 48),
+            ("errSecUnimplemented", .unimplemented, -4, EOPNOTSUPP, "EOPNOTSUPP", 252),
+            ("errSecNotAvailable", .notAvailable, -25291, EAGAIN, "EAGAIN", 53),
+            ("errSecAllocate", .allocate, -108, ENOMEM, "ENOMEM", 148),
+            ("errSecIO", .io, -36, EIO, "EIO", 220),
         ]
 
     static var docsPath: String {
@@ -56,7 +56,7 @@ struct ErrnoTests {
         }
     }
 
-    @Test("the table above is the one in docs/errors.md, row for row")
+    @Test("the table above is the one in docs/errors.md, row for row, and lists every known status")
     func tableMatchesDocs() throws {
         let text = try String(contentsOfFile: Self.docsPath, encoding: .utf8)
         // The status table: rows whose first cell is an errSec name.
@@ -71,9 +71,17 @@ struct ErrnoTests {
             }
             documented.append((cells[1], value, cells[3], exit))
         }
+        // On a mismatch, the first four columns as the code has them, ready to paste.
+        let generated = KeychainStatus.known.map { status in
+            let errnoName = Self.table.first { $0.status == status }?.errnoName ?? "?"
+            return "| \(status.name) | \(status.rawValue) | \(errnoName) | \(status.exitCode) |"
+        }.joined(separator: "\n")
         #expect(
-            documented.count == Self.table.count,
-            "docs/errors.md lists \(documented.count) statuses, the test \(Self.table.count)")
+            documented.map(\.0) == KeychainStatus.known.map(\.name),
+            "docs/errors.md must list KeychainStatus.known in order; the code says:\n\(generated)")
+        #expect(
+            Self.table.map(\.status) == KeychainStatus.known,
+            "the test table must list KeychainStatus.known in order")
         for (name, value, errnoName, exit) in documented {
             guard let row = Self.table.first(where: { $0.name == name }) else {
                 Issue.record("\(name) is documented but not tested")
@@ -81,23 +89,39 @@ struct ErrnoTests {
             }
             #expect(
                 row.value == value && row.errnoName == errnoName && row.exit == exit,
-                "docs: \(name) \(value) \(errnoName) \(exit); test: \(row.value) \(row.errnoName) \(row.exit)")
+                "docs: \(name) \(value) \(errnoName) \(exit); test: \(row.value) \(row.errnoName) \(row.exit); the code says:\n\(generated)"
+            )
         }
     }
 
-    @Test("statuses docs/errors.md does not list (unknown OSStatus values) → EIO, exit 1")
+    @Test("every exit code is the OSStatus's low byte, as macOS `security` exits")
+    func exitCodesAreLowBytes() {
+        for row in Self.table where row.status != .success {
+            #expect(row.exit == Int32(UInt8(truncatingIfNeeded: row.value)), "\(row.name)")
+        }
+        #expect(KeychainStatus.itemNotFound.exitCode == 44 && KeychainStatus.duplicateItem.exitCode == 45)
+        #expect(KeychainStatus.authFailed.exitCode == 51 && KeychainStatus.interactionNotAllowed.exitCode == 36)
+    }
+
+    @Test("statuses docs/errors.md does not list (unknown OSStatus values) → EIO and their low byte; 0 and 2 → 1")
     func undocumentedStatuses() {
-        for raw: Int32 in [-1, -99999, 12345, Int32.min] {
+        for (raw, exit): (Int32, Int32) in [(-1, 255), (-99999, 97), (12345, 57), (-25320, 24)] {
             let status = KeychainStatus(rawValue: raw)
-            #expect(status.errno == EIO && status.exitCode == 1, "\(status)")
+            #expect(status.errno == EIO && status.exitCode == exit, "\(status)")
+        }
+        // A low byte of 0 would read as success, 2 as a usage error.
+        for raw: Int32 in [Int32.min, -256, 256, -254, 258] {
+            #expect(KeychainStatus(rawValue: raw).exitCode == 1, "\(raw)")
         }
     }
 
-    @Test("errnos are positive and distinct from success; exit codes never collide with usage errors (2)")
+    @Test("errnos are positive and distinct from success; exit codes never collide with success, failure or usage")
     func shapes() {
         for row in Self.table where row.status != .success {
             #expect(row.status.errno > 0, "\(row.name)")
-            #expect(row.status.exitCode != 0 && row.status.exitCode != 2, "\(row.name)")
+            #expect(![0, 1, 2].contains(row.status.exitCode), "\(row.name)")
         }
+        let codes = Self.table.map(\.exit)
+        #expect(Set(codes).count == codes.count, "two statuses share an exit code")
     }
 }

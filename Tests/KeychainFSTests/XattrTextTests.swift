@@ -77,7 +77,12 @@ enum Values {
                 + Array(Names.string(Int.random(in: 0...4, using: &rng), &rng).utf8)
         default:
             if Bool.random(using: &rng) { return invalidUTF8.randomElement(using: &rng)! }
-            let text = junk.randomElement(using: &rng)! + (Bool.random(using: &rng) ? Names.string(2, &rng) + "!" : "")
+            var text = junk.randomElement(using: &rng)! + (Bool.random(using: &rng) ? Names.string(2, &rng) + "!" : "")
+            // type and creator take any four printable ASCII characters as a FourCharCode
+            // ("0x10" is 0x30783130): one more character makes such junk malformed again.
+            if ["type", "creator"].contains(attribute.name), AttributeText.fourCharCode(Array(text.utf8)) != nil {
+                text += "!"
+            }
             return Array(text.utf8)
         }
     }

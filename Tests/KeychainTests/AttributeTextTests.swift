@@ -62,6 +62,31 @@ struct AttributeTextTests {
         #expect(try render("synchronizable", .bool(false)) == "false")
     }
 
+    @Test("type and creator: FourCharCodes parse and render as Apple spells them, and round-trip")
+    func fourCharCodes() throws {
+        #expect(try parse("type", "abcd") == .number(0x6162_6364))
+        #expect(try parse("creator", "ftp ") == .number(0x6674_7020), "a code keeps its trailing space")
+        #expect(try parse("creator", "aapl", in: .key) == .number(0x6161_706c))
+        #expect(try render("type", .number(0x6162_6364)) == "abcd")
+        #expect(try render("creator", .number(0x6674_7020), in: .internetPassword) == "ftp ")
+        // Values that are not four printable characters, or whose characters read as a number,
+        // render as decimal so that they parse back to themselves.
+        for value: Int64 in [0, 42, -1, 0x3132_3334, 0x2020_2020, 0x6162_6300, 0x1_6162_6364, .max] {
+            let text = try render("type", .number(value))
+            #expect(text == String(value), "\(value)")
+            #expect(try parse("type", text) == .number(value))
+        }
+        for value: Int64 in [0x6162_6364, 0x4141_4141, 0x2161_2020, 0x7e7e_7e7e] {
+            #expect(try parse("type", try render("type", .number(value))) == .number(value), "\(value)")
+        }
+        for bad in ["abc", "abcde", "ab\u{e9}", "ab\tc", ""] {
+            expectError(.param, containing: ["type", "four-character code"]) { try parse("type", bad) }
+        }
+        // Other numbers take no codes: a port is a number.
+        expectError(.param, containing: ["port"]) { try parse("port", "abcd", in: .internetPassword) }
+        #expect(try render("port", .number(0x6162_6364), in: .internetPassword) == "1633837924")
+    }
+
     @Test("protocol: the name 'https' is stored as the code 'htps' and rendered back as 'https'")
     func protocolNames() throws {
         #expect(try parse("protocol", "https", in: .internetPassword) == .string("htps"))

@@ -43,19 +43,15 @@ struct StatusTests {
         #expect(KeychainStatus(rawValue: -99999).name == "OSStatus -99999")
     }
 
-    @Test("exit codes: 44 item not found, 45 duplicate item, 0 success, 1 for everything else")
+    @Test("exit codes: the OSStatus low byte (44 item not found, 45 duplicate item), 0 for success")
     func exitCodes() {
-        for (status, _, name) in Self.apple {
-            let expected: Int32 =
-                switch status {
-                case .success: 0
-                case .itemNotFound: 44
-                case .duplicateItem: 45
-                default: 1
-                }
+        for (status, value, name) in Self.apple {
+            let expected: Int32 = status == .success ? 0 : Int32(UInt8(truncatingIfNeeded: value))
             #expect(status.exitCode == expected, "\(name)")
         }
-        #expect(KeychainStatus(rawValue: -12345).exitCode == 1)
+        #expect(KeychainStatus.itemNotFound.exitCode == 44 && KeychainStatus.duplicateItem.exitCode == 45)
+        #expect(KeychainStatus(rawValue: -12345).exitCode == 199)
+        #expect(KeychainStatus(rawValue: -256).exitCode == 1, "a low byte of 0 is not success")
     }
 
     @Test("errno table for the filesystem front end")

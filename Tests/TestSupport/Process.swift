@@ -202,6 +202,9 @@ public func childEnvironment(_ overrides: [String: String?] = [:]) -> [String: S
     let drop: Set<String> = [
         "KEYCHAINFS_VAULT", "DISPLAY", "WAYLAND_DISPLAY", "GPG_TTY", "PINENTRY_USER_DATA",
         "TMUX", "TMUX_PANE", "SSH_AUTH_SOCK",
+        // A test run inside a systemd service must not make keychainfs ask systemd for a
+        // passphrase (INVOCATION_ID) or tell the runner's unit READY=1 (NOTIFY_SOCKET).
+        "INVOCATION_ID", "NOTIFY_SOCKET",
     ]
     var env = ProcessInfo.processInfo.environment.filter { k, _ in
         !drop.contains(k) && !k.hasPrefix("XDG_") && !k.hasPrefix("PYENV")

@@ -72,7 +72,7 @@ struct FindCertificate: ParsableCommand {
         help: ArgumentHelp("Match certificates whose label contains this string.", valueName: "name")) var name: String?
     @Flag(name: .customShort("a"), help: "All matches, not only the first.") var all = false
     @Flag(name: .customShort("p"), help: "Print as PEM.") var pem = false
-    @Flag(name: .customShort("Z"), help: "Print the SHA-1 hash of each certificate.") var sha1 = false
+    @Flag(name: .customShort("Z"), help: "Print the SHA-1 hash before each certificate.") var sha1 = false
     @Flag(name: .long, help: "Write the certificate's DER (Apple's stored value) to stdout; with one match only.")
     var der = false
 
@@ -93,9 +93,14 @@ struct FindCertificate: ParsableCommand {
         }
         for item in found {
             let der = item.data ?? []
+            // As `security`: the hash line first, then the certificate's attributes (its label
+            // among them), or with -p its PEM instead of the attributes.
             if sha1 { Output.line("SHA-1 hash: \(AttributeText.hex(CertificateData.fingerprint(der)).uppercased())") }
-            if pem { Output.write(CertificateData.pem(der)) }
-            if !pem && !sha1 { Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8)) }
+            if pem {
+                Output.write(CertificateData.pem(der))
+            } else {
+                Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
+            }
         }
     }
 }
@@ -206,10 +211,20 @@ extension Import {
 
 struct Export: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Export certificates, keys or identities as a PEM bundle on stdout or to a file (mode 0600).")
+        abstract:
+            "Export certificates, keys or identities as PEM, or an identity as PKCS#12, on stdout or to a file (0600).")
     enum ItemType: String, ExpressibleByArgument, CaseIterable { case certs, privKeys, identities, all }
+    enum Format: String, ExpressibleByArgument, CaseIterable { case pemseq, pkcs12 }
     @OptionGroup var vault: VaultOptions
     @Option(name: .customShort("t"), help: ArgumentHelp("What to export.", valueName: "type")) var type: ItemType = .all
+    @Option(
+        name: .customShort("f"),
+        help: ArgumentHelp("Format: pemseq (PEM bundle, the default) or pkcs12 (one identity).", valueName: "format"))
+    var format: Format = .pemseq
+    @Option(
+        name: .long,
+        help: ArgumentHelp("-f pkcs12: read the file's passphrase from this file (else a prompt).", valueName: "path"))
+    var p12PassphraseFile: String?
     @Option(
         name: .customShort("o"),
         help: ArgumentHelp("Output file, created 0600 (default: stdout).", valueName: "outfile")) var output: String?
@@ -217,7 +232,20 @@ struct Export: ParsableCommand {
         name: .customShort("l"), help: ArgumentHelp("Only items whose label contains this string.", valueName: "name"))
     var name: String?
 
+    func validate() throws {
+        if format == .pkcs12 && (type == .certs || type == .privKeys) {
+            throw ValidationError("-f pkcs12 exports an identity: use -t identities")
+        }
+        if format == .pemseq && p12PassphraseFile != nil {
+            throw ValidationError("--p12-passphrase-file is for -f pkcs12")
+        }
+        if format == .pkcs12 && output == nil && isatty(1) == 1 {
+            throw ValidationError("-f pkcs12 writes binary data: give -o FILE or redirect stdout")
+        }
+    }
+
     func run() throws {
+        if format == .pkcs12 { return try exportPKCS12() }
         let keychain = try vault.openUnlocked()
         func matches(_ item: KeychainItem) -> Bool {
             name.map { (item.string(Schema.label) ?? "").contains($0) } ?? true
@@ -243,6 +271,31 @@ struct Export: ParsableCommand {
         } else {
             Output.write(out)
         }
+    }
+}
+
+extension Export {
+    /// The one identity `-l` names (or the only one) as PKCS#12, protected by a passphrase from
+    /// --p12-passphrase-file or typed twice; several matching identities export nothing.
+    func exportPKCS12() throws {
+        let keychain = try vault.openUnlocked()
+        let found = try keychain.identities().filter { id in name.map { id.label.contains($0) } ?? true }
+        guard !found.isEmpty else {
+            throw KeychainError(.itemNotFound, "no identity \(name.map { "matching \"\($0)\" " } ?? "")to export")
+        }
+        guard found.count == 1 else {
+            throw CLIError.failure(
+                "\(found.count) identities match; a PKCS#12 file holds one: name it with -l (find-identity lists them)")
+        }
+        var passphrase = try PKCS12Export.passphrase(file: p12PassphraseFile)
+        defer { Sodium.wipe(&passphrase) }
+        let certificate = try keychain.item(id: found[0].certificate.id, itemClass: .certificate, withData: true)
+        var key = try keychain.item(id: found[0].key.id, itemClass: .key, withData: true).data ?? []
+        defer { Sodium.wipe(&key) }
+        let p12 = try PKCS12Export.make(
+            certificate: CertificateData.pem(certificate.data ?? []), key: key, label: found[0].label,
+            passphrase: passphrase)
+        if let output { try writePrivateFile(output, p12) } else { Output.write(p12) }
     }
 }
 

@@ -63,11 +63,17 @@ enum SecretInput {
     }
 }
 
-/// Where a passphrase comes from: `--passphrase-file`, `--passphrase-fd`, or a no-echo
-/// prompt on the terminal. Files and descriptors lose one trailing newline.
+/// Where a passphrase comes from: `--passphrase-file`, `--passphrase-fd`,
+/// `--passphrase-program`, or a no-echo prompt on the terminal. Files, descriptors and programs
+/// lose one trailing newline.
 struct PassphraseSource {
     var file: String?
     var fd: Int32?
+    /// A shell command whose standard output is the passphrase (gocryptfs's `-extpass`).
+    var program: String? = nil
+
+    /// Whether a source other than the terminal prompt was given.
+    var isGiven: Bool { file != nil || fd != nil || program != nil }
 
     func read(prompt: String) throws -> SecureBytes {
         var bytes: [UInt8]
@@ -80,11 +86,18 @@ struct PassphraseSource {
         } else if let fd {
             bytes = try SecretInput.readAll(fd: fd, limit: 4096, what: "passphrase descriptor \(fd)")
             SecretInput.chomp(&bytes)
+        } else if let program {
+            bytes = try PassphraseProgram.run(program)
+            SecretInput.chomp(&bytes)
         } else if let typed = try SecretInput.prompt(prompt) {
             bytes = typed
+        } else if var asked = try PassphraseProgram.askThroughSystemd(prompt: prompt, id: "keychainfs") {
+            SecretInput.chomp(&asked)
+            bytes = asked
         } else {
             throw CLIError.failure(
-                "no passphrase: there is no terminal to prompt on; use --passphrase-file or --passphrase-fd")
+                "no passphrase: there is no terminal to prompt on; use --passphrase-file, --passphrase-fd or --passphrase-program"
+            )
         }
         if bytes.isEmpty { throw CLIError.failure("the passphrase is empty") }
         return try SecretInput.secure(&bytes)
@@ -92,7 +105,7 @@ struct PassphraseSource {
 
     /// A new passphrase: from a file or descriptor as given, or typed twice on the terminal.
     func readNew(what: String) throws -> SecureBytes {
-        if file != nil || fd != nil { return try read(prompt: "") }
+        if isGiven { return try read(prompt: "") }
         guard var first = try SecretInput.prompt("\(what): ") else {
             throw CLIError.failure(
                 "no passphrase: there is no terminal to prompt on; use --passphrase-file or --passphrase-fd")
@@ -103,5 +116,58 @@ struct PassphraseSource {
         guard first == second else { throw CLIError.failure("the passphrases do not match") }
         guard !first.isEmpty else { throw CLIError.failure("the passphrase is empty") }
         return try SecureBytes(copying: first)
+    }
+}
+
+/// `--passphrase-program CMD`: `/bin/sh -c CMD`, its standard output read as the passphrase
+/// (through a pipe, never a file or argv). Its standard input is /dev/null, because the CLI's
+/// may carry an item's secret; it asks, if it must, on the terminal or through an agent as
+/// `systemd-ask-password`, `pass show` and pinentry do; its standard error is the user's.
+enum PassphraseProgram {
+    static func run(_ command: String) throws -> [UInt8] {
+        try run(executable: "/bin/sh", arguments: ["-c", command])
+    }
+
+    /// Under systemd (a service's `$INVOCATION_ID`) with no terminal, `systemd-ask-password`
+    /// asks through systemd's password agents, as systemd's own units do; nil when either is
+    /// missing.
+    static func askThroughSystemd(prompt: String, id: String) throws -> [UInt8]? {
+        let environment = ProcessInfo.processInfo.environment
+        guard environment["INVOCATION_ID"]?.isEmpty == false else { return nil }
+        let directories = (environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":").map(String.init)
+        guard let program = directories.map({ $0 + "/systemd-ask-password" }).first(where: { access($0, X_OK) == 0 })
+        else { return nil }
+        return try run(executable: program, arguments: ["--id=\(id)", prompt])
+    }
+
+    static func run(executable: String, arguments: [String]) throws -> [UInt8] {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        do { try process.run() } catch { throw CLIError.failure("cannot start the passphrase program: \(error)") }
+        try? output.fileHandleForWriting.close()
+        var bytes: [UInt8]
+        do {
+            bytes = try SecretInput.readAll(
+                fd: output.fileHandleForReading.fileDescriptor, limit: 4096, what: "the passphrase program's output")
+        } catch {
+            process.terminate()
+            process.waitUntilExit()
+            throw error
+        }
+        process.waitUntilExit()
+        // Never the output in a message: it is the passphrase, or part of it.
+        guard process.terminationReason == .exit else {
+            Sodium.wipe(&bytes)
+            throw CLIError.failure("the passphrase program was killed by signal \(process.terminationStatus)")
+        }
+        guard process.terminationStatus == 0 else {
+            Sodium.wipe(&bytes)
+            throw CLIError.failure("the passphrase program exited with status \(process.terminationStatus)")
+        }
+        return bytes
     }
 }

@@ -150,7 +150,10 @@ struct Mount: ParsableCommand {
 
     func passphraseSource(_ parsed: ParsedMountOptions) -> PassphraseSource {
         var source = vault.passphrase
-        if source.file == nil && source.fd == nil { source.file = parsed.passphraseFile }
+        if !source.isGiven {
+            source.file = parsed.passphraseFile
+            source.program = parsed.passphraseProgram
+        }
         return source
     }
 
@@ -195,7 +198,10 @@ struct Mount: ParsableCommand {
             }
             Log.info("mounted \(vaultPath) on \(mountpoint)")
             report("ok")
+            // A Type=notify unit (mount -f under systemd) is started now that the mount is live.
+            SystemdNotify.send("READY=1")
             let rc = session.run()
+            SystemdNotify.send("STOPPING=1")
             Log.info("unmounted \(mountpoint)")
             // libfuse returns the number of the signal that ended the loop: SIGTERM, SIGINT and
             // SIGHUP are the documented ways to stop the daemon, so they are a clean exit.

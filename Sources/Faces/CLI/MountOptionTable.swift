@@ -41,6 +41,11 @@ struct MountOption: Sendable {
         .text("passphrase_file", "PATH", "Read the passphrase from this file, as --passphrase-file.") {
             $0.passphraseFile = $1
         },
+        .text(
+            "passphrase_program", "COMMAND", "Read the passphrase from this command's output, as --passphrase-program."
+        ) {
+            $0.passphraseProgram = $1
+        },
         .text("log", "PATH", "The daemon's log (default $XDG_STATE_HOME/keychainfs/daemon.log).") { $0.log = $1 },
         .flag("locked", "Mount without unlocking: nothing is readable before 'keychainfs unlock'.") {
             $0.fuse.startLocked = true
@@ -151,6 +156,7 @@ struct MountOption: Sendable {
 struct ParsedMountOptions {
     var fuse = MountOptions()
     var passphraseFile: String?
+    var passphraseProgram: String?
     var log: String?
     var audit: String?
     var pinentry: String?
@@ -184,6 +190,9 @@ struct ParsedMountOptions {
                         "malformed mount option '\(name)': write \(option.syntax); known: \(MountOption.known)")
                 }
             }
+        }
+        if passphraseFile != nil && passphraseProgram != nil {
+            throw CLIError.usage("give -o passphrase_file or -o passphrase_program, not both")
         }
         if fuse.allowOther && !fuse.defaultPermissions {
             throw CLIError.usage(

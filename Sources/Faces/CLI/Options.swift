@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainAccess
 import KeychainCrypto
 
 /// Which vault and how to unlock it; shared by every command that opens a vault.
@@ -29,12 +30,20 @@ struct VaultOptions: ParsableArguments {
     )
     var acceptRollback = false
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Run this shell command and read the passphrase from its standard output.", valueName: "command"))
+    var passphraseProgram: String?
+
     var path: String { vault ?? KeychainPaths.defaultVault() }
-    var passphrase: PassphraseSource { PassphraseSource(file: passphraseFile, fd: passphraseFd) }
+    var passphrase: PassphraseSource {
+        PassphraseSource(file: passphraseFile, fd: passphraseFd, program: passphraseProgram)
+    }
 
     func validate() throws {
-        if passphraseFile != nil && passphraseFd != nil {
-            throw ValidationError("give --passphrase-file or --passphrase-fd, not both")
+        if [passphraseFile != nil, passphraseFd != nil, passphraseProgram != nil].filter({ $0 }).count > 1 {
+            throw ValidationError("give one of --passphrase-file, --passphrase-fd and --passphrase-program")
         }
     }
 
@@ -46,9 +55,14 @@ struct VaultOptions: ParsableArguments {
             passphrase: passphrase.read(prompt: "passphrase for \(path): "), acceptRollback: acceptRollback)
         keychain.onDamagedRow { Output.errorLine("keychainfs: warning: skipped a damaged row: \($0)") }
         let groups = try keychain.accessPolicy().groups.map(\.name).filter { $0 != Caller.defaultAccessGroup }
+        // User presence is asked as the mount asks it: pinentry on this process's terminal (any
+        // of fds 0–2) or display. With neither, or no pinentry, such an item is
+        // errSecInteractionNotAllowed (exit 36), Apple's answer when no UI can be shown.
         keychain.defaultCaller = Caller(
-            accessGroups: [Caller.defaultAccessGroup] + groups, authenticationUI: .fail,
-            processDescription: "keychainfs CLI (pid \(getpid()))")
+            accessGroups: [Caller.defaultAccessGroup] + groups,
+            presence: PinentryPresence(keychain: keychain, program: nil, reuseSeconds: 0),
+            authenticationUI: .allow, processDescription: "keychainfs CLI (pid \(getpid()))",
+            processKey: ProcessIdentity.of(tid: getpid())?.key ?? "")
         return keychain
     }
 }
@@ -79,8 +93,9 @@ struct CommonItemOptions: ParsableArguments {
         try set(&out, itemClass, "comment", comment)
         try set(&out, itemClass, "description", kind)
         try set(&out, itemClass, "accessGroup", accessGroup)
-        if let creator { out[Schema.named("creator")] = .number(try fourCharCode(creator, option: "-c")) }
-        if let type { out[Schema.named("type")] = .number(try fourCharCode(type, option: "-C")) }
+        // Four-character codes ('aapl') or numbers, as AttributeText reads them everywhere.
+        try set(&out, itemClass, "creator", creator, option: "-c")
+        try set(&out, itemClass, "type", type, option: "-C")
         return out
     }
 }
@@ -104,6 +119,14 @@ struct AddOptions: ParsableArguments {
     var accessControl: String?
     @Flag(name: .long, help: "Mark the item synchronizable.")
     var synchronizable = false
+    @OptionGroup var generation: GenerationOptions
+
+    func validate() throws {
+        if generation.generate && password != nil { throw ValidationError("give -w or --generate, not both") }
+    }
+
+    /// Whether the secret comes from standard input (neither -w nor --generate).
+    var readsStandardInput: Bool { password == nil && !generation.generate }
 
     func apply(to attributes: inout Attributes, _ itemClass: ItemClass) throws {
         let protection: Accessibility
@@ -129,8 +152,10 @@ struct AddOptions: ParsableArguments {
         if synchronizable { attributes[Schema.synchronizable] = .bool(true) }
     }
 
-    /// The secret: `-w`, else stdin (a no-echo prompt, typed twice, when stdin is a terminal).
+    /// The secret: generated, `-w`, else stdin (a no-echo prompt, typed twice, when stdin is a
+    /// terminal).
     func secret() throws -> [UInt8] {
+        if generation.generate { return generation.recipe.generate() }
         if let password {
             return Array(password.utf8)
         }
@@ -147,24 +172,16 @@ struct AddOptions: ParsableArguments {
     }
 }
 
-/// Sets an attribute from an option's text; a value that does not parse is a usage error.
-func set(_ attributes: inout Attributes, _ itemClass: ItemClass, _ name: String, _ text: String?) throws {
+/// Sets an attribute from an option's text; a value that does not parse is a usage error,
+/// naming the option when it is given.
+func set(
+    _ attributes: inout Attributes, _ itemClass: ItemClass, _ name: String, _ text: String?, option: String? = nil
+) throws {
     guard let text else { return }
     let attribute = try Schema.attribute(named: name, in: itemClass)
     do {
         attributes[attribute] = try AttributeText.parse(attribute, Array(text.utf8))
     } catch let e as KeychainError {
-        throw CLIError.usage(e.message)
+        throw CLIError.usage((option.map { "\($0): " } ?? "") + e.message)
     }
-}
-
-/// macOS `security` takes creator and type as four-character codes ('aapl'); a plain
-/// number is taken as is.
-func fourCharCode(_ text: String, option: String) throws -> Int64 {
-    if let n = Int64(text) { return n }
-    let bytes = Array(text.utf8)
-    guard bytes.count == 4 else {
-        throw CLIError.usage("\(option): expected a four-character code or a number, not '\(text)'")
-    }
-    return bytes.reduce(Int64(0)) { ($0 << 8) | Int64($1) }
 }

@@ -46,7 +46,9 @@ enum ItemPrinter {
         return out + "\""
     }
 
-    static func json(_ items: [KeychainItem], includeData: Bool) -> String {
+    /// `skipped`: items whose data was left out because reading it needs user presence; they
+    /// carry `"dataSkipped": true` instead of `data`.
+    static func json(_ items: [KeychainItem], includeData: Bool, skipped: Set<Int64> = []) -> String {
         let objects: [[String: Any]] = items.map { item in
             var attributes: [String: Any] = [:]
             for (attribute, value) in item.attributes {
@@ -63,6 +65,7 @@ enum ItemPrinter {
                 }
             }
             var object: [String: Any] = ["class": item.itemClass.rawValue, "id": item.id, "attributes": attributes]
+            if skipped.contains(item.id) { object["dataSkipped"] = true }
             if includeData, let data = item.data {
                 if let s = String(validating: data, as: UTF8.self) {
                     object["data"] = s

@@ -60,7 +60,7 @@ struct InternetPasswordOptions: ParsableArguments {
 func addPassword(_ vault: VaultOptions, _ itemClass: ItemClass, attributes given: Attributes, add: AddOptions) throws {
     var attributes = given
     try add.apply(to: &attributes, itemClass)
-    if add.password == nil && vault.passphraseFd == 0 {
+    if add.readsStandardInput && vault.passphraseFd == 0 {
         throw CLIError.usage(
             "standard input carries the passphrase (--passphrase-fd 0), so it cannot carry the secret too: give the secret on another descriptor's stdin or with -w"
         )
@@ -74,12 +74,17 @@ func addPassword(_ vault: VaultOptions, _ itemClass: ItemClass, attributes given
     } else {
         try keychain.add(itemClass, attributes, data: secret)
     }
+    // Only once it is stored, and only when asked: a generated secret nobody saw is the default.
+    if add.generation.print {
+        Output.write(secret)
+        Output.write([UInt8(ascii: "\n")])
+    }
 }
 
 struct AddGenericPassword: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "add-generic-password",
-        abstract: "Add a generic password item (the secret from stdin unless -w is given).",
+        abstract: "Add a generic password item (the secret from stdin, -w or --generate).",
         usage: "keychainfs add-generic-password -s service [-a account] [-w password] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: GenericPasswordOptions
@@ -96,7 +101,7 @@ struct AddGenericPassword: ParsableCommand {
 struct AddInternetPassword: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "add-internet-password",
-        abstract: "Add an internet password item (the secret from stdin unless -w is given).",
+        abstract: "Add an internet password item (the secret from stdin, -w or --generate).",
         usage: "keychainfs add-internet-password -s server [-a account] [-w password] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: InternetPasswordOptions

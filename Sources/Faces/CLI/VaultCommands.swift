@@ -61,7 +61,10 @@ struct Passwd: ParsableCommand {
 struct DumpKeychain: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dump-keychain",
-        abstract: "Print every item's attributes (secrets only with -d).")
+        abstract: "Print every item's attributes (secrets only with -d).",
+        discussion:
+            "With -d, an item whose data needs user presence is printed without its data and named on stderr, never prompted for (Apple's kSecUseAuthenticationUISkip); the other items print in full and the exit status is 0."
+    )
     @OptionGroup var vault: VaultOptions
     @Flag(name: .customShort("d"), help: "Also print the secret data.")
     var data = false
@@ -71,17 +74,19 @@ struct DumpKeychain: ParsableCommand {
     func run() throws {
         let keychain = try vault.openUnlocked()
         var items: [KeychainItem] = []
+        var skipped: Set<Int64> = []
         for itemClass in ItemClass.allCases where itemClass != .identity {
             do {
                 items += try keychain.copyMatching(Query(itemClass, matchLimit: .all, synchronizableAny: true))
             } catch KeychainStatus.itemNotFound {}
         }
-        // The data item by item: one that cannot be read here (locked class, another
-        // device's ThisDeviceOnly item, user presence, damage) is named on stderr and dumped
-        // without it, never failing the others.
-        if data { items = items.map { withData($0, keychain) } }
+        // The data item by item: one that cannot be read here (user presence, which a dump never
+        // asks for, as Apple's kSecUseAuthenticationUISkip; a locked class; another device's
+        // ThisDeviceOnly item; damage) is named on stderr and dumped without it, never failing
+        // the others.
+        if data { items = items.map { withData($0, keychain, skipped: &skipped) } }
         if json {
-            Output.write(Array(ItemPrinter.json(items, includeData: data).utf8))
+            Output.write(Array(ItemPrinter.json(items, includeData: data, skipped: skipped).utf8))
             return
         }
         for item in items {
@@ -90,10 +95,21 @@ struct DumpKeychain: ParsableCommand {
         }
     }
 
-    func withData(_ item: KeychainItem, _ keychain: Keychain) -> KeychainItem {
+    func withData(_ item: KeychainItem, _ keychain: Keychain, skipped: inout Set<Int64>) -> KeychainItem {
+        skipped.insert(item.id)
+        if item.accessControl?.requiresPresence == true {
+            Output.errorLine(
+                "keychainfs: skipped the data of \(item.summary): it needs user presence, which dump-keychain does not ask for (errSecInteractionNotAllowed)"
+            )
+            return item
+        }
         do {
-            return try keychain.find(
-                Query(item.itemClass, returnData: true, synchronizableAny: true, persistentReference: item.id))
+            let full = try keychain.find(
+                Query(
+                    item.itemClass, returnData: true, synchronizableAny: true, persistentReference: item.id,
+                    authenticationUI: .skip))
+            skipped.remove(item.id)
+            return full
         } catch let error as KeychainError {
             Output.errorLine("keychainfs: warning: \(item.summary): data not dumped: \(error.message)")
         } catch {

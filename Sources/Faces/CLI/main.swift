@@ -8,7 +8,11 @@ struct KeychainfsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "keychainfs",
         abstract: "An encrypted keychain with Apple's Keychain Services semantics, mountable as a directory.",
-        discussion: "Exit codes: 0 ok, 44 item not found, 45 duplicate item, 2 usage, 1 any other failure.",
+        discussion: """
+            Exit codes, as macOS `security`: 0 ok; a keychain status exits with its OSStatus's low byte \
+            (44 item not found, 45 duplicate item, 51 wrong passphrase, 36 interaction not allowed; \
+            the full table is in docs/errors.md); 2 usage; 1 any other failure.
+            """,
         version: "keychainfs \(keychainfsVersion)",
         subcommands: [
             Init.self, Passwd.self,
@@ -16,6 +20,7 @@ struct KeychainfsCommand: ParsableCommand {
             AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
             DumpKeychain.self,
             AddCertificates.self, FindCertificate.self, FindIdentity.self, Import.self, Export.self,
+            FindKey.self, DeleteKey.self, DeleteCertificate.self, Generate.self,
             Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
             AccessGroup.self, AuditLogCommand.self, Backup.self, Verify.self, Salvage.self,
             Run.self, Inject.self,
@@ -57,14 +62,14 @@ func refuseInvalidUTF8Arguments() {
 refuseInvalidUTF8Arguments()
 
 /// macOS `security` (getopt) accepts `-wSECRET`; ArgumentParser would reject it and echo
-/// the secret in its message. Split it into `-w SECRET` first; after `--` (the command of
-/// `run`) the words are not ours.
+/// the secret in its message. Split it into `-w SECRET` first (and `--generate=N` into its
+/// words); after `--` (the command of `run`) the words are not ours.
 let arguments: [String] = {
     let all = Array(CommandLine.arguments.dropFirst())
     let end = all.firstIndex(of: "--") ?? all.count
     return all[..<end].flatMap { arg -> [String] in
         arg.hasPrefix("-w") && arg.count > 2 && !arg.hasPrefix("--") ? ["-w", String(arg.dropFirst(2))] : [arg]
-    } + all[end...]
+    }.flatMap(GenerationOptions.expand) + all[end...]
 }()
 
 /// Whether the leading words of `arguments` try to name a command that does not exist

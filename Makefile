@@ -1,0 +1,74 @@
+# keychainfs: build, install, uninstall (README.md, "Install it").
+#
+#   make                      build the release binary
+#   sudo make install         install under PREFIX (default /usr/local) and the mount helper in /sbin
+#   make install PREFIX=~/.local MOUNT_HELPER_DIR=   a per-user install, without the mount helper
+#   make install DESTDIR=/tmp/stage                  stage for a package
+#   sudo make uninstall       remove exactly what install installed (same variables)
+#   make man                  regenerate docs/man/keychainfs.1 from the argument parser
+#
+# `install` builds first; `install-files` installs an already built BIN (no build, no SwiftPM
+# lock: the tests use it with the debug binary).
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+# mount(8) looks for mount.<type> in /sbin, /sbin/fs.d and /sbin/fs only, whatever PREFIX is.
+# Empty: no mount helper (a per-user install cannot write /sbin).
+MOUNT_HELPER_DIR ?= /sbin
+SYSTEMD_USER_DIR ?= $(PREFIX)/lib/systemd/user
+BASH_COMPLETION_DIR ?= $(DATADIR)/bash-completion/completions
+ZSH_COMPLETION_DIR ?= $(DATADIR)/zsh/site-functions
+FISH_COMPLETION_DIR ?= $(DATADIR)/fish/vendor_completions.d
+
+SWIFT ?= swift
+CONFIGURATION ?= release
+BIN ?= .build/$(CONFIGURATION)/keychainfs
+
+# Every file install-files writes, for uninstall.
+INSTALLED = $(BINDIR)/keychainfs $(MANDIR)/man1/keychainfs.1 $(MANDIR)/man5/keychainfs.5 \
+	$(BASH_COMPLETION_DIR)/keychainfs $(ZSH_COMPLETION_DIR)/_keychainfs \
+	$(FISH_COMPLETION_DIR)/keychainfs.fish $(SYSTEMD_USER_DIR)/keychainfs.service \
+	$(if $(MOUNT_HELPER_DIR),$(MOUNT_HELPER_DIR)/mount.keychainfs)
+
+.PHONY: all build install install-files uninstall man
+
+all: build
+
+build:
+	$(SWIFT) build -c $(CONFIGURATION) --product keychainfs
+
+install: build
+	$(MAKE) install-files
+
+# The installed helper and unit name the installed binary, not /usr/local/bin's.
+install-files:
+	@test -x "$(BIN)" || { echo "make: $(BIN) is not built; run 'make' first" >&2; exit 1; }
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(MANDIR)/man1" "$(DESTDIR)$(MANDIR)/man5" \
+		"$(DESTDIR)$(BASH_COMPLETION_DIR)" "$(DESTDIR)$(ZSH_COMPLETION_DIR)" "$(DESTDIR)$(FISH_COMPLETION_DIR)" \
+		"$(DESTDIR)$(SYSTEMD_USER_DIR)"
+	install -m 0755 "$(BIN)" "$(DESTDIR)$(BINDIR)/keychainfs"
+	install -m 0644 docs/man/keychainfs.1 "$(DESTDIR)$(MANDIR)/man1/keychainfs.1"
+	install -m 0644 docs/man/keychainfs.5 "$(DESTDIR)$(MANDIR)/man5/keychainfs.5"
+	"$(BIN)" --generate-completion-script bash > "$(DESTDIR)$(BASH_COMPLETION_DIR)/keychainfs"
+	"$(BIN)" --generate-completion-script zsh > "$(DESTDIR)$(ZSH_COMPLETION_DIR)/_keychainfs"
+	"$(BIN)" --generate-completion-script fish > "$(DESTDIR)$(FISH_COMPLETION_DIR)/keychainfs.fish"
+	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/keychainfs@.service \
+		> "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs.service"
+	chmod 0644 "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs.service"
+ifneq ($(MOUNT_HELPER_DIR),)
+	install -d "$(DESTDIR)$(MOUNT_HELPER_DIR)"
+	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/mount.keychainfs \
+		> "$(DESTDIR)$(MOUNT_HELPER_DIR)/mount.keychainfs"
+	chmod 0755 "$(DESTDIR)$(MOUNT_HELPER_DIR)/mount.keychainfs"
+endif
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+
+# ArgumentParser's GenerateManual plugin (debug: the test build is already there).
+man:
+	$(SWIFT) package plugin generate-manual --configuration debug
+	cp .build/plugins/GenerateManual/outputs/keychainfs/keychainfs.1 docs/man/keychainfs.1

@@ -1,0 +1,98 @@
+import Foundation
+import Testing
+
+/// Issue 13, install: `make install-files` (what `make install` runs after building) into a temp
+/// DESTDIR puts the binary, the man pages, the completions, the mount helper and the systemd user
+/// unit where their users look, pointing at the installed binary; `make uninstall` removes them.
+@Suite("make install")
+struct InstallTests {
+    static let repositoryRoot = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+
+    static func make(_ box: Sandbox, _ arguments: [String]) throws -> RunResult {
+        let binary = try #require(keychainfsBinary)
+        return try box.run(
+            "/usr/bin/make", ["-C", repositoryRoot, "BIN=\(binary)"] + arguments, timeout: 60)
+    }
+
+    @Test("install-files into DESTDIR: every file in place and usable; uninstall leaves nothing")
+    func installAndUninstall() throws {
+        let box = try Sandbox()
+        let stage = box.root + "/stage"
+        let prefix = ["DESTDIR=\(stage)", "PREFIX=/usr"]
+        let installed = try Self.make(box, ["install-files"] + prefix)
+        try #require(installed.status == 0, "make install-files: \(installed.summary)")
+
+        let expected: [(path: String, mode: UInt32)] = [
+            ("/usr/bin/keychainfs", 0o755), ("/sbin/mount.keychainfs", 0o755),
+            ("/usr/share/man/man1/keychainfs.1", 0o644), ("/usr/share/man/man5/keychainfs.5", 0o644),
+            ("/usr/share/bash-completion/completions/keychainfs", 0o644),
+            ("/usr/share/zsh/site-functions/_keychainfs", 0o644),
+            ("/usr/share/fish/vendor_completions.d/keychainfs.fish", 0o644),
+            ("/usr/lib/systemd/user/keychainfs.service", 0o644),
+        ]
+        for file in expected {
+            #expect(
+                fileMode(stage + file.path) == file.mode,
+                "\(file.path): mode \(String(describing: fileMode(stage + file.path)))")
+        }
+        // The installed binary runs; the helper and the unit name it, not /usr/local/bin's.
+        let version = try box.run(stage + "/usr/bin/keychainfs", ["--version"], timeout: 10)
+        #expect(version.status == 0 && version.stdout.hasPrefix("keychainfs "), "\(version.summary)")
+        for file in ["/sbin/mount.keychainfs", "/usr/lib/systemd/user/keychainfs.service"] {
+            let text = (try? String(contentsOfFile: stage + file, encoding: .utf8)) ?? ""
+            #expect(text.contains("/usr/bin/keychainfs") && !text.contains("/usr/local/bin"), "\(file)")
+        }
+        // Completions complete the subcommands, new ones included.
+        let bash = (try? String(contentsOfFile: stage + expected[4].path, encoding: .utf8)) ?? ""
+        for verb in ["find-generic-password", "find-key", "delete-certificate", "generate"] {
+            #expect(bash.contains(verb), "the bash completion lacks \(verb)")
+        }
+        let syntax = try box.run("/bin/bash", ["-n", stage + expected[4].path], timeout: 10)
+        #expect(syntax.status == 0, "bash -n: \(syntax.summary)")
+        try checkManualPages(box, stage: stage)
+
+        let removed = try Self.make(box, ["uninstall"] + prefix)
+        #expect(removed.status == 0, "make uninstall: \(removed.summary)")
+        for file in expected { #expect(fileMode(stage + file.path) == nil, "\(file.path) survived uninstall") }
+    }
+
+    /// The man page lists every subcommand the binary has (a stale page fails: run `make man`),
+    /// and both pages render.
+    func checkManualPages(_ box: Sandbox, stage: String) throws {
+        let page = (try? String(contentsOfFile: stage + "/usr/share/man/man1/keychainfs.1", encoding: .utf8)) ?? ""
+        let dump = try box.run(stage + "/usr/bin/keychainfs", ["--experimental-dump-help"], timeout: 10)
+        let json = try JSONSerialization.jsonObject(with: Data(dump.stdout.utf8)) as? [String: Any]
+        let subcommands = ((json?["command"] as? [String: Any])?["subcommands"] as? [[String: Any]]) ?? []
+        let names = subcommands.compactMap { $0["commandName"] as? String }
+        #expect(names.count > 20 && names.contains("find-key"), "\(names)")
+        for name in names {
+            #expect(page.contains(".It Em \(name)"), "docs/man/keychainfs.1 lacks \(name): run 'make man'")
+        }
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/man") else { return }
+        for section in ["man1/keychainfs.1", "man5/keychainfs.5"] {
+            let rendered = try box.run("/usr/bin/man", ["-l", stage + "/usr/share/man/" + section], timeout: 20)
+            #expect(
+                rendered.status == 0 && rendered.stdout.contains("NAME") && rendered.stdout.contains("keychainfs"),
+                "man -l \(section): \(rendered.summary)")
+        }
+    }
+
+    @Test("install-files refuses a binary that is not built, and a per-user install skips /sbin")
+    func installVariants() throws {
+        let box = try Sandbox()
+        let missing = try box.run(
+            "/usr/bin/make",
+            ["-C", Self.repositoryRoot, "install-files", "BIN=/nonexistent/keychainfs", "DESTDIR=\(box.root)/x"],
+            timeout: 30)
+        #expect(missing.status != 0 && missing.stderr.contains("is not built"), "\(missing.summary)")
+        #expect(!FileManager.default.fileExists(atPath: box.root + "/x"))
+
+        let home = box.root + "/home"
+        let user = try Self.make(box, ["install-files", "PREFIX=\(home)/.local", "MOUNT_HELPER_DIR="])
+        #expect(user.status == 0, "\(user.summary)")
+        #expect(fileMode(home + "/.local/bin/keychainfs") == 0o755)
+        #expect(fileMode(home + "/.local/share/man/man1/keychainfs.1") == 0o644)
+        #expect(!FileManager.default.fileExists(atPath: home + "/sbin"))
+    }
+}

@@ -1,0 +1,53 @@
+import Foundation
+import Testing
+
+/// Issue 13: `mount-helper/quickstart` end to end in a copy of the tree, with a stand-in `swift`
+/// on PATH that "builds" by copying the test binary (a real release build takes minutes) and
+/// prints SwiftPM's progress lines. The packages are already installed (.ci/run), so apt is
+/// skipped; everything after the build is real: the per-user install, init, mount, a demo item.
+@Suite("quickstart")
+struct QuickstartTests {
+    @Test("quickstart: one progress line for the build, output in its log, installed under ~/.local, mounted")
+    func quickstart() throws {
+        let box = try Sandbox()
+        let binary = try #require(keychainfsBinary)
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().path
+        let tree = box.root + "/tree", fakeBin = box.root + "/fakebin"
+        for dir in [tree + "/mount-helper", tree + "/docs/man", fakeBin] {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        }
+        for file in [
+            "Makefile", "mount-helper/quickstart", "mount-helper/mount.keychainfs", "mount-helper/keychainfs@.service",
+            "docs/man/keychainfs.1", "docs/man/keychainfs.5",
+        ] {
+            try FileManager.default.copyItem(atPath: repository + "/" + file, toPath: tree + "/" + file)
+        }
+        try box.writeFile(
+            fakeBin + "/swift",
+            Array(
+                """
+                #!/bin/sh
+                mkdir -p .build/release && cp '\(binary)' .build/release/keychainfs
+                for i in 1 2 3; do echo "[$i/3] Compiling stand-in $i"; done
+
+                """.utf8))
+        chmod(fakeBin + "/swift", 0o755)
+
+        let path = fakeBin + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+        let r = try box.run(
+            "/bin/bash", [tree + "/mount-helper/quickstart"],
+            env: ["PATH": path, "KEYCHAINFS_MOUNTPOINT": box.mnt, "XDG_CONFIG_HOME": box.root + "/config"],
+            timeout: 120)
+        defer { _ = try? box.run(box.home + "/.local/bin/keychainfs", ["unmount", box.mnt], timeout: 30) }
+        #expect(r.status == 0, "quickstart: \(r.summary); daemon log: \(box.daemonLog)")
+        #expect(r.stdout.contains("\rquickstart: build step [3/3] "), "no progress line: \(r.stdout)")
+        #expect(!r.stdout.contains("Compiling stand-in"), "compiler output on the terminal: \(r.stdout)")
+        let log = (try? String(contentsOfFile: box.stateHome + "/keychainfs/quickstart.log", encoding: .utf8)) ?? ""
+        #expect(log.contains("[3/3] Compiling stand-in 3"), "the log lacks the build output: \(log)")
+        #expect(r.stdout.contains("hello from keychainfs"), "\(r.stdout)")
+        #expect(fileMode(box.home + "/.local/bin/keychainfs") == 0o755)
+        #expect(fileMode(box.home + "/.local/share/man/man1/keychainfs.1") == 0o644)
+        #expect(fileMode(box.root + "/config/keychainfs/passphrase") == 0o600)
+    }
+}
