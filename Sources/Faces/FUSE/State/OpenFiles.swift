@@ -183,7 +183,12 @@ final class OpenFile: Sendable {
 final class OpenFiles: Sendable {
     private struct State {
         var files: [UInt64: OpenFile] = [:]
+        /// Handle numbers by inode: getattr asks about one inode's handles on every call, so it
+        /// must not walk every open file of the mount.
+        var handlesByInode: [UInt64: Set<UInt64>] = [:]
         var next: UInt64 = 1
+
+        func open(on ino: UInt64) -> [OpenFile] { (handlesByInode[ino] ?? []).compactMap { files[$0] } }
     }
 
     private let state = Mutex(State())
@@ -193,6 +198,7 @@ final class OpenFiles: Sendable {
             let handle = s.next
             s.next += 1
             s.files[handle] = file
+            s.handlesByInode[file.ino, default: []].insert(handle)
             return handle
         }
     }
@@ -202,16 +208,21 @@ final class OpenFiles: Sendable {
         return file
     }
 
-    func remove(_ handle: UInt64) -> OpenFile? { state.withLock { $0.files.removeValue(forKey: handle) } }
+    func remove(_ handle: UInt64) -> OpenFile? {
+        state.withLock { s in
+            guard let file = s.files.removeValue(forKey: handle) else { return nil }
+            s.handlesByInode[file.ino]?.remove(handle)
+            if s.handlesByInode[file.ino]?.isEmpty == true { s.handlesByInode.removeValue(forKey: file.ino) }
+            return file
+        }
+    }
 
     /// The stat of an item that is gone (unlinked, replaced) while handles are still open on
     /// its inode, as those handles see it: fstat of such an fd works, as on ext4. Only handles
     /// opened with the caller's access groups answer (a stat never reveals another group's item).
     func orphanStat(of ino: UInt64, for caller: Caller) -> NodeStat? {
         let open = state.withLock {
-            $0.files.values.first {
-                $0.ino == ino && $0.openedStat != nil && $0.caller.accessGroups == caller.accessGroups
-            }
+            $0.open(on: ino).first { $0.openedStat != nil && $0.caller.accessGroups == caller.accessGroups }
         }
         guard let open, var stat = open.openedStat else { return nil }
         stat.size = open.state.withLock { $0.view.count }
@@ -222,7 +233,7 @@ final class OpenFiles: Sendable {
     /// `ino`: what `stat`/`fstat` report, as on ext4 (the kernel asks without naming the
     /// handle; with several writers, the largest view answers, as the extents would).
     func uncommittedSize(of ino: UInt64) -> Int? {
-        let open = state.withLock { $0.files.values.filter { $0.ino == ino } }
+        let open = state.withLock { $0.open(on: ino) }
         return open.compactMap { file in file.state.withLock { $0.dirty ? $0.view.count : nil } }.max()
     }
 }
