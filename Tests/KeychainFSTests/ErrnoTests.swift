@@ -25,6 +25,7 @@ struct ErrnoTests {
             ("errSecMissingEntitlement", .missingEntitlement, -34018, EACCES, "EACCES", 1),
             ("errSecWrPerm", .writePermission, -61, EACCES, "EACCES", 1),
             ("errSecReadOnly", .readOnly, -25292, EPERM, "EPERM", 1),
+            ("errSecDataNotAvailable", .dataNotAvailable, -25316, EPERM, "EPERM", 1),
             ("errSecNoSuchClass", .noSuchClass, -25306, EINVAL, "EINVAL", 1),
             ("errSecInteractionRequired", .interactionRequired, -25315, EAGAIN, "EAGAIN", 1),
             ("errSecUserCanceled", .userCanceled, -128, ECANCELED, "ECANCELED", 1),

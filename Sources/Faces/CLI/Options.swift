@@ -106,6 +106,12 @@ struct AddOptions: ParsableArguments {
     var synchronizable = false
 
     func apply(to attributes: inout Attributes, _ itemClass: ItemClass) throws {
+        try Self.applyProtection(accessible: accessible, accessControl: accessControl, to: &attributes)
+        if synchronizable { attributes[Schema.synchronizable] = .bool(true) }
+    }
+
+    /// `--accessible` and `--access-control` as attributes; shared with `create-keypair`.
+    static func applyProtection(accessible: String?, accessControl: String?, to attributes: inout Attributes) throws {
         let protection: Accessibility
         if let accessible {
             guard let a = Accessibility(text: accessible) else {
@@ -126,7 +132,6 @@ struct AddOptions: ParsableArguments {
         } else if accessible != nil {
             attributes[Schema.accessible] = .accessibility(protection)
         }
-        if synchronizable { attributes[Schema.synchronizable] = .bool(true) }
     }
 
     /// The secret: `-w`, else stdin (a no-echo prompt, typed twice, when stdin is a terminal).
