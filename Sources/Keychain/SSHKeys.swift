@@ -185,6 +185,11 @@ enum SigningKey {
     }
 }
 
+/// How OpenSSH names a public key: `SHA256:` and the unpadded base64 of the blob's SHA-256.
+public func sshFingerprint(_ publicBlob: [UInt8]) -> String {
+    "SHA256:" + Data(SHA256.hash(data: publicBlob)).base64EncodedString().replacingOccurrences(of: "=", with: "")
+}
+
 /// The SSH wire encoding (RFC 4251 5): uint32, string, mpint.
 public struct SSHWire: Sendable {
     public private(set) var bytes: [UInt8] = []

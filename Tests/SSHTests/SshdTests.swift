@@ -61,6 +61,15 @@ struct SshdTests {
             for keyType in ["ED25519", "ECDSA", "RSA"] {
                 #expect(log().contains("ssh2: \(keyType) SHA256:"), "\(keyType): \(log())")
             }
+            // Each signature is audited with the destination from session-bind: the test sshd's host key.
+            let hostFingerprint =
+                try box.sh("ssh-keygen -l -f \(q(dir + "/host_key.pub"))").stdout
+                .split(separator: " ").dropFirst().first.map(String.init) ?? "?"
+            let signs = box.audit.split(separator: "\n").filter { $0.contains(" op=ssh-sign allow ") }
+            #expect(signs.count >= 5, "\(box.audit)")
+            #expect(
+                signs.allSatisfy { $0.contains("host=\(hostFingerprint) forwarded=no") },
+                "\(hostFingerprint): \(signs)")
             sshd.kill(SIGTERM)
             _ = sshd.wait(timeout: 5)
         }

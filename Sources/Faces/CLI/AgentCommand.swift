@@ -26,6 +26,19 @@ struct SSHAgentCommand: ParsableCommand {
     @Option(name: .long, help: .hidden) var readyFd: Int32?
     @Option(name: .long, help: ArgumentHelp("The agent's log (background mode).", valueName: "path"))
     var log: String?
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The audit log (default $XDG_STATE_HOME/keychainfs/audit.log, shared with mounts).", valueName: "path"))
+    var audit: String?
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The program that asks for user presence (default: the first pinentry on PATH).", valueName: "path"))
+    var pinentry: String?
+    @Option(
+        name: .long, help: ArgumentHelp("Give up on an unanswered presence prompt (default 60).", valueName: "seconds"))
+    var presenceTimeout: Int = 60
 
     func resolvedSocket() throws -> String {
         if let socketPath { return absolutePath(socketPath) }
@@ -48,7 +61,11 @@ struct SSHAgentCommand: ParsableCommand {
     /// The agent itself: unlock, bind, say so, serve until SIGTERM (which removes the socket).
     func serve(_ path: String) throws {
         let keychain = try vault.openUnlocked()
-        let access = AccessLayer(keychain: keychain, audit: nil)
+        let auditLog = try AuditLog(path: audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
+        let access = AccessLayer(keychain: keychain, audit: auditLog)
+        // No reuse window yet: every signature of a presence key asks (docs/ssh.md).
+        access.presence = PinentryPresence(
+            keychain: keychain, program: pinentry, reuseSeconds: 0, timeoutSeconds: presenceTimeout)
         let server = try AgentServer(path: path, keychain: keychain, access: access)
         for sig in [SIGTERM, SIGINT, SIGHUP] {
             signal(sig, SIG_IGN)
@@ -83,10 +100,12 @@ struct SSHAgentCommand: ParsableCommand {
             throw CLIError.system("pipe", Errno(rawValue: errno))
         }
         for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        let args = [
+        var args = [
             "keychainfs", "ssh-agent", "-D", "-a", path, "--vault", absolutePath(vault.path), "--passphrase-fd", "3",
-            "--ready-fd", "4",
+            "--ready-fd", "4", "--presence-timeout", String(presenceTimeout),
         ]
+        if let audit { args += ["--audit", absolutePath(audit)] }
+        if let pinentry { args += ["--pinentry", absolutePath(pinentry)] }
         let pid: pid_t
         do {
             pid = try ChildProcess.spawn(

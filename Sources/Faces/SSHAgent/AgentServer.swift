@@ -7,16 +7,34 @@ import KeychainAccess
 #endif
 
 /// The vault behind one connection: the keys its caller's access groups show, signed with
-/// by the core (the private key never reaches this target).
+/// by the core (the private key never reaches this target). Every signature is audited.
 struct VaultBackend: AgentBackend {
     let keychain: Keychain
     let caller: Caller
+    let audit: AuditLog?
 
     func identities() throws -> [SSHIdentity] { try keychain.sshIdentities(caller: caller) }
 
     func sign(_ identity: SSHIdentity, data: [UInt8], flags: UInt32, session: AgentSession) throws -> [UInt8] {
-        // No prompt yet: a key that needs user presence is refused at once (never a hang).
-        try keychain.sshSign(keyID: identity.id, data: data, flags: flags, caller: caller, ui: .fail)
+        let host = session.hostKeys.last.map(sshFingerprint) ?? "unknown"
+        // The prompt (a key with userPresence) names the process, the destination and whether
+        // the connection is forwarded; with no way to ask the core refuses at once.
+        var signer = caller
+        signer.processDescription +=
+            session.hostKeys.isEmpty
+            ? " (destination unknown)"
+            : " connecting to the host with key \(host)\(session.forwarded ? ", through a forwarded agent" : "")"
+        let detail = "host=\(host) forwarded=\(session.forwarded ? "yes" : "no")"
+        do {
+            let signature = try keychain.sshSign(
+                keyID: identity.id, data: data, flags: flags, caller: signer, ui: .allow)
+            audit?.record(caller, item: identity.id, .sshSign, allowed: true, detail: detail)
+            return signature
+        } catch {
+            let why = (error as? KeychainError)?.status.name ?? "error"
+            audit?.record(caller, item: identity.id, .sshSign, allowed: false, why: why, detail: detail)
+            throw error
+        }
     }
 }
 
@@ -116,7 +134,8 @@ public final class AgentServer: Sendable {
             Log.warning("ssh agent: refused pid \(credentials.pid): its process could not be identified")
             return
         }
-        var handler = AgentRequestHandler(backend: VaultBackend(keychain: keychain, caller: caller))
+        var handler = AgentRequestHandler(
+            backend: VaultBackend(keychain: keychain, caller: caller, audit: access.audit))
         var session = AgentSession()
         while let message = readMessage(fd) {
             let reply = handler.reply(to: message, session: &session)
