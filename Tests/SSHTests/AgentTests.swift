@@ -146,4 +146,27 @@ struct AgentTests {
             #expect(waitUntil(5) { access(socket, F_OK) != 0 }, "the socket stayed after SIGTERM")
         }
     }
+
+    @Test("access groups: a key in a group is offered only to the executables of that group")
+    func accessGroups() throws {
+        try withSandbox { box in
+            let policy = try box.cli(["access-group", "add"] + box.unlockArgs + ["team", "/usr/bin/ssh-keygen"])
+            try #require(policy.status == 0, "\(policy.summary)")
+            let open = try box.cli(["create-keypair", "-l", "everyone"] + box.unlockArgs)
+            let team = try box.cli(["create-keypair", "-l", "team-only", "--access-group", "team"] + box.unlockArgs)
+            try #require(open.status == 0 && team.status == 0, "\(open.summary) \(team.summary)")
+            let socket = try Self.startAgent(box)
+            let env = ["SSH_AUTH_SOCK": socket]
+            // ssh-add is in no group but default: it sees one key.
+            let l = try box.run("/usr/bin/ssh-add", ["-L"], env: env)
+            #expect(l.lines == [open.stdout.trimmingCharacters(in: .newlines)], "\(l.summary)")
+            // ssh-keygen is in team: it may sign with the team key.
+            let pub = box.root + "/team.pub", message = box.root + "/message"
+            try Data(team.stdout.utf8).write(to: URL(fileURLWithPath: pub))
+            try Data("m".utf8).write(to: URL(fileURLWithPath: message))
+            let sign = try box.run("/usr/bin/ssh-keygen", ["-Y", "sign", "-f", pub, "-n", "file", message], env: env)
+            #expect(sign.status == 0, "\(sign.summary)")
+        }
+    }
+
 }
