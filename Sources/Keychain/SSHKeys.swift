@@ -211,3 +211,53 @@ public struct SSHWire: Sendable {
         string(v)
     }
 }
+
+/// Checks an SSH signature blob by a public key blob (a server's host key signing the session
+/// identifier in `session-bind@openssh.com`). Ed25519, ECDSA P-256/P-384, RSA SHA-256/512.
+public func sshSignatureIsValid(publicKey: [UInt8], signature: [UInt8], data: [UInt8]) -> Bool {
+    var key = OpenSSHKey.Reader(publicKey)
+    var sig = OpenSSHKey.Reader(signature)
+    guard let keyType = key.string().map({ String(decoding: $0, as: UTF8.self) }),
+        let algorithm = sig.string().map({ String(decoding: $0, as: UTF8.self) }), let raw = sig.string()
+    else { return false }
+    switch (keyType, algorithm) {
+    case ("ssh-ed25519", "ssh-ed25519"):
+        guard let point = key.string(), let pub = try? Curve25519.Signing.PublicKey(rawRepresentation: point) else {
+            return false
+        }
+        return pub.isValidSignature(raw, for: data)
+    case ("ecdsa-sha2-nistp256", "ecdsa-sha2-nistp256"), ("ecdsa-sha2-nistp384", "ecdsa-sha2-nistp384"):
+        let size = keyType.hasSuffix("256") ? 32 : 48
+        var mpints = OpenSSHKey.Reader(raw)
+        guard key.string() != nil, let point = key.string(), let r = mpints.string(), let s = mpints.string(),
+            let rs = fixedWidth(r, size).flatMap({ r in fixedWidth(s, size).map { r + $0 } })
+        else { return false }
+        if size == 32 {
+            guard let pub = try? P256.Signing.PublicKey(x963Representation: point),
+                let signature = try? P256.Signing.ECDSASignature(rawRepresentation: rs)
+            else { return false }
+            return pub.isValidSignature(signature, for: data)
+        }
+        guard let pub = try? P384.Signing.PublicKey(x963Representation: point),
+            let signature = try? P384.Signing.ECDSASignature(rawRepresentation: rs)
+        else { return false }
+        return pub.isValidSignature(signature, for: data)
+    case ("ssh-rsa", "rsa-sha2-256"), ("ssh-rsa", "rsa-sha2-512"):
+        guard let e = key.string(), let n = key.string(), let pub = try? _RSA.Signing.PublicKey(n: n, e: e) else {
+            return false
+        }
+        let signature = _RSA.Signing.RSASignature(rawRepresentation: raw)
+        return algorithm == "rsa-sha2-512"
+            ? pub.isValidSignature(signature, for: SHA512.hash(data: data), padding: .insecurePKCS1v1_5)
+            : pub.isValidSignature(signature, for: SHA256.hash(data: data), padding: .insecurePKCS1v1_5)
+    default:
+        return false
+    }
+}
+
+/// An mpint's magnitude as exactly `width` big-endian bytes, or nil if it does not fit.
+private func fixedWidth(_ mpint: [UInt8], _ width: Int) -> [UInt8]? {
+    let magnitude = Array(mpint.drop { $0 == 0 })
+    guard magnitude.count <= width else { return nil }
+    return [UInt8](repeating: 0, count: width - magnitude.count) + magnitude
+}

@@ -169,4 +169,24 @@ struct AgentTests {
         }
     }
 
+    @Test("session-bind: a bind whose host key signature does not verify is refused")
+    func forgedSessionBind() throws {
+        try withSandbox { box in
+            let socket = try Self.startAgent(box)
+            #expect(try box.sh("ssh-keygen -q -t ed25519 -N '' -f \(q(box.root + "/host"))").status == 0)
+            let client = """
+                import base64, socket, struct, sys
+                sock, pub = sys.argv[1:3]
+                s = lambda b: struct.pack('>I', len(b)) + b
+                blob = base64.b64decode(open(pub).read().split()[1])
+                forged = s(b'ssh-ed25519') + s(bytes(64))
+                body = bytes([27]) + s(b'session-bind@openssh.com') + s(blob) + s(b'session-id') + s(forged) + bytes([0])
+                c = socket.socket(socket.AF_UNIX); c.connect(sock); c.sendall(s(body))
+                n = struct.unpack('>I', c.recv(4))[0]; print(c.recv(n)[0])
+                """
+            let r = try box.run("/usr/bin/python3", ["-c", client, socket, box.root + "/host.pub"])
+            #expect(r.stdout == "5\n", "\(r.summary)")
+        }
+    }
+
 }

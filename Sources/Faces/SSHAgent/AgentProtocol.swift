@@ -80,8 +80,15 @@ public struct AgentRequestHandler: Sendable {
                 return fail("a malformed extension request")
             }
             guard name == "session-bind@openssh.com" else { return fail("extension \(name) is not supported") }
-            guard let hostKey = r.string(), r.string() != nil, r.string() != nil, let forwarding = r.byte() else {
+            guard let hostKey = r.string(), let sessionID = r.string(), let signature = r.string(),
+                let forwarding = r.byte()
+            else {
                 return fail("a malformed session-bind")
+            }
+            // The host key must have signed this session's identifier, or the destination the
+            // prompt and the audit name could be anyone's claim.
+            guard sshSignatureIsValid(publicKey: hostKey, signature: signature, data: sessionID) else {
+                return fail("a session-bind whose host key signature does not verify")
             }
             session.hostKeys.append(hostKey)
             if forwarding != 0 { session.forwarded = true }
