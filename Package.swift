@@ -58,8 +58,7 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]),
         // Faces (Sources/Faces): each translates its users' language into core calls, beside the
-        // others; none decides a keychain rule. Next: credential helpers, an ssh agent, a Secret
-        // Service provider, each a target here.
+        // others; none decides a keychain rule. Next: a Secret Service provider, a target here.
         // The FUSE face: nodes, paths, xattrs, handles, errno.
         .target(
             name: "KeychainFS",
@@ -73,6 +72,10 @@ let package = Package(
         .target(
             name: "KeychainCredentials", dependencies: ["Keychain", "KeychainAccess"],
             path: "Sources/Faces/Credentials"),
+        // The ssh agent (docs/ssh.md): the agent protocol answered from the vault's keys, which
+        // the core signs with; the socket and each connection's caller.
+        .target(
+            name: "KeychainSSHAgent", dependencies: ["Keychain", "KeychainAccess"], path: "Sources/Faces/SSHAgent"),
         .executableTarget(
             name: "git-credential-keychainfs", dependencies: ["Keychain", "KeychainCredentials"],
             path: "Sources/Faces/GitCredential"),
@@ -83,7 +86,7 @@ let package = Package(
         .executableTarget(
             name: "keychainfs",
             dependencies: [
-                "Keychain", "KeychainAccess", "KeychainFS", "KeychainCredentials", "CPlatform",
+                "Keychain", "KeychainAccess", "KeychainFS", "KeychainCredentials", "KeychainSSHAgent", "CPlatform",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ], path: "Sources/Faces/CLI"),
@@ -111,6 +114,8 @@ let package = Package(
         // Tests/FSTests/posix: the python check scripts the FS wrappers run (issue 14), not sources.
         .testTarget(name: "FSTests", dependencies: ["keychainfs", "TestSupport"], exclude: ["posix"]),
         .testTarget(name: "AccessTests", dependencies: ["keychainfs", "TestSupport"]),
+        // Key pairs made in the vault and the ssh agent, driven by real ssh-add, ssh-keygen and sshd.
+        .testTarget(name: "SSHTests", dependencies: ["keychainfs", "TestSupport"]),
         // The credential faces driven by real git, curl and local servers on 127.0.0.1.
         .testTarget(
             name: "CredentialTests",

@@ -33,9 +33,11 @@ extension Keychain {
             if query.returnData == true {
                 let item = KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil)
                 do {
-                    data = try openData(
-                        row, item: item, keys: keys, caller: caller,
-                        ui: query.authenticationUI ?? caller.authenticationUI)
+                    data = try readableData(
+                        item,
+                        openData(
+                            row, item: item, keys: keys, caller: caller,
+                            ui: query.authenticationUI ?? caller.authenticationUI))
                 } catch SkipItem.skip {
                     continue
                 } catch let e as KeychainError where e.status == .decode && limit == .max {
@@ -49,7 +51,7 @@ extension Keychain {
             results.append(
                 KeychainItem(
                     id: row.id, itemClass: query.itemClass, attributes: attributes, data: data,
-                    dataLength: max(0, row.sealedDataLength - AEAD.overhead)))
+                    dataLength: Self.readableLength(query.itemClass, attributes, stored: row.sealedDataLength)))
         }
         guard !results.isEmpty else {
             throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found")
@@ -89,9 +91,11 @@ extension Keychain {
         _ = try classKey(protection, keys: keys, for: "item \(itemID)")
     }
 
+    /// `raw`: the data as stored even for a non-extractable key; only for the core's own use
+    /// of the key (signing), never handed to a face.
     func item(
         id: Int64, itemClass: ItemClass, synchronizable: Bool, withData: Bool,
-        in call: CallContext, ui: AuthenticationUI? = nil
+        in call: CallContext, ui: AuthenticationUI? = nil, raw: Bool = false
     ) throws -> KeychainItem {
         let caller = call.caller
         let keys = try call.unlockedKeys()
@@ -102,7 +106,9 @@ extension Keychain {
         if withData {
             let item = KeychainItem(id: row.id, itemClass: itemClass, attributes: attributes, data: nil)
             do {
-                data = try openData(row, item: item, keys: keys, caller: caller, ui: ui ?? caller.authenticationUI)
+                let stored = try openData(
+                    row, item: item, keys: keys, caller: caller, ui: ui ?? caller.authenticationUI)
+                data = raw ? stored : try readableData(item, stored)
             } catch SkipItem.skip {
                 // kSecUseAuthenticationUISkip leaves the item out: nothing is left.
                 throw KeychainError(.itemNotFound, "item \(id) not found")
@@ -110,7 +116,9 @@ extension Keychain {
         }
         return KeychainItem(
             id: row.id, itemClass: itemClass, attributes: attributes, data: data,
-            dataLength: max(0, row.sealedDataLength - AEAD.overhead))
+            dataLength: raw
+                ? max(0, row.sealedDataLength - AEAD.overhead)
+                : Self.readableLength(itemClass, attributes, stored: row.sealedDataLength))
     }
 
     /// The row with this id and its attributes, if the caller may see it: of this class, in
@@ -149,7 +157,7 @@ extension Keychain {
             caller: caller, keys: keys)
         let item = KeychainItem(
             id: row.id, itemClass: itemClass, attributes: attributes, data: nil,
-            dataLength: max(0, row.sealedDataLength - AEAD.overhead))
+            dataLength: Self.readableLength(itemClass, attributes, stored: row.sealedDataLength))
         _ = try classKey(item.accessibility, keys: keys, for: item.summary)
         try checkPresence(item, caller: caller, ui: ui ?? caller.authenticationUI)
         return item

@@ -76,6 +76,7 @@ extension Keychain {
             guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
             for (old, oldAttributes) in found {
                 let oldItem = KeychainItem(id: old.id, itemClass: query.itemClass, attributes: oldAttributes, data: nil)
+                try Self.checkNonExtractableUpdate(oldItem, changes: changes, newData: data != nil)
                 if needsPresence(oldAttributes) && !granted.presenceGrants.contains(old.id) {
                     throw KeychainError(
                         .interactionRequired,
@@ -209,6 +210,10 @@ extension Keychain {
                     found.isEmpty ? .itemNotFound : .param, "\(Self.describe(source)) must name exactly one item")
             }
             let item = KeychainItem(id: row.id, itemClass: source.itemClass, attributes: attributes, data: nil)
+            // A non-extractable key's bytes must not move into an item that would show them.
+            guard item.isExtractable else {
+                throw KeychainError(.readOnly, "\(item.summary) is not extractable: its key cannot be moved")
+            }
             let data = try openData(row, item: item, keys: keys, caller: granted, ui: caller.authenticationUI)
             try update(target, attributes: [:], data: data, in: call.with(caller: granted), within: vault)
             try vault.delete(id: row.id)

@@ -292,6 +292,7 @@ public enum Schema {
     public static let account = named("account")
     public static let label = named("label")
     public static let applicationTag = named("applicationTag")
+    public static let isExtractable = named("isExtractable")
     public static let accessible = named("accessible")
     public static let accessControl = named("accessControl")
     public static let creationDate = named("creationDate")

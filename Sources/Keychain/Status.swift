@@ -25,6 +25,7 @@ public struct KeychainStatus: RawRepresentable, Hashable, Sendable, CustomString
     public static let interactionNotAllowed = KeychainStatus(rawValue: -25308)
     public static let readOnlyAttr = KeychainStatus(rawValue: -25309)
     public static let interactionRequired = KeychainStatus(rawValue: -25315)
+    public static let dataNotAvailable = KeychainStatus(rawValue: -25316)
     public static let decode = KeychainStatus(rawValue: -26275)
     public static let missingEntitlement = KeychainStatus(rawValue: -34018)
 
@@ -32,8 +33,8 @@ public struct KeychainStatus: RawRepresentable, Hashable, Sendable, CustomString
     /// two equal, so a new status cannot go undocumented).
     public static let known: [KeychainStatus] = [
         .success, .itemNotFound, .duplicateItem, .param, .noSuchAttr, .readOnlyAttr, .interactionNotAllowed,
-        .authFailed, .missingEntitlement, .writePermission, .readOnly, .noSuchClass, .interactionRequired,
-        .userCanceled, .dataTooLarge, .decode, .noSuchKeychain, .duplicateKeychain, .unimplemented, .notAvailable,
+        .authFailed, .missingEntitlement, .writePermission, .readOnly, .dataNotAvailable, .noSuchClass,
+        .interactionRequired, .userCanceled, .dataTooLarge, .decode, .noSuchKeychain, .duplicateKeychain, .unimplemented, .notAvailable,
         .allocate, .io,
     ]
 
@@ -60,6 +61,7 @@ public struct KeychainStatus: RawRepresentable, Hashable, Sendable, CustomString
         case .interactionNotAllowed: "errSecInteractionNotAllowed"
         case .readOnlyAttr: "errSecReadOnlyAttr"
         case .interactionRequired: "errSecInteractionRequired"
+        case .dataNotAvailable: "errSecDataNotAvailable"
         case .decode: "errSecDecode"
         case .missingEntitlement: "errSecMissingEntitlement"
         default: "OSStatus \(rawValue)"

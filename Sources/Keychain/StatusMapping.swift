@@ -17,7 +17,7 @@ extension KeychainStatus {
         case .interactionNotAllowed, .authFailed, .missingEntitlement, .writePermission: EACCES
         case .interactionRequired: EAGAIN
         case .userCanceled: ECANCELED
-        case .readOnlyAttr, .readOnly: EPERM
+        case .readOnlyAttr, .readOnly, .dataNotAvailable: EPERM
         case .dataTooLarge: EFBIG
         case .decode: EIO
         case .unimplemented: EOPNOTSUPP

@@ -23,6 +23,8 @@ public enum AuditOperation: Sendable, Equatable {
     case replaceData
     /// One attribute set through its xattr.
     case setAttribute(String)
+    /// A signature asked of the ssh agent (the host key and forwarding in the line's detail).
+    case sshSign
 
     /// The word in the log line.
     public var text: String {
@@ -38,6 +40,7 @@ public enum AuditOperation: Sendable, Equatable {
         case .renameToScratch: "rename-to-scratch"
         case .replaceData: "replace-data"
         case .setAttribute(let name): "set-\(name)"
+        case .sshSign: "ssh-sign"
         }
     }
 
@@ -46,6 +49,7 @@ public enum AuditOperation: Sendable, Equatable {
     public static let documentedSpellings: [String] =
         [
             lookup, openRead, openWrite, openTruncate, write, create, delete, rename, renameToScratch, replaceData,
+            sshSign,
         ].map(\.text) + ["set-<attr>"]
 }
 
@@ -87,10 +91,16 @@ public final class AuditLog: Sendable {
         }
     }
 
-    public func record(_ caller: Caller, item: Int64?, _ operation: AuditOperation, allowed: Bool, why: String? = nil) {
+    /// `detail`: words after the decision that say more about the request (never a secret):
+    /// the ssh agent's `host=SHA256:… forwarded=yes|no`.
+    public func record(
+        _ caller: Caller, item: Int64?, _ operation: AuditOperation, allowed: Bool, why: String? = nil,
+        detail: String? = nil
+    ) {
         var line =
             "\(AttributeTextTime.now()) \(caller.processDescription.isEmpty ? "pid ?" : caller.processDescription)"
         line += " item=\(item.map(String.init) ?? "-") op=\(operation.text) \(allowed ? "allow" : "deny")"
+        if let detail { line += " \(detail)" }
         if let why { line += " why=\(why)" }
         append(line + "\n")
     }

@@ -25,6 +25,7 @@ struct ErrnoTests {
             ("errSecMissingEntitlement", .missingEntitlement, -34018, EACCES, "EACCES", 30),
             ("errSecWrPerm", .writePermission, -61, EACCES, "EACCES", 195),
             ("errSecReadOnly", .readOnly, -25292, EPERM, "EPERM", 52),
+            ("errSecDataNotAvailable", .dataNotAvailable, -25316, EPERM, "EPERM", 28),
             ("errSecNoSuchClass", .noSuchClass, -25306, EINVAL, "EINVAL", 38),
             ("errSecInteractionRequired", .interactionRequired, -25315, EAGAIN, "EAGAIN", 29),
             ("errSecUserCanceled", .userCanceled, -128, ECANCELED, "ECANCELED", 128),

@@ -27,6 +27,7 @@ struct StatusTests {
         (.interactionNotAllowed, -25308, "errSecInteractionNotAllowed"),
         (.readOnlyAttr, -25309, "errSecReadOnlyAttr"),
         (.interactionRequired, -25315, "errSecInteractionRequired"),
+        (.dataNotAvailable, -25316, "errSecDataNotAvailable"),
         (.decode, -26275, "errSecDecode"),
         (.missingEntitlement, -34018, "errSecMissingEntitlement"),
     ]
@@ -61,7 +62,8 @@ struct StatusTests {
             (.param, EINVAL), (.noSuchClass, EINVAL), (.noSuchAttr, ENODATA),
             (.interactionNotAllowed, EACCES), (.authFailed, EACCES), (.missingEntitlement, EACCES),
             (.writePermission, EACCES), (.interactionRequired, EAGAIN), (.userCanceled, ECANCELED),
-            (.readOnlyAttr, EPERM), (.readOnly, EPERM), (.dataTooLarge, EFBIG), (.decode, EIO),
+            (.readOnlyAttr, EPERM), (.readOnly, EPERM), (.dataNotAvailable, EPERM), (.dataTooLarge, EFBIG),
+            (.decode, EIO),
             (.unimplemented, EOPNOTSUPP), (.allocate, ENOMEM), (.notAvailable, EAGAIN), (.io, EIO),
         ]
         for (status, errnoValue) in expected {

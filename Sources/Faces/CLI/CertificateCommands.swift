@@ -257,7 +257,16 @@ struct Export: ParsableCommand {
         if type == .privKeys || type == .all {
             let keys = (try? keychain.copyMatching(Query(.key, matchLimit: .all, returnData: true))) ?? []
             for key in keys where matches(key) {
-                if case .number(1)? = key[Schema.named("keyClass")] { out += key.data ?? [] }
+                guard case .number(1)? = key[Schema.named("keyClass")] else { continue }
+                // Nothing is written when a matching key may not leave: a partial bundle
+                // would look like a complete one.
+                guard key.isExtractable else {
+                    throw KeychainError(
+                        .dataNotAvailable,
+                        "key \"\(key.string(Schema.label) ?? "")\" is not extractable: its private key never leaves the vault (use the ssh agent, or -l to export other keys)"
+                    )
+                }
+                out += key.data ?? []
             }
         }
         if type == .identities {

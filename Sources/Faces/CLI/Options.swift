@@ -129,6 +129,12 @@ struct AddOptions: ParsableArguments {
     var readsStandardInput: Bool { password == nil && !generation.generate }
 
     func apply(to attributes: inout Attributes, _ itemClass: ItemClass) throws {
+        try Self.applyProtection(accessible: accessible, accessControl: accessControl, to: &attributes)
+        if synchronizable { attributes[Schema.synchronizable] = .bool(true) }
+    }
+
+    /// `--accessible` and `--access-control` as attributes; shared with `create-keypair`.
+    static func applyProtection(accessible: String?, accessControl: String?, to attributes: inout Attributes) throws {
         let protection: Accessibility
         if let accessible {
             guard let a = Accessibility(text: accessible) else {
@@ -149,7 +155,6 @@ struct AddOptions: ParsableArguments {
         } else if accessible != nil {
             attributes[Schema.accessible] = .accessibility(protection)
         }
-        if synchronizable { attributes[Schema.synchronizable] = .bool(true) }
     }
 
     /// The secret: generated, `-w`, else stdin (a no-echo prompt, typed twice, when stdin is a

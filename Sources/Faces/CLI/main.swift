@@ -21,6 +21,7 @@ struct KeychainfsCommand: ParsableCommand {
             DumpKeychain.self,
             AddCertificates.self, FindCertificate.self, FindIdentity.self, Import.self, Export.self,
             FindKey.self, DeleteKey.self, DeleteCertificate.self, Generate.self,
+            CreateKeypair.self, SSHAgentCommand.self,
             Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
             AccessGroup.self, AuditLogCommand.self, Backup.self, Verify.self, Salvage.self,
             Run.self, Inject.self,

@@ -1,0 +1,142 @@
+import ArgumentParser
+import Foundation
+import Keychain
+import KeychainAccess
+import KeychainCrypto
+import KeychainSSHAgent
+import SystemPackage
+
+/// `keychainfs ssh-agent`: an ssh agent whose keys are the vault's private keys. Its own
+/// process that opens the vault as the CLI does (docs/ssh.md says why not a daemon face).
+struct SSHAgentCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ssh-agent",
+        abstract: "Serve the vault's private keys to ssh (prints SSH_AUTH_SOCK=…; like ssh-agent -s).",
+        discussion:
+            "Without -D the agent starts in the background and the lines to eval are printed: eval \"$(keychainfs ssh-agent)\". Keys are listed and used, never added or removed through the agent."
+    )
+    @OptionGroup var vault: VaultOptions
+    @Option(
+        name: .customShort("a"),
+        help: ArgumentHelp(
+            "The socket (default: $XDG_RUNTIME_DIR/keychainfs/ssh-agent.sock).", valueName: "bind_address"))
+    var socketPath: String?
+    @Flag(name: .customShort("D"), help: "Stay in the foreground (for systemd or a supervisor).")
+    var foreground = false
+    @Option(name: .long, help: .hidden) var readyFd: Int32?
+    @Option(name: .long, help: ArgumentHelp("The agent's log (background mode).", valueName: "path"))
+    var log: String?
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The audit log (default $XDG_STATE_HOME/keychainfs/audit.log, shared with mounts).", valueName: "path"))
+    var audit: String?
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The program that asks for user presence (default: the first pinentry on PATH).", valueName: "path"))
+    var pinentry: String?
+    @Option(
+        name: .long, help: ArgumentHelp("Give up on an unanswered presence prompt (default 60).", valueName: "seconds"))
+    var presenceTimeout: Int = 60
+
+    func resolvedSocket() throws -> String {
+        if let socketPath { return absolutePath(socketPath) }
+        guard let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], !runtime.isEmpty else {
+            throw CLIError.usage("XDG_RUNTIME_DIR is not set: give the socket with -a PATH")
+        }
+        try makeDirectories(runtime + "/keychainfs", mode: 0o700)
+        return runtime + "/keychainfs/ssh-agent.sock"
+    }
+
+    static func environmentLines(_ path: String, pid: pid_t) -> String {
+        "SSH_AUTH_SOCK=\(path); export SSH_AUTH_SOCK;\nSSH_AGENT_PID=\(pid); export SSH_AGENT_PID;\necho Agent pid \(pid);"
+    }
+
+    func run() throws {
+        let path = try resolvedSocket()
+        if foreground { try serve(path) } else { try spawnAgent(path) }
+    }
+
+    /// The agent itself: unlock, bind, say so, serve until SIGTERM (which removes the socket).
+    func serve(_ path: String) throws {
+        let keychain = try vault.openUnlocked()
+        let auditLog = try AuditLog(path: audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
+        let access = AccessLayer(keychain: keychain, audit: auditLog)
+        // No reuse window yet: every signature of a presence key asks (docs/ssh.md).
+        access.presence = PinentryPresence(
+            keychain: keychain, program: pinentry, reuseSeconds: 0, timeoutSeconds: presenceTimeout)
+        let server = try AgentServer(path: path, keychain: keychain, access: access)
+        for sig in [SIGTERM, SIGINT, SIGHUP] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler {
+                server.removeSocket()
+                Glibc.exit(0)
+            }
+            source.resume()
+            AgentSignals.keep(source)
+        }
+        if let readyFd {
+            Terminal.writeAll(readyFd, Array("ok\n".utf8))
+            close(readyFd)
+        } else {
+            Output.line(Self.environmentLines(path, pid: getpid()))
+        }
+        Log.info("ssh agent: serving \(keychain.path) on \(path)")
+        server.serve()
+    }
+
+    /// Background: `ssh-agent -D` in a new session, the passphrase on a pipe (never argv);
+    /// prints the lines to eval once the socket is listening.
+    func spawnAgent(_ path: String) throws {
+        let passphrase = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
+        // Fail early on a wrong passphrase, with the same message the CLI gives.
+        try Keychain.open(at: vault.path).unlock(passphrase: passphrase, acceptRollback: vault.acceptRollback)
+        let logPath = log ?? (KeychainPaths.stateDirectory() + "/ssh-agent.log")
+        try makeDirectories(KeychainPaths.parent(of: logPath), mode: 0o700)
+        var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
+        guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else {
+            throw CLIError.system("pipe", Errno(rawValue: errno))
+        }
+        for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var args = [
+            "keychainfs", "ssh-agent", "-D", "-a", path, "--vault", absolutePath(vault.path), "--passphrase-fd", "3",
+            "--ready-fd", "4", "--presence-timeout", String(presenceTimeout),
+        ]
+        if let audit { args += ["--audit", absolutePath(audit)] }
+        if let pinentry { args += ["--pinentry", absolutePath(pinentry)] }
+        let pid: pid_t
+        do {
+            pid = try ChildProcess.spawn(
+                "/proc/self/exe", arguments: args,
+                descriptors: [
+                    (0, .null), (1, .appending(logPath)), (2, .duplicate(1)),
+                    (3, .duplicate(secretPipe[0])), (4, .duplicate(readyPipe[1])),
+                ],
+                newSession: true)
+        } catch {
+            for fd in secretPipe + readyPipe { close(fd) }
+            throw CLIError.system("cannot start the agent", error)
+        }
+        close(secretPipe[0]); close(readyPipe[1])
+        passphrase.withUnsafeBytes { _ = write(secretPipe[1], $0.baseAddress, $0.count) }
+        close(secretPipe[1])
+        var reply = [UInt8]()
+        var byte: UInt8 = 0
+        while read(readyPipe[0], &byte, 1) == 1 && byte != 10 { reply.append(byte) }
+        close(readyPipe[0])
+        guard reply == Array("ok".utf8) else {
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            throw CLIError.failure("the agent exited before it was listening; see \(logPath)")
+        }
+        Output.line(Self.environmentLines(path, pid: pid))
+    }
+}
+
+/// Signal sources live as long as the process.
+enum AgentSignals {
+    nonisolated(unsafe) private static var sources: [any DispatchSourceSignal] = []
+    static func keep(_ source: any DispatchSourceSignal) { sources.append(source) }
+}

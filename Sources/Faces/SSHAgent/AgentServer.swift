@@ -1,0 +1,182 @@
+import Foundation
+import Keychain
+import KeychainAccess
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The vault behind one connection: the keys its caller's access groups show, signed with
+/// by the core (the private key never reaches this target). Every signature is audited.
+struct VaultBackend: AgentBackend {
+    let keychain: Keychain
+    let caller: Caller
+    let audit: AuditLog?
+
+    func identities() throws -> [SSHIdentity] { try keychain.sshIdentities(caller: caller) }
+
+    func sign(_ identity: SSHIdentity, data: [UInt8], flags: UInt32, session: AgentSession) throws -> [UInt8] {
+        let host = session.hostKeys.last.map(sshFingerprint) ?? "unknown"
+        // The prompt (a key with userPresence) names the process, the destination and whether
+        // the connection is forwarded; with no way to ask the core refuses at once.
+        var signer = caller
+        signer.processDescription +=
+            session.hostKeys.isEmpty
+            ? " (destination unknown)"
+            : " connecting to the host with key \(host)\(session.forwarded ? ", through a forwarded agent" : "")"
+        let detail = "host=\(host) forwarded=\(session.forwarded ? "yes" : "no")"
+        do {
+            let signature = try keychain.sshSign(
+                keyID: identity.id, data: data, flags: flags, caller: signer, ui: .allow)
+            audit?.record(caller, item: identity.id, .sshSign, allowed: true, detail: detail)
+            return signature
+        } catch {
+            let why = (error as? KeychainError)?.status.name ?? "error"
+            audit?.record(caller, item: identity.id, .sshSign, allowed: false, why: why, detail: detail)
+            throw error
+        }
+    }
+}
+
+/// The agent's socket: 0600 from its creation, one thread per connection, each connection's
+/// caller taken from the peer's credentials (SO_PEERCRED) under the vault's access policy.
+public final class AgentServer: Sendable {
+    public let path: String
+    let keychain: Keychain
+    let access: AccessLayer
+    private let listener: Int32
+
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Binds the socket. A socket at `path` that nobody answers (a dead agent's) is replaced;
+    /// one that answers is a running agent and is left alone.
+    public init(path: String, keychain: Keychain, access: AccessLayer) throws {
+        self.path = path
+        self.keychain = keychain
+        self.access = access
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        guard path.utf8.count < capacity else { throw Failure(description: "socket path too long: \(path)") }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, b) in path.utf8.enumerated() { raw[i] = b }
+        }
+        if AgentServer.answers(&address) {
+            throw Failure(description: "an agent is already listening on \(path)")
+        }
+        unlink(path)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw Failure(description: "socket: \(String(cString: strerror(errno)))") }
+        // 0600 from the first instant: umask while binding, then chmod to be sure.
+        let old = umask(0o177)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        let bindErrno = errno
+        umask(old)
+        guard bound == 0, chmod(path, 0o600) == 0, listen(fd, 16) == 0 else {
+            close(fd)
+            throw Failure(description: "cannot listen on \(path): \(String(cString: strerror(bindErrno)))")
+        }
+        listener = fd
+    }
+
+    static func answers(_ address: inout sockaddr_un) -> Bool {
+        let probe = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard probe >= 0 else { return false }
+        defer { close(probe) }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0
+            }
+        }
+    }
+
+    /// Accepts connections until the process ends.
+    public func serve() -> Never {
+        while true {
+            let connection = accept(listener, nil, nil)
+            if connection >= 0 { _ = fcntl(connection, F_SETFD, FD_CLOEXEC) }
+            if connection < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                Log.error("ssh agent: accept: \(String(cString: strerror(errno)))")
+                sleep(1)
+                continue
+            }
+            Thread.detachNewThread { [self] in
+                self.handle(connection)
+                close(connection)
+            }
+        }
+    }
+
+    public func removeSocket() { unlink(path) }
+
+    /// `struct ucred`, which Glibc hides from Swift behind _GNU_SOURCE.
+    private struct PeerCredentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
+
+    /// One connection: its caller is decided once, from the peer process.
+    func handle(_ fd: Int32) {
+        var credentials = PeerCredentials()
+        var length = socklen_t(MemoryLayout<PeerCredentials>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else { return }
+        // Another user may not connect even if the socket's mode were changed.
+        guard credentials.uid == getuid() else {
+            Log.warning("ssh agent: refused a connection from uid \(credentials.uid)")
+            return
+        }
+        let caller: Caller
+        do { caller = try access.caller(tid: credentials.pid, identify: true) } catch {
+            Log.warning("ssh agent: refused pid \(credentials.pid): its process could not be identified")
+            return
+        }
+        var handler = AgentRequestHandler(
+            backend: VaultBackend(keychain: keychain, caller: caller, audit: access.audit))
+        var session = AgentSession()
+        while let message = readMessage(fd) {
+            let reply = handler.reply(to: message, session: &session)
+            if let why = handler.lastFailure {
+                Log.info(
+                    "ssh agent: refused a request from \(caller.processDescription.isEmpty ? "pid \(credentials.pid)" : caller.processDescription): \(why)"
+                )
+            }
+            var framed = SSHWire()
+            framed.string(reply)
+            guard writeAll(fd, framed.bytes) else { return }
+        }
+    }
+
+    private func readMessage(_ fd: Int32) -> [UInt8]? {
+        guard let header = readExactly(fd, 4) else { return nil }
+        let length = header.reduce(0) { $0 << 8 | Int($1) }
+        guard length > 0, length <= AgentMessage.maxLength else { return nil }
+        return readExactly(fd, length)
+    }
+
+    private func readExactly(_ fd: Int32, _ count: Int) -> [UInt8]? {
+        var out = [UInt8](repeating: 0, count: count)
+        var got = 0
+        while got < count {
+            let n = out.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, count - got) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return nil }
+            got += n
+        }
+        return out
+    }
+
+    private func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes.withUnsafeBytes { send(fd, $0.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return false }
+            sent += n
+        }
+        return true
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+import Testing
+@_exported import TestSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Issue 11, points 3 and 4 (first part): a key with userPresence is signed with only after a
+/// pinentry confirmation naming the process; no way to ask is a refusal at once; every
+/// signature is an audit line.
+@Suite("ssh agent: presence and audit")
+struct AgentPresenceTests {
+    /// A scripted pinentry: answers CONFIRM as `pinentry.mode` says (allow / deny) and logs
+    /// each prompt's description to `pinentry.log`.
+    static let pinentry = """
+        #!/usr/bin/python3
+        import sys, os
+        D = os.path.dirname(os.path.abspath(__file__))
+        def send(s):
+            sys.stdout.write(s + '\\n'); sys.stdout.flush()
+        send('OK Pleased to meet you')
+        desc = ''
+        for line in sys.stdin:
+            line = line.rstrip('\\n'); cmd = line.split(' ', 1)[0]
+            if cmd == 'SETDESC': desc = line[8:]
+            if cmd == 'CONFIRM':
+                with open(os.path.join(D, 'pinentry.log'), 'a') as f: f.write(desc + '\\n')
+                mode = open(os.path.join(D, 'pinentry.mode')).read().strip()
+                send('OK' if mode == 'allow' else 'ERR 83886194 Not confirmed <Pinentry>'); continue
+            if cmd == 'BYE': send('OK'); break
+            send('OK')
+        """
+
+    @Test("userPresence key: allowed and denied through pinentry, refused at once without a display; audited")
+    func presence() throws {
+        try withSandbox { box in
+            let script = box.root + "/pinentry.py"
+            try Data(Self.pinentry.utf8).write(to: URL(fileURLWithPath: script))
+            chmod(script, 0o755)
+            let mode = box.root + "/pinentry.mode", promptLog = box.root + "/pinentry.log"
+            let made = try box.cli(
+                ["create-keypair", "-l", "guarded", "--access-control", "userPresence"] + box.unlockArgs)
+            try #require(made.status == 0, "\(made.summary)")
+            let socket = box.root + "/agent.sock", audit = box.root + "/audit.log"
+            let bin = try requireBinary()
+            let agent = try box.spawn(
+                bin, ["ssh-agent", "-D", "-a", socket, "--pinentry", script, "--audit", audit] + box.unlockArgs)
+            try #require(waitUntil(20) { access(socket, F_OK) == 0 }, "\(agent.stdoutSoFar)")
+            let pub = box.root + "/guarded.pub", message = box.root + "/message"
+            try Data(made.stdout.utf8).write(to: URL(fileURLWithPath: pub))
+            try Data("hello".utf8).write(to: URL(fileURLWithPath: message))
+            func sign(display: String?) throws -> RunResult {
+                try? FileManager.default.removeItem(atPath: message + ".sig")
+                var env: [String: String?] = ["SSH_AUTH_SOCK": socket]
+                if let display { env["DISPLAY"] = display }
+                return try box.run(
+                    "/usr/bin/ssh-keygen", ["-Y", "sign", "-f", pub, "-n", "file", message], env: env, timeout: 30)
+            }
+            try Data("allow\n".utf8).write(to: URL(fileURLWithPath: mode))
+            let allowed = try sign(display: ":99")
+            #expect(allowed.status == 0, "\(allowed.summary)")
+            let prompts = { (try? String(contentsOfFile: promptLog, encoding: .utf8)) ?? "" }
+            #expect(prompts().contains("ssh-keygen") && prompts().contains("guarded"), "\(prompts())")
+            try Data("deny\n".utf8).write(to: URL(fileURLWithPath: mode))
+            let denied = try sign(display: ":99")
+            #expect(denied.status != 0, "\(denied.summary)")
+            // No terminal and no display to ask on: refused at once, no prompt.
+            let before = prompts()
+            let started = Date()
+            let headless = try sign(display: nil)
+            #expect(headless.status != 0 && Date().timeIntervalSince(started) < 10, "\(headless.summary)")
+            #expect(prompts() == before)
+            let lines = ((try? String(contentsOfFile: audit, encoding: .utf8)) ?? "").split(separator: "\n")
+            let signs = lines.filter { $0.contains(" op=ssh-sign ") }
+            #expect(signs.count == 3, "\(lines)")
+            #expect(signs.first?.contains(" allow host=unknown forwarded=no") == true, "\(signs)")
+            #expect(signs.dropFirst().allSatisfy { $0.contains(" deny ") && $0.contains("why=errSec") }, "\(signs)")
+        }
+    }
+}
