@@ -31,6 +31,7 @@ BIN ?= .build/$(CONFIGURATION)/keychainfs
 INSTALLED = $(BINDIR)/keychainfs $(MANDIR)/man1/keychainfs.1 $(MANDIR)/man5/keychainfs.5 \
 	$(BASH_COMPLETION_DIR)/keychainfs $(ZSH_COMPLETION_DIR)/_keychainfs \
 	$(FISH_COMPLETION_DIR)/keychainfs.fish $(SYSTEMD_USER_DIR)/keychainfs.service \
+	$(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service \
 	$(if $(MOUNT_HELPER_DIR),$(MOUNT_HELPER_DIR)/mount.keychainfs)
 
 .PHONY: all build install install-files uninstall man
@@ -58,6 +59,9 @@ install-files:
 	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/keychainfs@.service \
 		> "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs.service"
 	chmod 0644 "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs.service"
+	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/keychainfs-ssh-agent.service \
+		> "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service"
+	chmod 0644 "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service"
 ifneq ($(MOUNT_HELPER_DIR),)
 	install -d "$(DESTDIR)$(MOUNT_HELPER_DIR)"
 	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/mount.keychainfs \

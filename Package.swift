@@ -75,7 +75,10 @@ let package = Package(
         // The ssh agent (docs/ssh.md): the agent protocol answered from the vault's keys, which
         // the core signs with; the socket and each connection's caller.
         .target(
-            name: "KeychainSSHAgent", dependencies: ["Keychain", "KeychainAccess"], path: "Sources/Faces/SSHAgent"),
+            name: "KeychainSSHAgent",
+            dependencies: [
+                "Keychain", "KeychainAccess", "KeychainCrypto", .product(name: "Crypto", package: "swift-crypto"),
+            ], path: "Sources/Faces/SSHAgent"),
         .executableTarget(
             name: "git-credential-keychainfs", dependencies: ["Keychain", "KeychainCredentials"],
             path: "Sources/Faces/GitCredential"),
@@ -115,7 +118,7 @@ let package = Package(
         .testTarget(name: "FSTests", dependencies: ["keychainfs", "TestSupport"], exclude: ["posix"]),
         .testTarget(name: "AccessTests", dependencies: ["keychainfs", "TestSupport"]),
         // Key pairs made in the vault and the ssh agent, driven by real ssh-add, ssh-keygen and sshd.
-        .testTarget(name: "SSHTests", dependencies: ["keychainfs", "TestSupport"]),
+        .testTarget(name: "SSHTests", dependencies: ["keychainfs", "KeychainSSHAgent", "Keychain", "TestSupport"]),
         // The credential faces driven by real git, curl and local servers on 127.0.0.1.
         .testTarget(
             name: "CredentialTests",

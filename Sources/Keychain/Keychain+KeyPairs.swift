@@ -22,6 +22,14 @@ public struct SSHIdentity: Sendable, Equatable {
     public let accessGroup: String
     public let publicBlob: [UInt8]
     public let publicLine: String
+    /// The key's `sshHosts` attribute: the hosts it is offered to (empty: any).
+    public let hosts: String
+}
+
+/// The keys the agent can offer, and the private keys it cannot use with why (for its log).
+public struct SSHIdentityListing: Sendable {
+    public var identities: [SSHIdentity] = []
+    public var skipped: [(id: Int64, why: String)] = []
 }
 
 extension Keychain {
@@ -101,32 +109,45 @@ extension Keychain {
         guard SigningKey.parse(data) != nil else {
             throw KeychainError(
                 .param,
-                "a non-extractable key must be an unencrypted Ed25519, ECDSA P-256/P-384 or RSA private key")
+                "a non-extractable key must be an unencrypted Ed25519, ECDSA P-256/P-384 or RSA private key; this one \(SigningKey.whyUnusable(data))"
+            )
         }
     }
 
     /// The private keys the caller can see that the ssh agent can use, with their public keys.
     /// Needs the vault unlocked and each key's class key, never user presence: a public key is
     /// not a secret, and listing must not prompt once per key.
-    public func sshIdentities(caller callerArgument: Caller? = nil) throws -> [SSHIdentity] {
+    ///
+    /// One key that cannot be used (damaged, encrypted, of a type the agent lacks) is skipped
+    /// and named in `skipped`, never a failure of the whole listing.
+    public func sshIdentities(caller callerArgument: Caller? = nil) throws -> SSHIdentityListing {
         let call = callContext(callerArgument)
         let caller = call.caller
         let keys = try call.unlockedKeys()
         let query = Query(
             .key, [Schema.named("keyClass"): .number(KeyData.classPrivate)], matchLimit: .all, synchronizableAny: true)
-        var out: [SSHIdentity] = []
+        var out = SSHIdentityListing()
         for (row, attributes) in try matches(query, caller: caller, keys: keys, withData: true) {
             let item = KeychainItem(id: row.id, itemClass: .key, attributes: attributes, data: nil)
             guard (try? classKey(item.accessibility, keys: keys, for: item.summary)) != nil else { continue }
-            var data = try openData(
-                row, item: item, keys: keys, caller: caller.granting(presenceFor: row.id), ui: .fail)
+            var data: [UInt8]
+            do {
+                data = try openData(
+                    row, item: item, keys: keys, caller: caller.granting(presenceFor: row.id), ui: .fail)
+            } catch let error as KeychainError where error.status == .decode {
+                out.skipped.append((row.id, "\(item.summary) cannot be decrypted (damaged or tampered)"))
+                continue
+            }
             defer { Sodium.wipe(&data) }
-            guard let key = SigningKey.parse(data) else { continue }
+            guard let key = SigningKey.parse(data) else {
+                out.skipped.append((row.id, "\(item.summary): \(SigningKey.whyUnusable(data))"))
+                continue
+            }
             let label = item.string(Schema.label) ?? ""
-            out.append(
+            out.identities.append(
                 SSHIdentity(
                     id: row.id, label: label, accessGroup: item.accessGroup, publicBlob: key.publicBlob,
-                    publicLine: key.publicLine(comment: label)))
+                    publicLine: key.publicLine(comment: label), hosts: item.string(Schema.named("sshHosts")) ?? ""))
         }
         return out
     }

@@ -106,6 +106,16 @@ public struct KeychainItem: Sendable {
 
 /// Who is asking. The access layer fills this in per request (process → access groups);
 /// the core only ever sees the result.
+/// Who a user-presence answer is remembered for during the reuse window.
+public enum PresenceReuseScope: Sendable, Hashable {
+    /// The calling process (pid and start time).
+    case process
+    /// A scope the face names instead of the process.
+    case scope(String)
+    /// Nobody: every request asks.
+    case never
+}
+
 public struct Caller: Sendable {
     /// The caller's access groups; the first is where its new items go.
     public var accessGroups: [String]
@@ -117,6 +127,10 @@ public struct Caller: Sendable {
     public var processDescription: String
     /// Identifies the process across requests (pid and start time), for the presence reuse window.
     public var processKey: String
+    /// What a presence reuse window is kept for: the process (the mount, the CLI), a scope a
+    /// face names (the ssh agent: one key and one destination host), or nothing (each request
+    /// asks).
+    public var presenceReuse: PresenceReuseScope = .process
     /// Items whose user presence was already given for this request or handle: the core does
     /// not ask again for them, whatever `authenticationUI` says. Only code that has just asked
     /// adds to it (the core before a write transaction; a face at open, for the handle it

@@ -72,6 +72,52 @@ enum SigningKey {
         return nil
     }
 
+    /// Why `parse` found no key it can use in `data`, for an error message or a log line: what
+    /// the data is and what keychainfs lacks for it. Never any of the key's bytes.
+    static func whyUnusable(_ data: [UInt8]) -> String { unusable(data).why }
+
+    /// A private key file that is encrypted with a passphrase, which keychainfs cannot open:
+    /// what `import` refuses, with the reason (nil for anything else).
+    static func encryptedKeyRefusal(_ data: [UInt8]) -> String? {
+        let (why, encrypted) = unusable(data)
+        return encrypted ? why : nil
+    }
+
+    private static func unusable(_ data: [UInt8]) -> (why: String, encrypted: Bool) {
+        guard let text = String(validating: data, as: UTF8.self), text.contains("-----BEGIN") else {
+            return ("is not a PEM or OpenSSH private key", false)
+        }
+        if text.contains("Proc-Type: 4,ENCRYPTED") || text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
+            return (
+                "is a passphrase-encrypted PEM key, which keychainfs does not decrypt: store a decrypted copy (openssl pkey -in KEY -out COPY), then delete the copy",
+                true
+            )
+        }
+        for block in PEMBlocks.parse(text) where block.label == "OPENSSH PRIVATE KEY" {
+            var r = OpenSSHKey.Reader(block.der)
+            guard r.take(15) == Array("openssh-key-v1\0".utf8), let cipher = r.string(), let kdf = r.string() else {
+                return ("is a damaged OpenSSH private key", false)
+            }
+            let cipherName = String(decoding: cipher, as: UTF8.self), kdfName = String(decoding: kdf, as: UTF8.self)
+            if cipherName != "none" {
+                return (
+                    "is encrypted with a passphrase (cipher \(cipherName), KDF \(kdfName)), and keychainfs cannot decrypt OpenSSH-encrypted keys (it has no \(kdfName)_pbkdf): remove the passphrase from a copy (ssh-keygen -p -N '' -f COPY), import the copy, then delete it",
+                    true
+                )
+            }
+            _ = r.string()
+            guard r.uint32() == 1, let publicBlob = r.string() else {
+                return ("is a damaged OpenSSH private key", false)
+            }
+            var p = OpenSSHKey.Reader(publicBlob)
+            let type = p.string().map { String(decoding: $0, as: UTF8.self) } ?? "?"
+            return (
+                "is an OpenSSH \(type) key; the agent signs with Ed25519, ECDSA P-256/P-384 and RSA keys only", false
+            )
+        }
+        return ("is not an Ed25519, ECDSA P-256/P-384 or RSA private key", false)
+    }
+
     /// The private half of an unencrypted `openssh-key-v1` file (PROTOCOL.key).
     private static func openSSH(_ blob: [UInt8]) -> SigningKey? {
         var r = OpenSSHKey.Reader(blob)
@@ -184,6 +230,11 @@ enum SigningKey {
         return w.bytes
     }
 }
+
+/// Why `import` refuses a private key file: it is encrypted with a passphrase keychainfs cannot
+/// open (nil: not an encrypted key). The reason names the cipher and what to do, never a byte
+/// of the key.
+public func encryptedPrivateKeyRefusal(_ data: [UInt8]) -> String? { SigningKey.encryptedKeyRefusal(data) }
 
 /// How OpenSSH names a public key: `SHA256:` and the unpadded base64 of the blob's SHA-256.
 public func sshFingerprint(_ publicBlob: [UInt8]) -> String {

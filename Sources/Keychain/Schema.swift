@@ -216,6 +216,8 @@ public enum Schema {
         Row(name: "canVerify", code: "vrfy", type: .bool, access: .readWrite, classes: [K], key: []),
         Row(name: "canWrap", code: "wrap", type: .bool, access: .readWrite, classes: [K], key: []),
         Row(name: "canUnwrap", code: "unwp", type: .bool, access: .readWrite, classes: [K], key: []),
+        // keychainfs's own (not Apple's): the hosts the ssh agent offers this key to (docs/ssh.md).
+        Row(name: "sshHosts", code: "ssht", type: .string, access: .readWrite, classes: [K], key: []),
     ]
 
     /// `kSecClass` is not an attribute of any class: naming it in an update is errSecNoSuchAttr.

@@ -34,7 +34,8 @@ public struct KeychainStatus: RawRepresentable, Hashable, Sendable, CustomString
     public static let known: [KeychainStatus] = [
         .success, .itemNotFound, .duplicateItem, .param, .noSuchAttr, .readOnlyAttr, .interactionNotAllowed,
         .authFailed, .missingEntitlement, .writePermission, .readOnly, .dataNotAvailable, .noSuchClass,
-        .interactionRequired, .userCanceled, .dataTooLarge, .decode, .noSuchKeychain, .duplicateKeychain, .unimplemented, .notAvailable,
+        .interactionRequired, .userCanceled, .dataTooLarge, .decode, .noSuchKeychain, .duplicateKeychain,
+        .unimplemented, .notAvailable,
         .allocate, .io,
     ]
 

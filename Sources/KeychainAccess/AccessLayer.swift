@@ -35,6 +35,10 @@ public final class AccessLayer: Sendable {
         return p
     }
 
+    /// Forgets the policy as last read: after an unlock, the next caller is decided under the
+    /// signed policy, not the empty one a locked vault gave.
+    public func invalidatePolicy() { policy.withLock { $0 = nil } }
+
     /// Whether an access policy is in force: then the kernel must not cache item entries,
     /// or one process's lookup would answer another's.
     public var hasPolicy: Bool { (try? currentPolicy().isEmpty == false) ?? false }

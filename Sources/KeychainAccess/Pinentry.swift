@@ -7,7 +7,8 @@ import KeychainCrypto
 /// calling process's terminal or display:
 /// - `userPresence`: a confirmation naming the process and the item (CONFIRM);
 /// - `devicePasscode`: the vault passphrase (GETPIN), checked against the vault.
-/// A reuse window (per process and item, 0–300 s) skips repeated prompts. With no terminal,
+/// A reuse window (0–300 s, per item and per the caller's `presenceReuse` scope: by default its
+/// process) skips repeated prompts. With no terminal,
 /// no display or no pinentry there is no way to ask: errSecInteractionNotAllowed at once.
 /// A prompt runs on the requesting thread only; other requests go on meanwhile.
 public final class PinentryPresence: PresenceVerifier, Sendable {
@@ -23,6 +24,8 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
         var activePrompts = 0
     }
     private let state = Mutex(State())
+    /// Held for the whole of a vault-unlock prompt: one prompt at a time, the others wait.
+    private let unlocking = Mutex(())
     public static let maxConcurrentPrompts = 4
 
     public init(keychain: Keychain, program: String?, reuseSeconds: Double, timeoutSeconds: Int = 60) {
@@ -41,9 +44,69 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
         return nil
     }
 
+    /// Where a prompt for this caller appears: its process's terminal or display (nil, nil:
+    /// nowhere, so no prompt is possible).
+    static func promptTarget(_ caller: Caller) -> (pid: pid_t, tty: String?, display: String?) {
+        let pid = pid_t(caller.processKey.split(separator: ":").first.flatMap { Int32($0) } ?? 0)
+        guard pid > 0 else { return (0, nil, nil) }
+        let display =
+            ProcessIdentity.environment(of: pid, "WAYLAND_DISPLAY") ?? ProcessIdentity.environment(of: pid, "DISPLAY")
+        return (pid, ProcessIdentity.terminal(of: pid), display)
+    }
+
+    /// Unlocks a locked vault with its passphrase asked through pinentry on the caller's
+    /// terminal or display (the ssh agent, when a key is wanted and the vault is locked).
+    /// Three tries, as gpg-agent gives. Requests that arrive meanwhile wait for this one prompt
+    /// instead of opening their own. No way to ask: errSecInteractionNotAllowed at once.
+    public func unlockVault(caller: Caller, purpose: String) throws {
+        try unlocking.withLock { _ in
+            if case .unlocked = keychain.lockState { return }
+            guard let program else {
+                throw KeychainError(
+                    .interactionNotAllowed, "the vault is locked, and no pinentry program is installed to unlock it")
+            }
+            let (pid, tty, display) = Self.promptTarget(caller)
+            guard tty != nil || display != nil else {
+                throw KeychainError(
+                    .interactionNotAllowed,
+                    "the vault is locked, and \(caller.processDescription) has no terminal or display to ask for its passphrase on"
+                )
+            }
+            let session = try AssuanSession(
+                program: program, tty: tty, display: display,
+                term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
+                timeout: 3 * timeoutSeconds + 5)
+            defer { session.finish() }
+            try session.command("SETTITLE keychainfs")
+            try session.command(
+                "SETDESC "
+                    + AssuanSession.escape(
+                        "The vault \(keychain.path) is locked. Enter its passphrase to let \(caller.processDescription) \(purpose)."
+                    ))
+            try session.command("SETPROMPT Passphrase:")
+            try session.command("SETTIMEOUT \(timeoutSeconds)")
+            for attempt in 1...3 {
+                var pin = try session.getPin()
+                defer { Sodium.wipe(&pin) }
+                do {
+                    try keychain.unlock(passphrase: try SecureBytes(copying: pin))
+                    return
+                } catch let error as KeychainError where error.status == .authFailed && attempt < 3 {
+                    try session.command(
+                        "SETERROR " + AssuanSession.escape("Wrong passphrase (try \(attempt + 1) of 3)"))
+                }
+            }
+        }
+    }
+
     public func verify(item: KeychainItem, flags: AccessControlFlags, caller: Caller) throws {
-        let grantKey = "\(caller.processKey)|\(item.id)"
-        if reuseSeconds > 0, let at = state.withLock({ $0.grants[grantKey] }),
+        let grantKey: String?
+        switch caller.presenceReuse {
+        case .process: grantKey = "process|\(caller.processKey)|\(item.id)"
+        case .scope(let scope): grantKey = "scope|\(scope)|\(item.id)"
+        case .never: grantKey = nil
+        }
+        if reuseSeconds > 0, let grantKey, let at = state.withLock({ $0.grants[grantKey] }),
             Date().timeIntervalSince(at) < reuseSeconds
         {
             return
@@ -52,12 +115,7 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
             throw KeychainError(
                 .interactionNotAllowed, "\(item.summary) needs user presence, and no pinentry program is installed")
         }
-        let pid = pid_t(caller.processKey.split(separator: ":").first.flatMap { Int32($0) } ?? 0)
-        let tty = pid > 0 ? ProcessIdentity.terminal(of: pid) : nil
-        let display =
-            pid > 0
-            ? (ProcessIdentity.environment(of: pid, "WAYLAND_DISPLAY")
-                ?? ProcessIdentity.environment(of: pid, "DISPLAY")) : nil
+        let (pid, tty, display) = Self.promptTarget(caller)
         guard tty != nil || display != nil else {
             throw KeychainError(
                 .interactionNotAllowed,
@@ -97,7 +155,7 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
             try session.command("SETNOTOK Deny")
             try session.command("CONFIRM")
         }
-        if reuseSeconds > 0 { state.withLock { $0.grants[grantKey] = Date() } }
+        if reuseSeconds > 0, let grantKey { state.withLock { $0.grants[grantKey] = Date() } }
     }
 }
 

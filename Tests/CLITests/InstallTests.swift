@@ -30,6 +30,7 @@ struct InstallTests {
             ("/usr/share/zsh/site-functions/_keychainfs", 0o644),
             ("/usr/share/fish/vendor_completions.d/keychainfs.fish", 0o644),
             ("/usr/lib/systemd/user/keychainfs.service", 0o644),
+            ("/usr/lib/systemd/user/keychainfs-ssh-agent.service", 0o644),
         ]
         for file in expected {
             #expect(
@@ -39,13 +40,18 @@ struct InstallTests {
         // The installed binary runs; the helper and the unit name it, not /usr/local/bin's.
         let version = try box.run(stage + "/usr/bin/keychainfs", ["--version"], timeout: 10)
         #expect(version.status == 0 && version.stdout.hasPrefix("keychainfs "), "\(version.summary)")
-        for file in ["/sbin/mount.keychainfs", "/usr/lib/systemd/user/keychainfs.service"] {
+        for file in [
+            "/sbin/mount.keychainfs", "/usr/lib/systemd/user/keychainfs.service",
+            "/usr/lib/systemd/user/keychainfs-ssh-agent.service",
+        ] {
             let text = (try? String(contentsOfFile: stage + file, encoding: .utf8)) ?? ""
             #expect(text.contains("/usr/bin/keychainfs") && !text.contains("/usr/local/bin"), "\(file)")
         }
         // Completions complete the subcommands, new ones included.
         let bash = (try? String(contentsOfFile: stage + expected[4].path, encoding: .utf8)) ?? ""
-        for verb in ["find-generic-password", "find-key", "delete-certificate", "generate"] {
+        for verb in [
+            "find-generic-password", "find-key", "delete-certificate", "generate", "create-keypair", "ssh-agent",
+        ] {
             #expect(bash.contains(verb), "the bash completion lacks \(verb)")
         }
         let syntax = try box.run("/bin/bash", ["-n", stage + expected[4].path], timeout: 10)

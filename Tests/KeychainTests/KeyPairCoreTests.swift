@@ -41,7 +41,7 @@ struct KeyPairCoreTests {
                 let key = try readFile("\(v.dir)/\(type)")
                 let pub = String(decoding: try readFile("\(v.dir)/\(type).pub"), as: UTF8.self)
                 try kc.add(.key, [Schema.label: .string(type), Schema.isExtractable: .bool(false)], data: key)
-                let identity = try #require(try kc.sshIdentities().first { $0.label == type })
+                let identity = try #require(try kc.sshIdentities().identities.first { $0.label == type })
                 let expected = pub.split(separator: " ").prefix(2).joined(separator: " ")
                 #expect(identity.publicLine == expected + " \(type)", "\(type): \(identity.publicLine)")
             }

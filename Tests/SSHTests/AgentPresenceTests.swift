@@ -11,8 +11,9 @@ import Testing
 /// signature is an audit line.
 @Suite("ssh agent: presence and audit")
 struct AgentPresenceTests {
-    /// A scripted pinentry: answers CONFIRM as `pinentry.mode` says (allow / deny) and logs
-    /// each prompt's description to `pinentry.log`.
+    /// A scripted pinentry: answers CONFIRM as `pinentry.mode` says (allow / deny), GETPIN with
+    /// the text after `pin:` (else cancelled), and logs each prompt's description to
+    /// `pinentry.log`.
     static let pinentry = """
         #!/usr/bin/python3
         import sys, os
@@ -24,6 +25,12 @@ struct AgentPresenceTests {
         for line in sys.stdin:
             line = line.rstrip('\\n'); cmd = line.split(' ', 1)[0]
             if cmd == 'SETDESC': desc = line[8:]
+            if cmd == 'GETPIN':
+                with open(os.path.join(D, 'pinentry.log'), 'a') as f: f.write(desc + '\\n')
+                mode = open(os.path.join(D, 'pinentry.mode')).read().strip()
+                if mode.startswith('pin:'): send('D ' + mode[4:]); send('OK')
+                else: send('ERR 83886179 Operation cancelled <Pinentry>')
+                continue
             if cmd == 'CONFIRM':
                 with open(os.path.join(D, 'pinentry.log'), 'a') as f: f.write(desc + '\\n')
                 mode = open(os.path.join(D, 'pinentry.mode')).read().strip()

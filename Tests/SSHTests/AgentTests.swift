@@ -16,10 +16,11 @@ struct AgentTests {
     ]
 
     /// Starts `ssh-agent -D` on a socket in the sandbox; the sandbox's teardown ends it.
-    static func startAgent(_ box: TestSandbox) throws -> String {
+    static func startAgent(_ box: TestSandbox, options: [String] = [], unlocked: Bool = true) throws -> String {
         let socket = box.root + "/agent.sock"
         let bin = try requireBinary()
-        let agent = try box.spawn(bin, ["ssh-agent", "-D", "-a", socket] + box.unlockArgs)
+        let agent = try box.spawn(
+            bin, ["ssh-agent", "-D", "-a", socket] + options + (unlocked ? box.unlockArgs : ["--vault", box.vault]))
         let ready = waitUntil(20) { access(socket, F_OK) == 0 && agent.stdoutSoFar.contains("export SSH_AUTH_SOCK") }
         try #require(
             ready,

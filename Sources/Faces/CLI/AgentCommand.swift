@@ -39,6 +39,33 @@ struct SSHAgentCommand: ParsableCommand {
     @Option(
         name: .long, help: ArgumentHelp("Give up on an unanswered presence prompt (default 60).", valueName: "seconds"))
     var presenceTimeout: Int = 60
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Remember an allowed presence prompt for the same key and destination host this long (0–300, default 0: every signature asks).",
+            valueName: "seconds"))
+    var presenceReuse: Int = 0
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "A known_hosts file for host-restricted keys (repeatable; default ~/.ssh/known_hosts and /etc/ssh/ssh_known_hosts).",
+            valueName: "path"))
+    var knownHosts: [String] = []
+    @Flag(
+        name: .long,
+        help:
+            "Start with the vault locked, asking for no passphrase now: the first use asks through pinentry on the terminal or display of the process that wants a key."
+    )
+    var locked = false
+
+    func validate() throws {
+        guard (0...300).contains(presenceReuse) else {
+            throw ValidationError("--presence-reuse: give 0 to 300 seconds")
+        }
+        guard presenceTimeout > 0 else {
+            throw ValidationError("--presence-timeout: give a positive number of seconds")
+        }
+    }
 
     func resolvedSocket() throws -> String {
         if let socketPath { return absolutePath(socketPath) }
@@ -60,13 +87,19 @@ struct SSHAgentCommand: ParsableCommand {
 
     /// The agent itself: unlock, bind, say so, serve until SIGTERM (which removes the socket).
     func serve(_ path: String) throws {
-        let keychain = try vault.openUnlocked()
+        let keychain = locked ? try vault.openLocked() : try vault.openUnlocked()
         let auditLog = try AuditLog(path: audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
         let access = AccessLayer(keychain: keychain, audit: auditLog)
-        // No reuse window yet: every signature of a presence key asks (docs/ssh.md).
-        access.presence = PinentryPresence(
-            keychain: keychain, program: pinentry, reuseSeconds: 0, timeoutSeconds: presenceTimeout)
-        let server = try AgentServer(path: path, keychain: keychain, access: access)
+        let prompts = PinentryPresence(
+            keychain: keychain, program: pinentry, reuseSeconds: Double(presenceReuse), timeoutSeconds: presenceTimeout)
+        access.presence = prompts
+        let knownHostsFiles =
+            knownHosts.isEmpty
+            ? HostRestriction.defaultFiles(home: ProcessInfo.processInfo.environment["HOME"])
+            : knownHosts.map(absolutePath)
+        let policy = AgentPolicy(
+            hosts: HostRestriction(knownHostsFiles: knownHostsFiles), prompts: prompts, reusePerHost: presenceReuse > 0)
+        let server = try AgentServer(path: path, keychain: keychain, access: access, policy: policy)
         for sig in [SIGTERM, SIGINT, SIGHUP] {
             signal(sig, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
@@ -90,9 +123,16 @@ struct SSHAgentCommand: ParsableCommand {
     /// Background: `ssh-agent -D` in a new session, the passphrase on a pipe (never argv);
     /// prints the lines to eval once the socket is listening.
     func spawnAgent(_ path: String) throws {
-        let passphrase = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
-        // Fail early on a wrong passphrase, with the same message the CLI gives.
-        try Keychain.open(at: vault.path).unlock(passphrase: passphrase, acceptRollback: vault.acceptRollback)
+        let passphrase: SecureBytes?
+        if locked {
+            passphrase = nil
+            _ = try vault.openLocked()  // the vault exists and is one
+        } else {
+            let typed = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
+            // Fail early on a wrong passphrase, with the same message the CLI gives.
+            try Keychain.open(at: vault.path).unlock(passphrase: typed, acceptRollback: vault.acceptRollback)
+            passphrase = typed
+        }
         let logPath = log ?? (KeychainPaths.stateDirectory() + "/ssh-agent.log")
         try makeDirectories(KeychainPaths.parent(of: logPath), mode: 0o700)
         var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
@@ -101,9 +141,11 @@ struct SSHAgentCommand: ParsableCommand {
         }
         for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         var args = [
-            "keychainfs", "ssh-agent", "-D", "-a", path, "--vault", absolutePath(vault.path), "--passphrase-fd", "3",
-            "--ready-fd", "4", "--presence-timeout", String(presenceTimeout),
+            "keychainfs", "ssh-agent", "-D", "-a", path, "--vault", absolutePath(vault.path), "--ready-fd", "4",
+            "--presence-timeout", String(presenceTimeout), "--presence-reuse", String(presenceReuse),
         ]
+        args += locked ? ["--locked"] : ["--passphrase-fd", "3"]
+        for file in knownHosts { args += ["--known-hosts", absolutePath(file)] }
         if let audit { args += ["--audit", absolutePath(audit)] }
         if let pinentry { args += ["--pinentry", absolutePath(pinentry)] }
         let pid: pid_t
@@ -120,7 +162,7 @@ struct SSHAgentCommand: ParsableCommand {
             throw CLIError.system("cannot start the agent", error)
         }
         close(secretPipe[0]); close(readyPipe[1])
-        passphrase.withUnsafeBytes { _ = write(secretPipe[1], $0.baseAddress, $0.count) }
+        passphrase?.withUnsafeBytes { _ = write(secretPipe[1], $0.baseAddress, $0.count) }
         close(secretPipe[1])
         var reply = [UInt8]()
         var byte: UInt8 = 0

@@ -164,6 +164,18 @@ struct Import: ParsableCommand {
         let certs = blocks.filter { $0.label == "CERTIFICATE" }
         let keys = blocks.filter { $0.label.hasSuffix("PRIVATE KEY") }
         if certs.isEmpty && keys.isEmpty { throw CLIError.failure("\(file) holds no certificate or private key") }
+        // An encrypted key would be stored as bytes nothing here can use: refused before
+        // anything of the file is added.
+        // (A legacy encrypted PEM says so in a header line that the parsed block no longer has.)
+        if text.contains("Proc-Type: 4,ENCRYPTED"), let why = encryptedPrivateKeyRefusal(bytes) {
+            throw CLIError.failure("\(file == "-" ? "standard input" : file): a private key \(why); nothing imported")
+        }
+        for (i, key) in keys.enumerated() {
+            if let why = encryptedPrivateKeyRefusal(PEMBlocks.encode(label: key.label, der: key.der)) {
+                let which = keys.count == 1 ? "its private key" : "private key \(i + 1)"
+                throw CLIError.failure("\(file == "-" ? "standard input" : file): \(which) \(why); nothing imported")
+            }
+        }
         let keychain = try vault.openUnlocked()
         let base = label ?? (file == "-" ? "imported" : KeychainPaths.lastComponent(of: file))
         for cert in certs { try keychain.add(.certificate, [:], data: cert.der) }

@@ -34,15 +34,22 @@ struct CreateKeypair: ParsableCommand {
     var accessControl: String?
     @Flag(name: .long, help: "Allow the private key to be read and exported (kSecAttrIsExtractable).")
     var extractable = false
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Offer the key through the ssh agent only to these hosts: names as in known_hosts (wildcards * and ?) or host key fingerprints (SHA256:…), comma-separated (the sshHosts attribute).",
+            valueName: "hosts"))
+    var hosts: String?
 
     func run() throws {
         guard !label.isEmpty else { throw CLIError.usage("-l: a key needs a label") }
         var attributes: Attributes = [Schema.label: .string(label), Schema.isExtractable: .bool(extractable)]
         try set(&attributes, .key, "accessGroup", accessGroup)
+        try set(&attributes, .key, "sshHosts", hosts)
         try AddOptions.applyProtection(accessible: accessible, accessControl: accessControl, to: &attributes)
         let keychain = try vault.openUnlocked()
         let item = try keychain.createKeyPair(algorithm, attributes)
-        let identity = try keychain.sshIdentities().first { $0.id == item.id }
+        let identity = try keychain.sshIdentities().identities.first { $0.id == item.id }
         Output.line(identity?.publicLine ?? "")
     }
 }

@@ -47,6 +47,14 @@ struct VaultOptions: ParsableArguments {
         }
     }
 
+    /// Opens the vault without unlocking it (a long-running face that asks for the passphrase
+    /// when it is first needed: `ssh-agent --locked`).
+    func openLocked() throws -> Keychain {
+        let keychain = try Keychain.open(at: path)
+        keychain.onDamagedRow { Output.errorLine("keychainfs: warning: skipped a damaged row: \($0)") }
+        return keychain
+    }
+
     /// Opens and unlocks the vault. The CLI holds the passphrase, so it acts in every access
     /// group of the policy (with `default` first, where its new items go).
     func openUnlocked() throws -> Keychain {

@@ -19,8 +19,13 @@ public enum AgentMessage {
 
 /// What the agent asks the vault, for one connection's caller.
 public protocol AgentBackend: Sendable {
-    func identities() throws -> [SSHIdentity]
+    /// The keys this connection may use, given what it has bound (its destination).
+    func identities(session: AgentSession) throws -> [SSHIdentity]
     func sign(_ identity: SSHIdentity, data: [UInt8], flags: UInt32, session: AgentSession) throws -> [UInt8]
+    /// `ssh-add -x`: forget the vault's keys until `unlock`.
+    func lock() throws
+    /// `ssh-add -X`: the vault's passphrase unlocks it again.
+    func unlock(passphrase: [UInt8]) throws
 }
 
 /// What one connection has told the agent about itself (session-bind).
@@ -47,7 +52,7 @@ public struct AgentRequestHandler: Sendable {
         switch type {
         case AgentMessage.requestIdentities:
             do {
-                let ids = try backend.identities()
+                let ids = try backend.identities(session: session)
                 var w = SSHWire()
                 w.byte(AgentMessage.identitiesAnswer)
                 w.uint32(UInt32(ids.count))
@@ -64,7 +69,8 @@ public struct AgentRequestHandler: Sendable {
                 return fail("a malformed sign request")
             }
             do {
-                guard let identity = try backend.identities().first(where: { $0.publicBlob == blob }) else {
+                guard let identity = try backend.identities(session: session).first(where: { $0.publicBlob == blob })
+                else {
                     return fail("a sign request for a key this caller cannot use")
                 }
                 let signature = try backend.sign(identity, data: data, flags: flags, session: session)
@@ -99,7 +105,16 @@ public struct AgentRequestHandler: Sendable {
             return fail(
                 "adding and removing keys through the agent is refused: use keychainfs create-keypair or import")
         case AgentMessage.lock, AgentMessage.unlock:
-            return fail("locking the agent is refused: lock the vault (keychainfs lock)")
+            // ssh-add -x / -X: the lock password is ignored when locking (locking is always
+            // safe); unlocking takes the vault's passphrase, never a password of the agent's own.
+            guard var passphrase = r.string() else { return fail("a malformed lock request") }
+            defer { passphrase.withUnsafeMutableBytes { $0.initializeMemory(as: UInt8.self, repeating: 0) } }
+            do {
+                if type == AgentMessage.lock { try backend.lock() } else { try backend.unlock(passphrase: passphrase) }
+                return [AgentMessage.success]
+            } catch {
+                return fail(type == AgentMessage.lock ? "locking: \(error)" : "unlocking: \(error)")
+            }
         default:
             return fail("message type \(type) is not supported")
         }

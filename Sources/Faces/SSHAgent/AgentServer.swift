@@ -1,38 +1,101 @@
 import Foundation
 import Keychain
 import KeychainAccess
+import KeychainCrypto
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
+/// What the agent decides beyond the vault's own rules: which keys go to which hosts, how long
+/// a presence answer holds, how a locked vault is unlocked.
+public struct AgentPolicy: Sendable {
+    /// Per-key host restrictions (the `sshHosts` attribute), looked up in these known_hosts.
+    public var hosts: HostRestriction
+    /// Asks the user: user presence, and the passphrase of a locked vault. Nil: never asks.
+    public var prompts: PinentryPresence?
+    /// Whether a presence answer is remembered for (key, destination host) during the prompt
+    /// program's reuse window; never for a forwarded or unbound connection.
+    public var reusePerHost: Bool
+
+    public init(hosts: HostRestriction, prompts: PinentryPresence?, reusePerHost: Bool) {
+        self.hosts = hosts
+        self.prompts = prompts
+        self.reusePerHost = reusePerHost
+    }
+}
+
 /// The vault behind one connection: the keys its caller's access groups show, signed with
 /// by the core (the private key never reaches this target). Every signature is audited.
 struct VaultBackend: AgentBackend {
     let keychain: Keychain
-    let caller: Caller
-    let audit: AuditLog?
+    let access: AccessLayer
+    /// The peer process of the connection (SO_PEERCRED).
+    let pid: pid_t
+    let policy: AgentPolicy
 
-    func identities() throws -> [SSHIdentity] { try keychain.sshIdentities(caller: caller) }
+    /// The caller of a request, decided per request: the vault's policy may have changed (or
+    /// been unreadable while the vault was locked), and the process may have exec'd another
+    /// program since it connected.
+    func currentCaller() throws -> Caller {
+        do { return try access.caller(tid: pid, identify: true) } catch {
+            throw KeychainError(.interactionNotAllowed, "pid \(pid) could not be identified")
+        }
+    }
+
+    func identities(session: AgentSession) throws -> [SSHIdentity] {
+        try unlockIfNeeded(purpose: "use its ssh keys")
+        let listing = try keychain.sshIdentities(caller: try currentCaller())
+        for (id, why) in listing.skipped { Log.info("ssh agent: key item \(id) not offered: \(why)") }
+        let destination = session.hostKeys.last
+        return listing.identities.filter {
+            policy.hosts.allows(HostRestriction.patterns($0.hosts), destination: destination)
+        }
+    }
+
+    /// A locked vault is unlocked through pinentry on the caller's terminal or display, or the
+    /// request fails at once (never a hang, never an empty answer that reads as "no keys").
+    func unlockIfNeeded(purpose: String) throws {
+        if case .unlocked = keychain.lockState { return }
+        guard let prompts = policy.prompts else {
+            throw KeychainError(
+                .interactionNotAllowed, "the vault is locked and the agent cannot ask for its passphrase")
+        }
+        try prompts.unlockVault(caller: try currentCaller(), purpose: purpose)
+        access.invalidatePolicy()
+    }
+
+    func lock() throws { keychain.lock() }
+
+    func unlock(passphrase: [UInt8]) throws {
+        try keychain.unlock(passphrase: try SecureBytes(copying: passphrase))
+        access.invalidatePolicy()
+    }
 
     func sign(_ identity: SSHIdentity, data: [UInt8], flags: UInt32, session: AgentSession) throws -> [UInt8] {
         let host = session.hostKeys.last.map(sshFingerprint) ?? "unknown"
         // The prompt (a key with userPresence) names the process, the destination and whether
         // the connection is forwarded; with no way to ask the core refuses at once.
+        let caller = try currentCaller()
         var signer = caller
         signer.processDescription +=
             session.hostKeys.isEmpty
             ? " (destination unknown)"
             : " connecting to the host with key \(host)\(session.forwarded ? ", through a forwarded agent" : "")"
+        // A presence answer holds for this key and this destination only, and only where the
+        // destination is proved and the request comes from this machine's ssh, not through a
+        // forwarded agent (a remote host could then sign for anywhere it likes).
+        signer.presenceReuse =
+            policy.reusePerHost && !session.hostKeys.isEmpty && !session.forwarded ? .scope("ssh-host|\(host)") : .never
         let detail = "host=\(host) forwarded=\(session.forwarded ? "yes" : "no")"
         do {
             let signature = try keychain.sshSign(
                 keyID: identity.id, data: data, flags: flags, caller: signer, ui: .allow)
-            audit?.record(caller, item: identity.id, .sshSign, allowed: true, detail: detail)
+            access.audit?.record(caller, item: identity.id, .sshSign, allowed: true, detail: detail)
             return signature
         } catch {
             let why = (error as? KeychainError)?.status.name ?? "error"
-            audit?.record(caller, item: identity.id, .sshSign, allowed: false, why: why, detail: detail)
+            access.audit?.record(caller, item: identity.id, .sshSign, allowed: false, why: why, detail: detail)
             throw error
         }
     }
@@ -44,6 +107,7 @@ public final class AgentServer: Sendable {
     public let path: String
     let keychain: Keychain
     let access: AccessLayer
+    let policy: AgentPolicy
     private let listener: Int32
 
     public struct Failure: Error, CustomStringConvertible {
@@ -52,10 +116,11 @@ public final class AgentServer: Sendable {
 
     /// Binds the socket. A socket at `path` that nobody answers (a dead agent's) is replaced;
     /// one that answers is a running agent and is left alone.
-    public init(path: String, keychain: Keychain, access: AccessLayer) throws {
+    public init(path: String, keychain: Keychain, access: AccessLayer, policy: AgentPolicy) throws {
         self.path = path
         self.keychain = keychain
         self.access = access
+        self.policy = policy
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let capacity = MemoryLayout.size(ofValue: address.sun_path)
@@ -119,7 +184,7 @@ public final class AgentServer: Sendable {
     /// `struct ucred`, which Glibc hides from Swift behind _GNU_SOURCE.
     private struct PeerCredentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
 
-    /// One connection: its caller is decided once, from the peer process.
+    /// One connection: its peer process is taken from the socket, and must be of this user.
     func handle(_ fd: Int32) {
         var credentials = PeerCredentials()
         var length = socklen_t(MemoryLayout<PeerCredentials>.size)
@@ -129,16 +194,18 @@ public final class AgentServer: Sendable {
             Log.warning("ssh agent: refused a connection from uid \(credentials.uid)")
             return
         }
+        let backend = VaultBackend(keychain: keychain, access: access, pid: credentials.pid, policy: policy)
         let caller: Caller
-        do { caller = try access.caller(tid: credentials.pid, identify: true) } catch {
+        do { caller = try backend.currentCaller() } catch {
             Log.warning("ssh agent: refused pid \(credentials.pid): its process could not be identified")
             return
         }
-        var handler = AgentRequestHandler(
-            backend: VaultBackend(keychain: keychain, caller: caller, audit: access.audit))
+        var handler = AgentRequestHandler(backend: backend)
         var session = AgentSession()
-        while let message = readMessage(fd) {
+        while var message = readMessage(fd) {
             let reply = handler.reply(to: message, session: &session)
+            // An unlock request carried the vault's passphrase.
+            Sodium.wipe(&message)
             if let why = handler.lastFailure {
                 Log.info(
                     "ssh agent: refused a request from \(caller.processDescription.isEmpty ? "pid \(credentials.pid)" : caller.processDescription): \(why)"
