@@ -96,13 +96,25 @@ struct AgentPolicyTests {
             try #require(made.status == 0, "\(made.summary)")
             let key = made.stdout.trimmingCharacters(in: .newlines)
             let sshd = try TestSshd.start(box, authorizedKeys: [key])
+            let knownHosts = box.root + "/known_hosts"
+            try Self.write(try sshd.knownHostsLine() + "\n", knownHosts)
             let socket = try AgentTests.startAgent(
-                box, options: ["--pinentry", script, "--presence-reuse", "120", "--audit", box.auditPath])
+                box,
+                options: [
+                    "--pinentry", script, "--presence-reuse", "120", "--audit", box.auditPath, "--known-hosts",
+                    knownHosts,
+                ])
             try Self.write("allow\n", mode)
             let display: [String: String?] = ["DISPLAY": ":99"]
             let first = try sshd.ssh("echo one", agent: socket, env: display)
             #expect(first.status == 0 && first.stdout == "one\n", "\(first.summary)")
             #expect(Self.lines(promptLog).count == 1, "\(Self.lines(promptLog))")
+            // The prompt names the host as known_hosts does, with its key's fingerprint.
+            let fingerprint = try sshd.fingerprint()
+            #expect(
+                Self.lines(promptLog).first?.contains(
+                    "connecting to [127.0.0.1]:\(sshd.port) (host key \(fingerprint))")
+                    == true, "\(Self.lines(promptLog))")
             // Same key, same host, within the window: no second prompt.
             let second = try sshd.ssh("echo two", agent: socket, env: display)
             #expect(second.status == 0 && second.stdout == "two\n", "\(second.summary)")

@@ -78,10 +78,17 @@ struct VaultBackend: AgentBackend {
         // the connection is forwarded; with no way to ask the core refuses at once.
         let caller = try currentCaller()
         var signer = caller
-        signer.processDescription +=
-            session.hostKeys.isEmpty
-            ? " (destination unknown)"
-            : " connecting to the host with key \(host)\(session.forwarded ? ", through a forwarded agent" : "")"
+        let destination: String
+        if let hostKey = session.hostKeys.last {
+            let names = policy.hosts.names(for: hostKey)
+            destination =
+                names.isEmpty
+                ? " connecting to the host with key \(host)"
+                : " connecting to \(names.prefix(3).joined(separator: ", ")) (host key \(host))"
+        } else {
+            destination = " (destination unknown)"
+        }
+        signer.processDescription += destination + (session.forwarded ? ", through a forwarded agent" : "")
         // A presence answer holds for this key and this destination only, and only where the
         // destination is proved and the request comes from this machine's ssh, not through a
         // forwarded agent (a remote host could then sign for anywhere it likes).

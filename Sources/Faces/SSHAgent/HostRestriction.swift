@@ -45,6 +45,18 @@ public struct HostRestriction: Sendable {
         return false
     }
 
+    /// The plain names known_hosts records for this host key, for the prompt ("git.example.org
+    /// (SHA256:…)"); hashed entries cannot be named.
+    public func names(for hostKey: [UInt8]) -> [String] {
+        var out: [String] = []
+        for entry in knownHosts(for: hostKey) where !entry.field.hasPrefix("|") {
+            for name in entry.field.split(separator: ",").map(String.init) where !out.contains(name) {
+                out.append(name)
+            }
+        }
+        return out
+    }
+
     /// The host-name fields of the known_hosts lines that record this key (markers such as
     /// `@cert-authority` and `@revoked` are not a host's own key and are skipped).
     func knownHosts(for hostKey: [UInt8]) -> [KnownHostNames] {
