@@ -17,10 +17,11 @@ struct QuickstartTests {
         for dir in [tree + "/mount-helper", tree + "/docs/man", fakeBin] {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         }
-        for file in [
-            "Makefile", "mount-helper/quickstart", "mount-helper/mount.keychainfs", "mount-helper/keychainfs@.service",
-            "docs/man/keychainfs.1", "docs/man/keychainfs.5",
-        ] {
+        // Every file of mount-helper/: what `make install` installs from there may grow.
+        let helpers = try FileManager.default.contentsOfDirectory(atPath: repository + "/mount-helper").map {
+            "mount-helper/" + $0
+        }
+        for file in ["Makefile", "docs/man/keychainfs.1", "docs/man/keychainfs.5"] + helpers {
             try FileManager.default.copyItem(atPath: repository + "/" + file, toPath: tree + "/" + file)
         }
         try box.writeFile(
