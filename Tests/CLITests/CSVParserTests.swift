@@ -22,7 +22,8 @@ struct CSVParserTests {
         }
     }
 
-    @Test("random records survive the writer and the reader, quoted or not, with or without a BOM and a last line break")
+    @Test(
+        "random records survive the writer and the reader, quoted or not, with or without a BOM and a last line break")
     func roundTrip() async {
         await propertyCheck(count: 3000, input: Self.records) { records in
             for (quoteAll, bom, trailingBreak) in [(false, false, true), (true, true, false), (false, true, false)] {
@@ -47,8 +48,17 @@ struct CSVParserTests {
     @Test("malformed files: the line and field are named, never the text")
     func malformed() {
         let cases: [(String, CSVError)] = [
-            ("a,b\n\"never closed,x\ny,z\n", CSVError(line: 2, "field 1 opens a quote that is never closed (the file ends inside it)")),
-            ("a,b\nse\"cret,x\n", CSVError(line: 2, "field 1 has a quote but does not start with one (a field holding quotes must be quoted, its quotes doubled)")),
+            (
+                "a,b\n\"never closed,x\ny,z\n",
+                CSVError(line: 2, "field 1 opens a quote that is never closed (the file ends inside it)")
+            ),
+            (
+                "a,b\nse\"cret,x\n",
+                CSVError(
+                    line: 2,
+                    "field 1 has a quote but does not start with one (a field holding quotes must be quoted, its quotes doubled)"
+                )
+            ),
             ("a,b\nx,\"secret\"tail\n", CSVError(line: 2, "field 2 has text after its closing quote")),
         ]
         for (text, expected) in cases {
@@ -65,7 +75,9 @@ struct CSVParserTests {
 struct ImportMappingTests {
     @Test("a pass entry: first line the password, login/url lines taken, otpauth dropped, the rest notes")
     func passEntry() throws {
-        let plaintext = Array("s3cret pw\r\nLogin: alice\nurl: https://example.com:8443/sign/in\nPIN: 1234\notpauth://totp/x?secret=AAAA\n\nsecond note\n\n".utf8)
+        let plaintext = Array(
+            "s3cret pw\r\nLogin: alice\nurl: https://example.com:8443/sign/in\nPIN: 1234\notpauth://totp/x?secret=AAAA\n\nsecond note\n\n"
+                .utf8)
         let record = try PassStore.record(entry: "web/example", plaintext: plaintext)
         #expect(record.password == Array("s3cret pw".utf8))
         #expect(record.account == "alice")
@@ -74,7 +86,9 @@ struct ImportMappingTests {
         #expect(record.dropped.count == 1)
         let item = try record.item()
         #expect(item.itemClass == .internetPassword)
-        #expect(item.description == "inet server=\"example.com\" account=\"alice\" protocol=\"htps\" port=8443 path=\"/sign/in\"")
+        #expect(
+            item.description
+                == "inet server=\"example.com\" account=\"alice\" protocol=\"htps\" port=8443 path=\"/sign/in\"")
     }
 
     @Test("without a URL host an entry is a generic password named by its title; with neither it is an error")

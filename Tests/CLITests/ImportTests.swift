@@ -24,12 +24,15 @@ struct ImportTests {
                 atPath: gnupg, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let gnupg = gnupg
             box.onTeardown {
-                _ = try? runProcess("/usr/bin/gpgconf", ["--kill", "gpg-agent"], env: childEnvironment(["GNUPGHOME": gnupg]))
+                _ = try? runProcess(
+                    "/usr/bin/gpgconf", ["--kill", "gpg-agent"], env: childEnvironment(["GNUPGHOME": gnupg]))
             }
             let key = try box.run(
                 "/usr/bin/gpg",
-                ["--batch", "--passphrase", "", "--quick-gen-key", "keychainfs test <import@example.invalid>",
-                 "future-default", "default", "never"], env: env, timeout: 60)
+                [
+                    "--batch", "--passphrase", "", "--quick-gen-key", "keychainfs test <import@example.invalid>",
+                    "future-default", "default", "never",
+                ], env: env, timeout: 60)
             try #require(key.status == 0, "gpg --quick-gen-key: \(key.summary)")
             let initialized = try box.run("/usr/bin/pass", ["init", "import@example.invalid"], env: env)
             try #require(initialized.status == 0, "pass init: \(initialized.summary)")
@@ -47,13 +50,16 @@ struct ImportTests {
         }
     }
 
-    @Test("a real pass store: login/url lines make an internet password, the rest generic ones; re-import skips (45), -U updates; the mount shows them")
+    @Test(
+        "a real pass store: login/url lines make an internet password, the rest generic ones; re-import skips (45), -U updates; the mount shows them"
+    )
     func passStore() throws {
         let box = try Sandbox()
         defer { box.teardown() }
         try box.initVault()
         let pass = try PassStore(box)
-        try pass.insert("web/github.com", "gh-Secret-0001\nlogin: alice\nurl: https://github.com/login\nrecovery: kept as a note\n")
+        try pass.insert(
+            "web/github.com", "gh-Secret-0001\nlogin: alice\nurl: https://github.com/login\nrecovery: kept as a note\n")
         try pass.insert("mountcheck", "mount-Secret-0002\nuser: bob\n")
         try pass.insert("notes-only", "notes-Secret-0003\nsome note\notpauth://totp/x?secret=JBSWY3DPEHPK3PXP\n")
 
@@ -67,7 +73,8 @@ struct ImportTests {
                 imported from pass store \(pass.store): 3 added, 0 updated, 0 skipped, 0 failed
 
                 """)
-        #expect(first.stderr.contains("warning: pass entry notes-only: its otpauth:// line (a TOTP seed) is not imported"))
+        #expect(
+            first.stderr.contains("warning: pass entry notes-only: its otpauth:// line (a TOTP seed) is not imported"))
         #expect(!first.stderr.contains("JBSWY3DPEHPK3PXP"))
         let inet = try box.run(["find-internet-password"] + box.unlock + ["-s", "github.com", "-a", "alice", "-w"])
         #expect(inet.stdout == Array("gh-Secret-0001\n".utf8), "\(inet.stderr)")
@@ -82,18 +89,24 @@ struct ImportTests {
         let again = try pass.importing()
         #expect(again.status == 45, "\(again.stderr)")
         #expect(again.stdoutString.hasSuffix("0 added, 0 updated, 3 skipped, 0 failed\n"))
-        #expect(again.stderr.contains("keychainfs: skipped genp service=\"mountcheck\" account=\"bob\" (pass entry mountcheck): it already exists (-U updates it)"))
-        #expect(again.stderr.hasSuffix("keychainfs: error: 3 items already exist and were left as they are (-U updates them)\n"))
+        #expect(
+            again.stderr.contains(
+                "keychainfs: skipped genp service=\"mountcheck\" account=\"bob\" (pass entry mountcheck): it already exists (-U updates it)"
+            ))
+        #expect(
+            again.stderr.hasSuffix(
+                "keychainfs: error: 3 items already exist and were left as they are (-U updates them)\n"))
 
         // A changed entry: a dry run says what -U would do and stores nothing; -U does it.
         try pass.insert("mountcheck", "mount-Secret-0004\nuser: bob\n")
         let dry = try pass.importing(["-n", "-U", "mountcheck"])
         expectSuccess(dry)
-        #expect(dry.stdoutString == """
-            would update genp service="mountcheck" account="bob" (pass entry mountcheck)
-            dry run, nothing stored: 0 to add, 1 to update, 0 to skip, 0 failing
+        #expect(
+            dry.stdoutString == """
+                would update genp service="mountcheck" account="bob" (pass entry mountcheck)
+                dry run, nothing stored: 0 to add, 1 to update, 0 to skip, 0 failing
 
-            """)
+                """)
         #expect(try box.findGenericSecret(service: "mountcheck", account: "bob").1 == Array("mount-Secret-0002".utf8))
         let update = try pass.importing(["-U"])
         expectSuccess(update)
@@ -105,7 +118,8 @@ struct ImportTests {
         #expect(fileBytes(box.mnt + "/genp/mountcheck/bob") == Array("mount-Secret-0004".utf8))
         let inetFiles = try FileManager.default.contentsOfDirectory(atPath: box.mnt + "/inet/https:github.com")
         #expect(inetFiles.count == 1 && inetFiles[0].hasPrefix("alice;"), "\(inetFiles)")
-        #expect(fileBytes(box.mnt + "/inet/https:github.com/" + (inetFiles.first ?? "")) == Array("gh-Secret-0001".utf8))
+        #expect(
+            fileBytes(box.mnt + "/inet/https:github.com/" + (inetFiles.first ?? "")) == Array("gh-Secret-0001".utf8))
         try box.unmount()
     }
 
@@ -159,21 +173,25 @@ struct ImportTests {
             """, crlf: true, bom: true)
         let r = try box.run(["import-csv", "keepassxc", file] + box.unlock)
         expectSuccess(r)
-        #expect(r.stdoutString == """
-            added genp service="router" account="admin" (line 2)
-            added inet server="example.com" account="eve" protocol="htps" port=8443 (line 5)
-            imported from \(file): 2 added, 0 updated, 0 skipped, 0 failed
+        #expect(
+            r.stdoutString == """
+                added genp service="router" account="admin" (line 2)
+                added inet server="example.com" account="eve" protocol="htps" port=8443 (line 5)
+                imported from \(file): 2 added, 0 updated, 0 skipped, 0 failed
 
-            """)
+                """)
         #expect(r.stderr == "keychainfs: warning: line 5: its TOTP seed is not imported\n")
         // The CRLF inside the quoted password is the file's: kept, as KeePassXC wrote it.
-        #expect(try box.findGenericSecret(service: "router", account: "admin").1 == Array(tricky.replacingOccurrences(of: "\n", with: "\r\n").utf8))
+        #expect(
+            try box.findGenericSecret(service: "router", account: "admin").1
+                == Array(tricky.replacingOccurrences(of: "\n", with: "\r\n").utf8))
         let dump = try parseDump(try box.run(["dump-keychain", "--json"] + box.unlock))
         let comments = dump.compactMap { ($0["attributes"] as? [String: Any])?["comment"] as? String }
         #expect(comments == ["two\r\nlines, with a comma"])
     }
 
-    @Test("a Bitwarden export: logins imported, a secure note skipped, custom fields kept as notes, the first URI taken")
+    @Test(
+        "a Bitwarden export: logins imported, a secure note skipped, custom fields kept as notes, the first URI taken")
     func bitwarden() throws {
         let box = try Sandbox()
         try box.initVault()
@@ -188,11 +206,12 @@ struct ImportTests {
             """)
         let r = try box.run(["import-csv", "bitwarden", file] + box.unlock)
         expectSuccess(r)
-        #expect(r.stdoutString == """
-            added inet server="onlinebanking.aib.ie" account="dpbx" protocol="htps" (line 2)
-            imported from \(file): 1 added, 0 updated, 1 skipped, 0 failed
+        #expect(
+            r.stdoutString == """
+                added inet server="onlinebanking.aib.ie" account="dpbx" protocol="htps" (line 2)
+                imported from \(file): 1 added, 0 updated, 1 skipped, 0 failed
 
-            """)
+                """)
         #expect(r.stderr == "keychainfs: skipped line 3: a Bitwarden note item, not a login\n")
         let found = try box.run(["find-internet-password"] + box.unlock + ["-s", "onlinebanking.aib.ie", "-w"])
         #expect(found.stdout == Array("bw-Secret-0008\n".utf8))
@@ -217,7 +236,9 @@ struct ImportTests {
         let r = try box.run(["import-csv", "1password", file] + box.unlock)
         #expect(r.status == 45, "\(r.stderr)")
         #expect(r.stdoutString.hasSuffix("imported from \(file): 2 added, 0 updated, 1 skipped, 0 failed\n"))
-        #expect(r.stderr.contains("keychainfs: skipped genp service=\"Mail\" account=\"me@example.org\" (line 3): it already exists"))
+        #expect(
+            r.stderr.contains(
+                "keychainfs: skipped genp service=\"Mail\" account=\"me@example.org\" (line 3): it already exists"))
         #expect(try box.findGenericSecret(service: "Mail").1 == Array("op-Secret-0009".utf8))
         let update = try box.run(["import-csv", "1password", file, "-U"] + box.unlock)
         expectSuccess(update)
@@ -235,11 +256,12 @@ struct ImportTests {
         let columns = ["--columns", "service=Name;ignored,account=Login,password=Secret,url=Site"]
         let dry = try box.run(["import-csv", "generic", file, "--dry-run"] + columns + box.unlock)
         expectSuccess(dry)
-        #expect(dry.stdoutString == """
-            would add genp service="wifi" account="guest" (line 2)
-            dry run, nothing stored: 1 to add, 0 to update, 0 to skip, 0 failing
+        #expect(
+            dry.stdoutString == """
+                would add genp service="wifi" account="guest" (line 2)
+                dry run, nothing stored: 1 to add, 0 to update, 0 to skip, 0 failing
 
-            """)
+                """)
         #expect(try parseDump(try box.run(["dump-keychain", "--json"] + box.unlock)).isEmpty)
         let r = try box.run(["import-csv", "generic", "-"] + columns + box.unlock, stdin: Array(text.utf8))
         expectSuccess(r)
@@ -260,7 +282,9 @@ struct ImportTests {
         }
     }
 
-    @Test("a bad CSV (wrong header, unterminated quote, short row) stores nothing: exit 2, the line named, no secret echoed")
+    @Test(
+        "a bad CSV (wrong header, unterminated quote, short row) stores nothing: exit 2, the line named, no secret echoed"
+    )
     func badFiles() throws {
         let box = try Sandbox()
         try box.initVault()
@@ -269,11 +293,26 @@ struct ImportTests {
         let header = "\"Group\",\"Title\",\"Username\",\"Password\",\"URL\",\"Notes\"\n"
         let good = "\"Root\",\"first\",\"u\",\"bad-Secret-0013\",\"\",\"\"\n"
         let cases: [(String, String, String)] = [
-            ("keepassxc", good + good, "line 1: not a KeePassXC CSV export: the header line has no column Title, Username, Password, URL"),
-            ("bitwarden", header + good, "line 1: not a Bitwarden CSV export: the header line has no column type, name, login_username, login_password, login_uri"),
-            ("keepassxc", header + good + "\"Root\",\"second\",\"u\",\"bad-Secret-0014\"x,\"\",\"\"\n", "line 3: field 4 has text after its closing quote"),
-            ("keepassxc", header + good + "\"Root\",\"second\",\"u\",\"bad-Secret-0014\n", "line 3: field 4 opens a quote that is never closed"),
-            ("keepassxc", header + good + "\"Root\",\"third\",\"bad-Secret-0014\"\n", "line 3: the record has 3 fields where the header has 6"),
+            (
+                "keepassxc", good + good,
+                "line 1: not a KeePassXC CSV export: the header line has no column Title, Username, Password, URL"
+            ),
+            (
+                "bitwarden", header + good,
+                "line 1: not a Bitwarden CSV export: the header line has no column type, name, login_username, login_password, login_uri"
+            ),
+            (
+                "keepassxc", header + good + "\"Root\",\"second\",\"u\",\"bad-Secret-0014\"x,\"\",\"\"\n",
+                "line 3: field 4 has text after its closing quote"
+            ),
+            (
+                "keepassxc", header + good + "\"Root\",\"second\",\"u\",\"bad-Secret-0014\n",
+                "line 3: field 4 opens a quote that is never closed"
+            ),
+            (
+                "keepassxc", header + good + "\"Root\",\"third\",\"bad-Secret-0014\"\n",
+                "line 3: the record has 3 fields where the header has 6"
+            ),
             ("keepassxc", "", "the file is empty"),
         ]
         for (index, (format, text, message)) in cases.enumerated() {
@@ -281,7 +320,9 @@ struct ImportTests {
             expectError(try box.run(["import-csv", format, file] + box.unlock), 2, mentions: ["\(file): ", message])
         }
         #expect(try parseDump(try box.run(["dump-keychain", "--json"] + box.unlock)).isEmpty)
-        expectError(try box.run(["import-csv", "keepassxc", box.root + "/nosuch.csv"] + box.unlock), 1, mentions: ["cannot open"])
+        expectError(
+            try box.run(["import-csv", "keepassxc", box.root + "/nosuch.csv"] + box.unlock), 1,
+            mentions: ["cannot open"])
     }
 
     @Test("an item the core refuses (a 70 KiB note) fails alone: the others are stored, exit 42 (errSecDataTooLarge)")
@@ -296,7 +337,8 @@ struct ImportTests {
         let r = try box.run(["import-csv", "1password", file] + box.unlock)
         #expect(r.status == 42, "\(r.stderr)")
         #expect(r.stdoutString.hasSuffix("1 added, 0 updated, 0 skipped, 1 failed\n"))
-        #expect(r.stderr.contains("keychainfs: failed genp service=\"big\" account=\"u\" (line 2): attribute 'comment' is"))
+        #expect(
+            r.stderr.contains("keychainfs: failed genp service=\"big\" account=\"u\" (line 2): attribute 'comment' is"))
         #expect(r.stderr.contains("keychainfs: error: 1 of 2 items were not imported; the first: "))
         #expect(try box.findGenericSecret(service: "small", account: "u").1 == Array("big-Secret-0015".utf8))
     }
@@ -306,7 +348,9 @@ struct ImportTests {
 /// `$CREDENTIALS_DIRECTORY` (LoadCredential= / LoadCredentialEncrypted= of the user unit).
 @Suite("systemd credential")
 struct SystemdCredentialTests {
-    @Test("$CREDENTIALS_DIRECTORY/keychainfs.passphrase unlocks; an option wins over it; absent, the next source is asked")
+    @Test(
+        "$CREDENTIALS_DIRECTORY/keychainfs.passphrase unlocks; an option wins over it; absent, the next source is asked"
+    )
     func credential() throws {
         let box = try Sandbox()
         try box.initVault()

@@ -72,7 +72,8 @@ struct ImportCSV: ParsableCommand {
 
     func validate() throws {
         guard CSVFormat.names.contains(format.lowercased()) else {
-            throw ValidationError("unknown format '\(format)'; expected one of \(CSVFormat.names.joined(separator: ", "))")
+            throw ValidationError(
+                "unknown format '\(format)'; expected one of \(CSVFormat.names.joined(separator: ", "))")
         }
         if format.lowercased() == "generic" && columns == nil {
             throw ValidationError("generic needs --columns FIELD=COLUMN,… (at least password and title or url)")
@@ -100,7 +101,8 @@ struct ImportCSV: ParsableCommand {
             var bytes = try readFile()
             defer { Sodium.wipe(&bytes) }
             do { records = try csvFormat.records(bytes) } catch let error as ImportError {
-                throw ImportError("\(file == "-" ? "standard input" : file): \(error.message)", exitCode: error.exitCode)
+                throw ImportError(
+                    "\(file == "-" ? "standard input" : file): \(error.message)", exitCode: error.exitCode)
             }
         }
         try importing.store(&records, from: file == "-" ? "standard input" : file, vault: vault)
@@ -180,7 +182,8 @@ extension ImportRunOptions {
             }
             do {
                 if updateIfPresent {
-                    let result = try keychain.addOrUpdate(item.itemClass, item.attributes, data: records[index].password)
+                    let result = try keychain.addOrUpdate(
+                        item.itemClass, item.attributes, data: records[index].password)
                     Output.line("\(result.added ? "added" : "updated") \(name)")
                     if result.added { added += 1 } else { updated += 1 }
                 } else {
@@ -213,7 +216,8 @@ extension ImportRunOptions {
         }
         if duplicates > 0 {
             throw CLIError(
-                message: "\(duplicates) item\(duplicates == 1 ? "" : "s") already exist\(duplicates == 1 ? "s" : "") and "
+                message:
+                    "\(duplicates) item\(duplicates == 1 ? "" : "s") already exist\(duplicates == 1 ? "s" : "") and "
                     + "\(dryRun ? "would be" : "were") left as \(duplicates == 1 ? "it is" : "they are") (-U updates them)",
                 exitCode: KeychainStatus.duplicateItem.exitCode)
         }

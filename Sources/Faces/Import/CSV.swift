@@ -117,7 +117,8 @@ public enum CSV {
         switch state {
         case .quoted:
             throw CSVError(
-                line: quoteLine, "field \(fields.count + 1) opens a quote that is never closed (the file ends inside it)")
+                line: quoteLine,
+                "field \(fields.count + 1) opens a quote that is never closed (the file ends inside it)")
         case .fieldStart where fields.isEmpty:
             break
         default:

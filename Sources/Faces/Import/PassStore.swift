@@ -146,7 +146,8 @@ public enum PassStore {
                 plaintext == nil
                 ? "its plaintext is over 1 MiB"
                 : process.terminationReason == .exit
-                    ? "gpg exited with status \(process.terminationStatus)" : "gpg was killed by signal \(process.terminationStatus)"
+                    ? "gpg exited with status \(process.terminationStatus)"
+                    : "gpg was killed by signal \(process.terminationStatus)"
             throw ImportError("pass entry \(entry): cannot decrypt it (\(how))\(last)", exitCode: 1)
         }
         return bytes
