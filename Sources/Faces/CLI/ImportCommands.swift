@@ -13,7 +13,9 @@ struct ImportRunOptions: ParsableArguments {
     var dryRun = false
     @Flag(
         name: .customShort("U"),
-        help: "Update an item that already exists (same primary key) instead of skipping it, as add-…-password -U.")
+        help:
+            "Update an item that already exists (same primary key) instead of skipping it, as add-generic-password -U does."
+    )
     var updateIfPresent = false
 }
 
