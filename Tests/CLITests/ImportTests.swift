@@ -314,6 +314,10 @@ struct ImportTests {
                 "line 3: the record has 3 fields where the header has 6"
             ),
             ("keepassxc", "", "the file is empty"),
+            (
+                "keepassxc", header + good + "\"Root\",\"\",\"u\",\"bad-Secret-0014\",\"\",\"\"\n",
+                "line 3: the entry has neither a title nor a URL with a host"
+            ),
         ]
         for (index, (format, text, message)) in cases.enumerated() {
             let file = try Self.csv(box, "bad\(index).csv", text)

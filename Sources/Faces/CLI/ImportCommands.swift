@@ -149,7 +149,9 @@ extension ImportRunOptions {
                     skipped += 1
                     continue
                 }
-                planned.append((index, try record.item()))
+                do { planned.append((index, try record.item())) } catch let error as ImportError {
+                    throw ImportError("\(source): \(error.message)", exitCode: error.exitCode)
+                }
             }
         }
         for record in records where record.skipReason == nil {
