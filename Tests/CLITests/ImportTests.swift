@@ -62,6 +62,10 @@ struct ImportTests {
             "web/github.com", "gh-Secret-0001\nlogin: alice\nurl: https://github.com/login\nrecovery: kept as a note\n")
         try pass.insert("mountcheck", "mount-Secret-0002\nuser: bob\n")
         try pass.insert("notes-only", "notes-Secret-0003\nsome note\notpauth://totp/x?secret=JBSWY3DPEHPK3PXP\n")
+        // Not entries: hidden directories (pass's .git, .extensions) and files not ending in .gpg.
+        try FileManager.default.createDirectory(atPath: pass.store + "/.extensions", withIntermediateDirectories: true)
+        try box.writeFile(pass.store + "/.extensions/junk.gpg", Array("not an OpenPGP message".utf8))
+        try box.writeFile(pass.store + "/web/README", Array("not an entry".utf8))
 
         let first = try pass.importing()
         expectSuccess(first)
@@ -135,6 +139,10 @@ struct ImportTests {
         expectError(r, 1, mentions: ["pass entry zz-broken: cannot decrypt it (gpg exited with status 2)"])
         let dump = try parseDump(try box.run(["dump-keychain", "--json"] + box.unlock))
         #expect(dump.isEmpty, "an import that failed to read its source stored \(dump.count) items")
+        // FOLDER (here one entry) limits the import to it.
+        let one = try pass.importing(["good"])
+        expectSuccess(one)
+        #expect(one.stdoutString.hasSuffix("1 added, 0 updated, 0 skipped, 0 failed\n"))
         // No store at all.
         let none = try box.run(["import-pass", "--store", box.root + "/nosuch"] + box.unlock, env: pass.env)
         expectError(none, 1, mentions: ["no password store at \(box.root)/nosuch"])
