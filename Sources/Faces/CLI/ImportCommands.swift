@@ -60,9 +60,13 @@ struct ImportCSV: ParsableCommand {
             "keychainfs import-csv (keepassxc | bitwarden | 1password | generic --columns MAP) FILE [-n] [-U] [options...]"
     )
     @OptionGroup var vault: VaultOptions
-    @Argument(help: ArgumentHelp("keepassxc, bitwarden, 1password or generic.", valueName: "format"))
+    @Argument(
+        help: ArgumentHelp("keepassxc, bitwarden, 1password or generic.", valueName: "format"),
+        completion: .list(CSVFormat.names))
     var format: String
-    @Argument(help: ArgumentHelp("The CSV file ('-' for standard input).", valueName: "file"))
+    @Argument(
+        help: ArgumentHelp("The CSV file ('-' for standard input).", valueName: "file"),
+        completion: .file(extensions: ["csv"]))
     var file: String
     @Option(
         name: .long,
