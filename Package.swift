@@ -85,11 +85,17 @@ let package = Package(
         .executableTarget(
             name: "docker-credential-keychainfs", dependencies: ["Keychain", "KeychainCredentials"],
             path: "Sources/Faces/DockerCredential"),
+        // Importers (docs/cli.md, Import): pass stores and password managers' CSV exports read
+        // into records and mapped onto item attributes; the CLI stores them through the core.
+        .target(
+            name: "KeychainImport", dependencies: ["Keychain", "KeychainCrypto"],
+            path: "Sources/Faces/Import"),
         // The CLI face, and the daemon start-up of `mount`.
         .executableTarget(
             name: "keychainfs",
             dependencies: [
-                "Keychain", "KeychainAccess", "KeychainFS", "KeychainCredentials", "KeychainSSHAgent", "CPlatform",
+                "Keychain", "KeychainAccess", "KeychainFS", "KeychainCredentials", "KeychainSSHAgent", "KeychainImport",
+                "CPlatform",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ], path: "Sources/Faces/CLI"),
@@ -113,7 +119,12 @@ let package = Package(
                 "KeychainFS", "KeychainAccess", "Keychain", "TestSupport",
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]),
-        .testTarget(name: "CLITests", dependencies: ["keychainfs", "TestSupport"]),
+        .testTarget(
+            name: "CLITests",
+            dependencies: [
+                "keychainfs", "KeychainImport", "TestSupport",
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ]),
         // Tests/FSTests/posix: the python check scripts the FS wrappers run (issue 14), not sources.
         .testTarget(name: "FSTests", dependencies: ["keychainfs", "TestSupport"], exclude: ["posix"]),
         .testTarget(name: "AccessTests", dependencies: ["keychainfs", "TestSupport"]),

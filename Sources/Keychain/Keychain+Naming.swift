@@ -4,7 +4,7 @@ extension Keychain {
     // MARK: Naming items in messages
 
     /// A secret-free one-line name: class and the attributes that identify the item.
-    static func describe(_ itemClass: ItemClass, _ attributes: Attributes, id: Int64? = nil) -> String {
+    public static func describe(_ itemClass: ItemClass, _ attributes: Attributes, id: Int64? = nil) -> String {
         let shown: [Attribute]
         switch itemClass {
         case .genericPassword: shown = [Schema.service, Schema.account]

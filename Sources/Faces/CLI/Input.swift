@@ -64,8 +64,9 @@ enum SecretInput {
 }
 
 /// Where a passphrase comes from: `--passphrase-file`, `--passphrase-fd`,
-/// `--passphrase-program`, or a no-echo prompt on the terminal. Files, descriptors and programs
-/// lose one trailing newline.
+/// `--passphrase-program`, else the systemd credential `keychainfs.passphrase`, else a no-echo
+/// prompt on the terminal, else (under systemd) `systemd-ask-password`. Files, descriptors,
+/// credentials and programs lose one trailing newline.
 struct PassphraseSource {
     var file: String?
     var fd: Int32?
@@ -89,6 +90,9 @@ struct PassphraseSource {
         } else if let program {
             bytes = try PassphraseProgram.run(program)
             SecretInput.chomp(&bytes)
+        } else if var credential = try SystemdCredential.passphrase() {
+            SecretInput.chomp(&credential)
+            bytes = credential
         } else if let typed = try SecretInput.prompt(prompt) {
             bytes = typed
         } else if var asked = try PassphraseProgram.askThroughSystemd(prompt: prompt, id: "keychainfs") {
@@ -116,6 +120,30 @@ struct PassphraseSource {
         guard first == second else { throw CLIError.failure("the passphrases do not match") }
         guard !first.isEmpty else { throw CLIError.failure("the passphrase is empty") }
         return try SecureBytes(copying: first)
+    }
+}
+
+/// A systemd credential (systemd.exec(5) `LoadCredential=`, `LoadCredentialEncrypted=`): under
+/// a unit that loads one named `keychainfs.passphrase`, systemd puts it, decrypted, in the file
+/// `$CREDENTIALS_DIRECTORY/keychainfs.passphrase`, readable by the service only and gone when
+/// it stops. Used when no passphrase option is given, before any prompt.
+enum SystemdCredential {
+    static let passphraseName = "keychainfs.passphrase"
+
+    /// The credential's bytes; nil when `$CREDENTIALS_DIRECTORY` is unset or holds no such
+    /// credential (the unit loads none: the next source is tried).
+    static func passphrase() throws -> [UInt8]? {
+        guard let directory = ProcessInfo.processInfo.environment["CREDENTIALS_DIRECTORY"], !directory.isEmpty
+        else { return nil }
+        let path = directory + "/" + passphraseName
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            let cause = Errno(rawValue: errno)
+            if cause == .noSuchFileOrDirectory { return nil }
+            throw CLIError.system("cannot open the systemd credential \(path)", cause)
+        }
+        defer { close(fd) }
+        return try SecretInput.readAll(fd: fd, limit: 4096, what: "the systemd credential \(path)")
     }
 }
 

@@ -20,6 +20,7 @@ struct KeychainfsCommand: ParsableCommand {
             AddInternetPassword.self, FindInternetPassword.self, DeleteInternetPassword.self,
             DumpKeychain.self,
             AddCertificates.self, FindCertificate.self, FindIdentity.self, Import.self, Export.self,
+            ImportPass.self, ImportCSV.self,
             FindKey.self, DeleteKey.self, DeleteCertificate.self, Generate.self,
             CreateKeypair.self, SSHAgentCommand.self,
             Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
