@@ -33,6 +33,10 @@ let package = Package(
             providers: [.apt(["libfuse3-dev"])]),
         // Linux calls Swift's Glibc module lacks (prctl is variadic).
         .systemLibrary(name: "CPlatform"),
+        // sd-bus, for the Secret Service provider (a shim for the credential-mask constants).
+        .systemLibrary(
+            name: "CSystemd", pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]),
 
         // Keys in guarded memory, AEAD, Argon2id, keyed hashes. Knows nothing of SQLite.
         .target(name: "KeychainCrypto", dependencies: ["CSodium", "CPlatform"]),
@@ -73,6 +77,11 @@ let package = Package(
         .target(
             name: "KeychainCredentials", dependencies: ["Keychain", "KeychainAccess"],
             path: "Sources/Faces/Credentials"),
+        // The Secret Service provider (docs/secret-service.md): org.freedesktop.secrets on D-Bus
+        // through sd-bus, each call made by the caller the bus names, under its access groups.
+        .target(
+            name: "KeychainSecretService", dependencies: ["Keychain", "KeychainAccess", "CSystemd"],
+            path: "Sources/Faces/SecretService"),
         .executableTarget(
             name: "git-credential-keychainfs", dependencies: ["Keychain", "KeychainCredentials"],
             path: "Sources/Faces/GitCredential"),
@@ -83,7 +92,7 @@ let package = Package(
         .executableTarget(
             name: "keychainfs",
             dependencies: [
-                "Keychain", "KeychainAccess", "KeychainFS", "KeychainCredentials", "CPlatform",
+                "Keychain", "KeychainAccess", "KeychainFS", "KeychainCredentials", "KeychainSecretService", "CPlatform",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ], path: "Sources/Faces/CLI"),
@@ -118,6 +127,9 @@ let package = Package(
                 "keychainfs", "git-credential-keychainfs", "docker-credential-keychainfs", "KeychainCredentials",
                 "TestSupport",
             ]),
+        // The Secret Service provider driven by secret-tool, python secretstorage and keyring on a
+        // private dbus-daemon the test starts.
+        .testTarget(name: "SecretServiceTests", dependencies: ["keychainfs", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

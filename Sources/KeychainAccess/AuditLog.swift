@@ -23,6 +23,16 @@ public enum AuditOperation: Sendable, Equatable {
     case replaceData
     /// One attribute set through its xattr.
     case setAttribute(String)
+    /// Secret Service (D-Bus) calls: a search (item `-`: the line says who searched), a secret
+    /// read (GetSecret, GetSecrets), an item created, its secret replaced, deleted, its label or
+    /// attributes set, and an item object asked for that the caller may not see.
+    case dbusSearch
+    case dbusGetSecret
+    case dbusCreate
+    case dbusSetSecret
+    case dbusDelete
+    case dbusSetProperty
+    case dbusLookup
 
     /// The word in the log line.
     public var text: String {
@@ -38,6 +48,13 @@ public enum AuditOperation: Sendable, Equatable {
         case .renameToScratch: "rename-to-scratch"
         case .replaceData: "replace-data"
         case .setAttribute(let name): "set-\(name)"
+        case .dbusSearch: "dbus-search"
+        case .dbusGetSecret: "dbus-get-secret"
+        case .dbusCreate: "dbus-create"
+        case .dbusSetSecret: "dbus-set-secret"
+        case .dbusDelete: "dbus-delete"
+        case .dbusSetProperty: "dbus-set-property"
+        case .dbusLookup: "dbus-lookup"
         }
     }
 
@@ -46,6 +63,7 @@ public enum AuditOperation: Sendable, Equatable {
     public static let documentedSpellings: [String] =
         [
             lookup, openRead, openWrite, openTruncate, write, create, delete, rename, renameToScratch, replaceData,
+            dbusSearch, dbusGetSecret, dbusCreate, dbusSetSecret, dbusDelete, dbusSetProperty, dbusLookup,
         ].map(\.text) + ["set-<attr>"]
 }
 

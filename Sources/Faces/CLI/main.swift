@@ -23,7 +23,7 @@ struct KeychainfsCommand: ParsableCommand {
             FindKey.self, DeleteKey.self, DeleteCertificate.self, Generate.self,
             Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
             AccessGroup.self, AuditLogCommand.self, Backup.self, Verify.self, Salvage.self,
-            Run.self, Inject.self,
+            Run.self, Inject.self, SecretServiceCommand.self,
         ])
 }
 
