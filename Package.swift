@@ -77,10 +77,18 @@ let package = Package(
         .target(
             name: "KeychainCredentials", dependencies: ["Keychain", "KeychainAccess"],
             path: "Sources/Faces/Credentials"),
+        // Diffie-Hellman in the 1024-bit MODP group with GMP's constant-time mpz_powm_sec, for the
+        // Secret Service's dh-ietf1024-sha256-aes128-cbc-pkcs7 sessions.
+        .target(name: "CModpDH", linkerSettings: [.linkedLibrary("gmp")]),
         // The Secret Service provider (docs/secret-service.md): org.freedesktop.secrets on D-Bus
         // through sd-bus, each call made by the caller the bus names, under its access groups.
         .target(
-            name: "KeychainSecretService", dependencies: ["Keychain", "KeychainAccess", "CSystemd"],
+            name: "KeychainSecretService",
+            dependencies: [
+                "Keychain", "KeychainAccess", "CSystemd", "CModpDH",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ],
             path: "Sources/Faces/SecretService"),
         .executableTarget(
             name: "git-credential-keychainfs", dependencies: ["Keychain", "KeychainCredentials"],

@@ -45,7 +45,9 @@ public enum SecretServiceMapping {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let json = String(decoding: try encoder.encode(kept), as: UTF8.self)
-        var attributes: Attributes = [Schema.label: .string(label), Schema.named("comment"): .string(commentPrefix + json)]
+        var attributes: Attributes = [
+            Schema.label: .string(label), Schema.named("comment"): .string(commentPrefix + json),
+        ]
         let accountSource = ["username", "account", "user"].first { given[$0] != nil }
         if let schema = given[schemaAttribute], networkSchemas.contains(schema) {
             var server = given["server"] ?? given["host"] ?? ""
@@ -148,7 +150,9 @@ public enum SecretServiceMapping {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let kept = Kept(attributes: new, contentType: contentType(of: item))
-        return [Schema.named("comment"): .string(commentPrefix + String(decoding: try encoder.encode(kept), as: UTF8.self))]
+        return [
+            Schema.named("comment"): .string(commentPrefix + String(decoding: try encoder.encode(kept), as: UTF8.self))
+        ]
     }
 
     /// The attribute changes that set an item's content type, keeping its map.
@@ -156,7 +160,9 @@ public enum SecretServiceMapping {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let kept = Kept(attributes: attributes(of: item), contentType: type.isEmpty ? defaultContentType : type)
-        return [Schema.named("comment"): .string(commentPrefix + String(decoding: try encoder.encode(kept), as: UTF8.self))]
+        return [
+            Schema.named("comment"): .string(commentPrefix + String(decoding: try encoder.encode(kept), as: UTF8.self))
+        ]
     }
 
     /// Whether an item's secret is out of reach now: a locked keychain holds no key for its

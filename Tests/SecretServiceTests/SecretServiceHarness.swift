@@ -32,7 +32,8 @@ extension TestSandbox {
             }
             return address != nil || !daemon.isRunning
         }
-        let found = try #require(address, "dbus-daemon did not start: \(daemon.stdoutSoFar)", sourceLocation: sourceLocation)
+        let found = try #require(
+            address, "dbus-daemon did not start: \(daemon.stdoutSoFar)", sourceLocation: sourceLocation)
         onTeardown(beforeUnmount: "dbus-\(daemon.pid)") {
             daemon.kill(SIGTERM)
             _ = daemon.wait(timeout: 5)

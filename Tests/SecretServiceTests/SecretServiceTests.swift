@@ -14,7 +14,8 @@ struct SecretServiceTests {
     func secretToolRoundTrip() throws {
         try withSecretService { box, bus in
             let store = try box.secretTool(
-                bus.address, ["store", "--label=Mail password", "service", "mail.example", "username", "alice", "extra", "x1"],
+                bus.address,
+                ["store", "--label=Mail password", "service", "mail.example", "username", "alice", "extra", "x1"],
                 stdin: Array("s3cret-mail".utf8))
             #expect(store.status == 0, "secret-tool store: \(store.summary)")
 
@@ -41,7 +42,8 @@ struct SecretServiceTests {
 
             // store again (libsecret replaces): one item, the new secret.
             let again = try box.secretTool(
-                bus.address, ["store", "--label=Mail password", "service", "mail.example", "username", "alice", "extra", "x1"],
+                bus.address,
+                ["store", "--label=Mail password", "service", "mail.example", "username", "alice", "extra", "x1"],
                 stdin: Array("new-secret".utf8))
             #expect(again.status == 0, "second store: \(again.summary)")
             let after = try box.secretTool(bus.address, ["search", "--all", "service", "mail.example"])
@@ -96,7 +98,9 @@ struct SecretServiceTests {
                 ], stdin: Array("dora-pw".utf8))
             #expect(store.status == 0, "secret-tool store: \(store.summary)")
             let find = try box.cli(
-                ["find-internet-password"] + box.unlockArgs + ["-s", "git.example.org", "-a", "dora", "-P", "8443", "-w"])
+                ["find-internet-password"] + box.unlockArgs + [
+                    "-s", "git.example.org", "-a", "dora", "-P", "8443", "-w",
+                ])
             #expect(find.status == 0 && find.stdout == "dora-pw\n", "find-internet-password: \(find.summary)")
             let search = try box.secretTool(bus.address, ["search", "--all", "user", "dora"])
             #expect(itemPaths(search).first?.contains("/collection/login/inet") == true, "\(search.stdout)")
@@ -178,7 +182,9 @@ struct SecretServiceTests {
             let cat = try box.run("/usr/bin/cat", [box.mnt + "/genp/mnt-svc/gina"], timeout: 15)
             #expect(cat.status == 0 && cat.stdout == "mount-secret", "cat through the mount: \(cat.summary)")
             // And the reverse: a file written through the mount answers secret-tool.
-            let write = try box.sh("mkdir -p \(q(box.mnt + "/genp/from-mount")) && printf %s fs-secret > \(q(box.mnt + "/genp/from-mount/hal"))")
+            let write = try box.sh(
+                "mkdir -p \(q(box.mnt + "/genp/from-mount")) && printf %s fs-secret > \(q(box.mnt + "/genp/from-mount/hal"))"
+            )
             #expect(write.status == 0, "write through the mount: \(write.summary)")
             let lookup = try box.secretTool(bus.address, ["lookup", "service", "from-mount", "username", "hal"])
             #expect(lookup.stdout == "fs-secret", "secret-tool on a mount-made item: \(lookup.summary)")
@@ -258,6 +264,66 @@ struct SecretServiceTests {
             #expect(out["lists"] == "0 1")
             #expect(out["get"] == "org.freedesktop.Secret.Error.IsLocked")
             #expect(out["unlocked"] == "False lk")
+        }
+    }
+
+    @Test(
+        "sessions: plain sends the secret as is, dh-ietf1024 sends it AES-CBC under a fresh IV; bad peer values, other clients' sessions and unknown algorithms refused"
+    )
+    func sessionAlgorithms() throws {
+        try withSecretService { box, bus in
+            let store = try box.secretTool(
+                bus.address, ["store", "--label=S", "service", "sess", "username", "kim"],
+                stdin: Array("dh-secret".utf8))
+            #expect(store.status == 0, "secret-tool store: \(store.summary)")
+            let r = try box.python(
+                bus.address,
+                """
+                import secretstorage
+                from secretstorage.dhcrypto import Session
+                from jeepney import DBusAddress, new_method_call, MessageType
+                from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+                from cryptography.hazmat.primitives import padding
+                conn = secretstorage.dbus_init()
+                service = DBusAddress('/org/freedesktop/secrets', 'org.freedesktop.secrets', 'org.freedesktop.Secret.Service')
+                def call(addr, method, sig, body):
+                    reply = conn.send_and_get_reply(new_method_call(addr, method, sig, body), unwrap=False)
+                    if reply.header.message_type == MessageType.error:
+                        return 'error', reply.header.fields.get(4)
+                    return 'ok', reply.body
+                (unlocked, locked) = call(service, 'SearchItems', 'a{ss}', ({'service': 'sess'},))[1]
+                item = DBusAddress(unlocked[0], 'org.freedesktop.secrets', 'org.freedesktop.Secret.Item')
+                _, (out, plain) = call(service, 'OpenSession', 'sv', ('plain', ('s', '')))
+                _, ((path, params, value, ctype),) = call(item, 'GetSecret', 'o', (plain,))
+                print('plain', len(params), bytes(value).decode(), ctype)
+                ours = Session()
+                _, (out, dh) = call(service, 'OpenSession', 'sv', ('dh-ietf1024-sha256-aes128-cbc-pkcs7', ('ay', ours.my_public_key.to_bytes(128, 'big'))))
+                ours.set_server_public_key(int.from_bytes(bytes(out[1]), 'big'))
+                _, ((path, iv, value, ctype),) = call(item, 'GetSecret', 'o', (dh,))
+                dec = Cipher(algorithms.AES(ours.aes_key), modes.CBC(bytes(iv))).decryptor()
+                unpad = padding.PKCS7(128).unpadder()
+                clear = unpad.update(dec.update(bytes(value)) + dec.finalize()) + unpad.finalize()
+                print('dh', len(bytes(out[1])), len(bytes(iv)), b'dh-secret' not in bytes(value), clear.decode())
+                _, ((path, iv2, value2, ctype),) = call(item, 'GetSecret', 'o', (dh,))
+                print('fresh-iv', bytes(iv2) != bytes(iv))
+                p = int('FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7EDEE386BFB5A899FA5AE9F24117C4B1FE649286651ECE65381FFFFFFFFFFFFFFFF', 16)
+                for name, y in [('one', 1), ('p-1', p - 1), ('p', p)]:
+                    print('peer-' + name, call(service, 'OpenSession', 'sv', ('dh-ietf1024-sha256-aes128-cbc-pkcs7', ('ay', y.to_bytes(128, 'big'))))[1])
+                print('unknown', call(service, 'OpenSession', 'sv', ('rot13', ('s', '')))[1])
+                other = secretstorage.dbus_init()
+                reply = other.send_and_get_reply(new_method_call(item, 'GetSecret', 'o', (dh,)), unwrap=False)
+                print('other-client', reply.header.fields.get(4))
+                """)
+            #expect(r.status == 0, "python: \(r.summary)")
+            let out = labelled(r)
+            #expect(out["plain"] == "0 dh-secret text/plain", "\(r.stdout)")
+            #expect(out["dh"] == "128 16 True dh-secret", "\(r.stdout)")
+            #expect(out["fresh-iv"] == "True")
+            for name in ["one", "p-1", "p"] {
+                #expect(out["peer-\(name)"] == "org.freedesktop.DBus.Error.InvalidArgs", "peer \(name): \(r.stdout)")
+            }
+            #expect(out["unknown"] == "org.freedesktop.DBus.Error.NotSupported")
+            #expect(out["other-client"] == "org.freedesktop.Secret.Error.NoSession")
         }
     }
 

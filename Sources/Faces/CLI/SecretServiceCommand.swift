@@ -21,10 +21,13 @@ struct SecretServiceCommand: ParsableCommand {
 
     @Option(
         name: .long,
-        help: ArgumentHelp("The D-Bus address to serve on (as `dbus-daemon --print-address` prints it).", valueName: "address"))
+        help: ArgumentHelp(
+            "The D-Bus address to serve on (as `dbus-daemon --print-address` prints it).", valueName: "address"))
     var address: String?
 
-    @Option(name: .long, help: ArgumentHelp("The audit log (default: $XDG_STATE_HOME/keychainfs/audit.log).", valueName: "path"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp("The audit log (default: $XDG_STATE_HOME/keychainfs/audit.log).", valueName: "path"))
     var audit: String?
 
     func validate() throws { try vault.validate() }
@@ -32,7 +35,8 @@ struct SecretServiceCommand: ParsableCommand {
     func run() throws {
         let keychain = try Keychain.open(at: vault.path)
         try keychain.unlock(
-            passphrase: vault.passphrase.read(prompt: "passphrase for \(vault.path): "), acceptRollback: vault.acceptRollback)
+            passphrase: vault.passphrase.read(prompt: "passphrase for \(vault.path): "),
+            acceptRollback: vault.acceptRollback)
         keychain.onDamagedRow { Log.error("skipped a damaged row: \($0)") }
         let log = try AuditLog(path: audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
         let access = AccessLayer(keychain: keychain, audit: log)
@@ -56,7 +60,8 @@ struct SecretServiceCommand: ParsableCommand {
         }
         let described: String
         do { described = try provider.connect(address: address) } catch { throw CLIError.failure(error.message) }
-        Output.line("keychainfs secret-service: serving \(SecretServiceProvider.busName) on \(described) (vault \(vault.path))")
+        Output.line(
+            "keychainfs secret-service: serving \(SecretServiceProvider.busName) on \(described) (vault \(vault.path))")
         do { try provider.serve() } catch { throw CLIError.failure(error.message) }
     }
 }

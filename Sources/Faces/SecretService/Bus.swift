@@ -12,7 +12,9 @@ public struct BusError: Error, CustomStringConvertible {
     }
     public var description: String { "\(name): \(message)" }
 
-    static func invalidArgs(_ message: String) -> BusError { BusError("org.freedesktop.DBus.Error.InvalidArgs", message) }
+    static func invalidArgs(_ message: String) -> BusError {
+        BusError("org.freedesktop.DBus.Error.InvalidArgs", message)
+    }
     static func notSupported(_ message: String) -> BusError {
         BusError("org.freedesktop.DBus.Error.NotSupported", message)
     }
@@ -39,7 +41,8 @@ struct MessageReader {
 
     private func basic<T>(_ type: Character, _ initial: T) throws(BusError) -> T {
         var value = initial
-        _ = try check(withUnsafeMutablePointer(to: &value) { sd_bus_message_read_basic(message, code(type), $0) }, "read")
+        _ = try check(
+            withUnsafeMutablePointer(to: &value) { sd_bus_message_read_basic(message, code(type), $0) }, "read")
         return value
     }
 

@@ -2,6 +2,7 @@ import CSystemd
 import Foundation
 import Keychain
 import KeychainAccess
+import KeychainCrypto
 import Synchronization
 
 /// Why the provider could not start (no bus, the name taken): said on stderr, exit 1.
@@ -27,11 +28,11 @@ public final class SecretServiceProvider: Sendable {
     /// provider knows whether it can (a passphrase file) and says why not.
     let unlock: @Sendable () throws -> Void
 
-    /// Open sessions, by number, with the unique bus name of the client that opened each: a
-    /// session serves only its own client.
+    /// Open sessions, by number, with the unique bus name of the client that opened each (a
+    /// session serves only its own client) and how it carries secrets.
     private struct Sessions {
         var next = 1
-        var owners: [Int: String] = [:]
+        var open: [Int: (owner: String, algorithm: SessionAlgorithm)] = [:]
     }
     private let sessions = Mutex(Sessions())
     /// The bus connection; set once by `connect` before `serve`.
@@ -77,7 +78,8 @@ public final class SecretServiceProvider: Sendable {
             throw ProviderStartError(
                 message: "\(Self.busName) is already owned on \(described) by \(owner): another Secret Service "
                     + "provider (gnome-keyring-daemon, kwalletd, keepassxc, oo7-daemon) is running; stop it first "
-                    + "(`kill PID`, or `systemctl --user stop gnome-keyring-daemon.service gnome-keyring-daemon.socket`)")
+                    + "(`kill PID`, or `systemctl --user stop gnome-keyring-daemon.service gnome-keyring-daemon.socket`)"
+            )
         }
         guard r >= 0 else {
             sd_bus_unref(pointer)
@@ -297,7 +299,9 @@ public final class SecretServiceProvider: Sendable {
                 continue
             }
         }
-        return out.filter { SecretServiceMapping.matches($0, query) }.sorted { ($0.itemClass.rawValue, $0.id) < ($1.itemClass.rawValue, $1.id) }
+        return out.filter { SecretServiceMapping.matches($0, query) }.sorted {
+            ($0.itemClass.rawValue, $0.id) < ($1.itemClass.rawValue, $1.id)
+        }
     }
 
     /// The item an object path names, if the caller may see it; else NoSuchObject (audited:
@@ -327,19 +331,26 @@ public final class SecretServiceProvider: Sendable {
         return (unlocked, locked)
     }
 
-    /// A session the caller opened; NoSession for any other.
-    func checkSession(_ path: String, for call: Call) throws(BusError) {
-        guard case .session(let n)? = ObjectPath(path), sessions.withLock({ $0.owners[n] }) == call.sender else {
+    /// A session the caller opened, and how it carries secrets; NoSession for any other.
+    func checkSession(_ path: String, for call: Call) throws(BusError) -> SessionAlgorithm {
+        guard case .session(let n)? = ObjectPath(path), let session = sessions.withLock({ $0.open[n] }),
+            session.owner == call.sender
+        else {
             throw BusError("org.freedesktop.Secret.Error.NoSession", "no session \(path) of this client")
         }
+        return session.algorithm
     }
 
-    /// A secret as the spec's struct (oayays), for the plain session: parameters empty.
-    func writeSecret(_ w: MessageWriter, session: String, value: [UInt8], contentType: String) throws(BusError) {
+    /// A secret as the spec's struct (oayays), sealed for its session.
+    func writeSecret(
+        _ w: MessageWriter, session: String, algorithm: SessionAlgorithm, value: [UInt8], contentType: String
+    ) throws(BusError) {
+        var (parameters, sealed) = try algorithm.seal(value)
+        defer { Sodium.wipe(&sealed) }
         try w.open("r", "oayays")
         try w.objectPath(session)
-        try w.bytes([])
-        try w.bytes(value)
+        try w.bytes(parameters)
+        try w.bytes(sealed)
         try w.string(contentType)
         try w.close()
     }
@@ -348,12 +359,13 @@ public final class SecretServiceProvider: Sendable {
     func readSecret(_ call: Call) throws -> (value: [UInt8], contentType: String) {
         guard try call.reader.enter("r", "oayays") else { throw BusError.invalidArgs("expected a secret (oayays)") }
         let session = try call.reader.objectPath()
-        _ = try call.reader.bytes()
-        let value = try call.reader.bytes()
+        let parameters = try call.reader.bytes()
+        var sent = try call.reader.bytes()
+        defer { Sodium.wipe(&sent) }
         let contentType = try call.reader.string()
         try call.reader.exit()
-        try checkSession(session, for: call)
-        return (value, contentType)
+        let algorithm = try checkSession(session, for: call)
+        return (try algorithm.open(parameters: parameters, value: sent), contentType)
     }
 
     func readSecretOf(_ caller: Caller, _ itemClass: ItemClass, _ id: Int64) throws -> KeychainItem {
@@ -422,7 +434,9 @@ public final class SecretServiceProvider: Sendable {
         let changes: Attributes
         switch name {
         case "Label":
-            changes = [Schema.label: .string(try call.reader.variant("s") { () throws(BusError) in try call.reader.string() })]
+            changes = [
+                Schema.label: .string(try call.reader.variant("s") { () throws(BusError) in try call.reader.string() })
+            ]
         case "Attributes":
             let map = try call.reader.variant("a{ss}") { () throws(BusError) in try call.reader.stringMap() }
             changes = try SecretServiceMapping.changes(settingAttributes: map, of: item)
@@ -447,19 +461,32 @@ public final class SecretServiceProvider: Sendable {
         }
         switch member {
         case "OpenSession":
-            let algorithm = try call.reader.string()
-            guard algorithm == "plain" else {
-                throw BusError.notSupported("session algorithm \(algorithm) is not supported; use plain")
+            let name = try call.reader.string()
+            let algorithm: SessionAlgorithm
+            var output: [UInt8]?
+            switch name {
+            case SessionAlgorithm.plainName:
+                try call.reader.skip("v")
+                algorithm = .plain
+            case SessionAlgorithm.dhName:
+                let peer = try call.reader.variant("ay") { () throws(BusError) in try call.reader.bytes() }
+                (output, algorithm) = try SessionAlgorithm.negotiate(peer: peer)
+            default:
+                throw BusError.notSupported(
+                    "session algorithm \(name) is not supported; use \(SessionAlgorithm.dhName) or plain")
             }
-            try call.reader.skip("v")
             let n = sessions.withLock {
                 let n = $0.next
                 $0.next += 1
-                $0.owners[n] = call.sender
+                $0.open[n] = (call.sender, algorithm)
                 return n
             }
             try reply(call) { w throws(BusError) in
-                try w.variant("s") { () throws(BusError) in try w.string("") }
+                if let output {
+                    try w.variant("ay") { () throws(BusError) in try w.bytes(output) }
+                } else {
+                    try w.variant("s") { () throws(BusError) in try w.string("") }
+                }
                 try w.objectPath(ObjectPath.session(n))
             }
         case "SearchItems":
@@ -471,13 +498,13 @@ public final class SecretServiceProvider: Sendable {
         case "GetSecrets":
             let paths = try call.reader.objectPaths()
             let session = try call.reader.objectPath()
-            try checkSession(session, for: call)
+            let algorithm = try checkSession(session, for: call)
             let caller = try self.caller(of: call)
             var secrets: [(String, KeychainItem)] = []
             for path in paths {
                 guard case .item(let itemClass, let id)? = ObjectPath(path) else { continue }
                 do { secrets.append((path, try readSecretOf(caller, itemClass, id))) } catch let e as BusError
-                where e.name == "org.freedesktop.Secret.Error.NoSuchObject"
+                    where e.name == "org.freedesktop.Secret.Error.NoSuchObject"
                 {
                     continue
                 }
@@ -488,7 +515,7 @@ public final class SecretServiceProvider: Sendable {
                     try w.open("e", "o(oayays)")
                     try w.objectPath(path)
                     try writeSecret(
-                        w, session: session, value: item.data ?? [],
+                        w, session: session, algorithm: algorithm, value: item.data ?? [],
                         contentType: SecretServiceMapping.contentType(of: item))
                     try w.close()
                 }
@@ -556,7 +583,8 @@ public final class SecretServiceProvider: Sendable {
             guard try r.enter("a", "{sv}") else { throw BusError.invalidArgs("expected properties a{sv}") }
             while try r.enter("e", "sv") {
                 switch try r.string() {
-                case "org.freedesktop.Secret.Item.Label": label = try r.variant("s") { () throws(BusError) in try r.string() }
+                case "org.freedesktop.Secret.Item.Label":
+                    label = try r.variant("s") { () throws(BusError) in try r.string() }
                 case "org.freedesktop.Secret.Item.Attributes":
                     attributes = try r.variant("a{ss}") { () throws(BusError) in try r.stringMap() }
                 default: try r.skip("v")
@@ -583,7 +611,8 @@ public final class SecretServiceProvider: Sendable {
                 try w.objectPath(path)
             }
         case "Delete":
-            throw BusError("org.freedesktop.DBus.Error.AccessDenied", "the login collection is the vault: it cannot be deleted")
+            throw BusError(
+                "org.freedesktop.DBus.Error.AccessDenied", "the login collection is the vault: it cannot be deleted")
         default:
             throw BusError.unknownMethod("no method \(Introspection.collection).\(member)")
         }
@@ -596,12 +625,13 @@ public final class SecretServiceProvider: Sendable {
         switch member {
         case "GetSecret":
             let session = try call.reader.objectPath()
-            try checkSession(session, for: call)
+            let algorithm = try checkSession(session, for: call)
             let caller = try self.caller(of: call)
             let item = try readSecretOf(caller, itemClass, id)
             try reply(call) { w throws(BusError) in
                 try writeSecret(
-                    w, session: session, value: item.data ?? [], contentType: SecretServiceMapping.contentType(of: item))
+                    w, session: session, algorithm: algorithm, value: item.data ?? [],
+                    contentType: SecretServiceMapping.contentType(of: item))
             }
         case "SetSecret":
             let (value, contentType) = try readSecret(call)
@@ -634,8 +664,8 @@ public final class SecretServiceProvider: Sendable {
             throw BusError.unknownMethod("no method \(interface).\(member)")
         }
         let closed = sessions.withLock { s -> Bool in
-            guard s.owners[n] == call.sender else { return false }
-            s.owners[n] = nil
+            guard s.open[n]?.owner == call.sender else { return false }
+            s.open[n] = nil
             return true
         }
         guard closed else {
