@@ -38,15 +38,9 @@ public enum SecretServiceMapping {
     public static func newItem(attributes given: [String: String], label: String, contentType: String) throws
         -> (ItemClass, Attributes)
     {
-        for (k, v) in given where k.isEmpty || k.utf8.count > 1024 || v.utf8.count > 4096 {
-            throw KeychainError(.param, "a Secret Service attribute name is empty or an attribute is too long")
-        }
-        let kept = Kept(attributes: given, contentType: contentType.isEmpty ? defaultContentType : contentType)
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        let json = String(decoding: try encoder.encode(kept), as: UTF8.self)
         var attributes: Attributes = [
-            Schema.label: .string(label), Schema.named("comment"): .string(commentPrefix + json),
+            Schema.label: .string(label),
+            commentAttribute: try comment(Kept(attributes: given, contentType: contentType)),
         ]
         let accountSource = ["username", "account", "user"].first { given[$0] != nil }
         if let schema = given[schemaAttribute], networkSchemas.contains(schema) {
@@ -86,7 +80,7 @@ public enum SecretServiceMapping {
     }
 
     private static func kept(_ item: KeychainItem) -> Kept? {
-        guard let comment = item.string(Schema.named("comment")), comment.hasPrefix(commentPrefix) else { return nil }
+        guard let comment = item.string(commentAttribute), comment.hasPrefix(commentPrefix) else { return nil }
         return try? JSONDecoder().decode(Kept.self, from: Data(comment.dropFirst(commentPrefix.count).utf8))
     }
 
@@ -147,22 +141,28 @@ public enum SecretServiceMapping {
     /// property): the kept map is replaced; service, account and server stay as they are (a
     /// rename is the mount's or the CLI's business).
     public static func changes(settingAttributes new: [String: String], of item: KeychainItem) throws -> Attributes {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        let kept = Kept(attributes: new, contentType: contentType(of: item))
-        return [
-            Schema.named("comment"): .string(commentPrefix + String(decoding: try encoder.encode(kept), as: UTF8.self))
-        ]
+        [commentAttribute: try comment(Kept(attributes: new, contentType: contentType(of: item)))]
     }
 
     /// The attribute changes that set an item's content type, keeping its map.
     public static func changes(settingContentType type: String, of item: KeychainItem) throws -> Attributes {
+        [commentAttribute: try comment(Kept(attributes: attributes(of: item), contentType: type))]
+    }
+
+    static let commentAttribute = Schema.named("comment")
+
+    /// The comment that keeps a map and content type. Names must be non-empty and at most 1 KiB,
+    /// values at most 4 KiB (the whole comment stays under the core's 64 KiB attribute limit
+    /// for any reasonable map; a larger one is refused there).
+    static func comment(_ kept: Kept) throws -> AttributeValue {
+        for (k, v) in kept.attributes where k.isEmpty || k.utf8.count > 1024 || v.utf8.count > 4096 {
+            throw KeychainError(.param, "a Secret Service attribute name is empty or an attribute is too long")
+        }
+        var kept = kept
+        if kept.contentType.isEmpty { kept.contentType = defaultContentType }
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        let kept = Kept(attributes: attributes(of: item), contentType: type.isEmpty ? defaultContentType : type)
-        return [
-            Schema.named("comment"): .string(commentPrefix + String(decoding: try encoder.encode(kept), as: UTF8.self))
-        ]
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return .string(commentPrefix + String(decoding: try encoder.encode(kept), as: UTF8.self))
     }
 
     /// Whether an item's secret is out of reach now: a locked keychain holds no key for its

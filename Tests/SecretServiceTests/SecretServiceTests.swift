@@ -107,6 +107,38 @@ struct SecretServiceTests {
         }
     }
 
+    @Test("docker-credential-secretservice: store, get, list, erase; the item is an inet item the CLI finds")
+    func dockerCredentialSecretService() throws {
+        try withSecretService { box, bus in
+            let helper = "/usr/bin/docker-credential-secretservice"
+            try #require(
+                FileManager.default.isExecutableFile(atPath: helper), "install golang-docker-credential-helpers")
+            let url = "https://registry.example.com:5000/v1/"
+            let store = try box.run(
+                helper, ["store"],
+                stdin: Array(#"{"ServerURL":"\#(url)","Username":"lee","Secret":"dock-secret"}"#.utf8),
+                env: box.busEnvironment(bus.address), timeout: 20)
+            #expect(store.status == 0, "store: \(store.summary)")
+            let get = try box.run(
+                helper, ["get"], stdin: Array(url.utf8), env: box.busEnvironment(bus.address), timeout: 20)
+            #expect(
+                get.status == 0 && get.stdout.contains(#""Username":"lee","Secret":"dock-secret""#),
+                "get: \(get.summary)")
+            let list = try box.run(helper, ["list"], env: box.busEnvironment(bus.address), timeout: 20)
+            #expect(list.stdout.contains(#""\#(url)":"lee""#), "list: \(list.summary)")
+            let find = try box.cli(
+                ["find-internet-password"] + box.unlockArgs + [
+                    "-s", "registry.example.com", "-P", "5000", "-r", "https", "-a", "lee", "-w",
+                ])
+            #expect(find.status == 0 && find.stdout == "dock-secret\n", "find-internet-password: \(find.summary)")
+            let erase = try box.run(
+                helper, ["erase"], stdin: Array(url.utf8), env: box.busEnvironment(bus.address), timeout: 20)
+            #expect(erase.status == 0, "erase: \(erase.summary)")
+            let gone = try box.cli(["find-internet-password"] + box.unlockArgs + ["-s", "registry.example.com"])
+            #expect(gone.status == 44, "after erase: \(gone.summary)")
+        }
+    }
+
     @Test("python secretstorage: create, search, attributes, label, secret, content type, delete")
     func secretStorageRoundTrip() throws {
         try withSecretService { box, bus in
