@@ -359,6 +359,67 @@ struct SecretServiceTests {
         }
     }
 
+    @Test("bad calls get precise errors and store nothing: duplicates, foreign sessions, bad padding, unknown objects")
+    func badCallsAreRefused() throws {
+        try withSecretService { box, bus in
+            let r = try box.python(
+                bus.address,
+                """
+                import secretstorage
+                from secretstorage.dhcrypto import Session
+                from jeepney import DBusAddress, new_method_call, MessageType
+                conn = secretstorage.dbus_init()
+                def addr(path, iface):
+                    return DBusAddress(path, 'org.freedesktop.secrets', iface)
+                service = addr('/org/freedesktop/secrets', 'org.freedesktop.Secret.Service')
+                coll = addr('/org/freedesktop/secrets/aliases/default', 'org.freedesktop.Secret.Collection')
+                def call(a, method, sig, body, c=conn):
+                    reply = c.send_and_get_reply(new_method_call(a, method, sig, body), unwrap=False)
+                    if reply.header.message_type == MessageType.error:
+                        return reply.header.fields.get(4)
+                    return reply.body
+                plain = call(service, 'OpenSession', 'sv', ('plain', ('s', '')))[1]
+                props = {'org.freedesktop.Secret.Item.Label': ('s', 'L'),
+                         'org.freedesktop.Secret.Item.Attributes': ('a{ss}', {'service': 'bad', 'username': 'u'})}
+                print('first', len(call(coll, 'CreateItem', 'a{sv}(oayays)b', (props, (plain, b'', b'one', 'text/plain'), False))))
+                print('duplicate', call(coll, 'CreateItem', 'a{sv}(oayays)b', (props, (plain, b'', b'two', 'text/plain'), False)))
+                other = secretstorage.dbus_init()
+                foreign = call(service, 'OpenSession', 'sv', ('plain', ('s', '')), c=other)[1]
+                props2 = {'org.freedesktop.Secret.Item.Attributes': ('a{ss}', {'service': 'bad2'})}
+                print('foreign', call(coll, 'CreateItem', 'a{sv}(oayays)b', (props2, (foreign, b'', b'x', 'text/plain'), True)))
+                ours = Session()
+                out, dh = call(service, 'OpenSession', 'sv', ('dh-ietf1024-sha256-aes128-cbc-pkcs7', ('ay', ours.my_public_key.to_bytes(128, 'big'))))
+                print('padding', call(coll, 'CreateItem', 'a{sv}(oayays)b', (props2, (dh, bytes(16), bytes(16), 'text/plain'), True)))
+                print('short-iv', call(coll, 'CreateItem', 'a{sv}(oayays)b', (props2, (dh, bytes(3), bytes(16), 'text/plain'), True)))
+                print('stored', len(call(service, 'SearchItems', 'a{ss}', ({'service': 'bad2'},))[0]))
+                secret = call(addr(call(service, 'SearchItems', 'a{ss}', ({'service': 'bad'},))[0][0], 'org.freedesktop.Secret.Item'), 'GetSecret', 'o', (plain,))[0]
+                print('kept', bytes(secret[2]).decode())
+                print('no-object', call(addr('/org/freedesktop/secrets/collection/login/genp999999', 'org.freedesktop.Secret.Item'), 'GetSecret', 'o', (plain,)))
+                print('bad-path', call(addr('/org/freedesktop/secrets/nowhere', 'org.freedesktop.Secret.Item'), 'GetSecret', 'o', (plain,)))
+                print('delete-collection', call(coll, 'Delete', '', ()))
+                print('unknown-method', call(service, 'Frobnicate', '', ()))
+                print('new-collection', call(service, 'CreateCollection', 'a{sv}s', ({}, 'work')))
+                xml = call(addr('/org/freedesktop/secrets', 'org.freedesktop.DBus.Introspectable'), 'Introspect', '', ())[0]
+                print('introspect', 'org.freedesktop.Secret.Service' in xml and '<node name="collection"/>' in xml)
+                """)
+            #expect(r.status == 0, "python: \(r.summary)")
+            let out = labelled(r)
+            #expect(out["first"] == "2", "\(r.stdout)")
+            #expect(out["duplicate"] == "org.freedesktop.DBus.Error.Failed", "\(r.stdout)")
+            #expect(out["foreign"] == "org.freedesktop.Secret.Error.NoSession")
+            #expect(out["padding"] == "org.freedesktop.DBus.Error.InvalidArgs")
+            #expect(out["short-iv"] == "org.freedesktop.DBus.Error.InvalidArgs")
+            #expect(out["stored"] == "0", "a refused CreateItem stored an item: \(r.stdout)")
+            #expect(out["kept"] == "one", "the refused duplicate changed the first item: \(r.stdout)")
+            #expect(out["no-object"] == "org.freedesktop.Secret.Error.NoSuchObject")
+            #expect(out["bad-path"] == "org.freedesktop.DBus.Error.UnknownObject")
+            #expect(out["delete-collection"] == "org.freedesktop.DBus.Error.AccessDenied")
+            #expect(out["unknown-method"] == "org.freedesktop.DBus.Error.UnknownMethod")
+            #expect(out["new-collection"] == "org.freedesktop.DBus.Error.NotSupported")
+            #expect(out["introspect"] == "True")
+        }
+    }
+
     @Test("a second provider on the same bus names the owner and exits 1")
     func nameAlreadyOwned() throws {
         try withSecretService { box, bus in
