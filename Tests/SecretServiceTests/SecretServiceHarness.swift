@@ -43,9 +43,16 @@ extension TestSandbox {
 
     /// `keychainfs secret-service --address ADDRESS` on the sandbox vault, waited for until it
     /// says it serves.
-    func startProvider(address: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> Spawned {
+    /// With `passphraseOnDescriptor`, the passphrase comes on descriptor 3 (`--passphrase-fd 3`),
+    /// which the provider cannot read again to unlock.
+    func startProvider(
+        address: String, passphraseOnDescriptor: Bool = false, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> Spawned {
         let bin = try #require(keychainfsBinary, "keychainfs binary not found", sourceLocation: sourceLocation)
-        let provider = try spawn(bin, ["secret-service"] + unlockArgs + ["--address", address])
+        let vaultArgs = passphraseOnDescriptor ? ["--vault", vault, "--passphrase-fd", "3"] : unlockArgs
+        let provider = try spawn(
+            bin, ["secret-service"] + vaultArgs + ["--address", address],
+            extraDescriptors: passphraseOnDescriptor ? [3: Array(passphrase.utf8)] : [:])
         waitUntil(20) { provider.stdoutSoFar.contains("serving org.freedesktop.secrets") || !provider.isRunning }
         try #require(
             provider.isRunning, "the provider did not start: \(provider.wait(timeout: 1).summary)",
@@ -81,13 +88,14 @@ extension TestSandbox {
 /// A sandbox with an initialised vault (`setup` runs first: CLI adds, policy), a private bus
 /// and the provider on it.
 func withSecretService(
-    _ label: String = #function, setup: (TestSandbox) throws -> Void = { _ in },
+    _ label: String = #function, passphraseOnDescriptor: Bool = false, setup: (TestSandbox) throws -> Void = { _ in },
     sourceLocation: SourceLocation = #_sourceLocation, _ body: (TestSandbox, SecretServiceBus) throws -> Void
 ) throws {
     try withSandbox(label, sourceLocation: sourceLocation) { box in
         try setup(box)
         let (daemon, address) = try box.startBus(sourceLocation: sourceLocation)
-        let provider = try box.startProvider(address: address, sourceLocation: sourceLocation)
+        let provider = try box.startProvider(
+            address: address, passphraseOnDescriptor: passphraseOnDescriptor, sourceLocation: sourceLocation)
         try body(box, SecretServiceBus(address: address, daemon: daemon, provider: provider))
     }
 }

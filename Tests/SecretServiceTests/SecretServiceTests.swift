@@ -420,6 +420,55 @@ struct SecretServiceTests {
         }
     }
 
+    @Test("an item that needs user presence is Locked and IsLocked; Unlock without a passphrase file says why")
+    func presenceItemsAndUnlockWithoutFile() throws {
+        try withSecretService(
+            passphraseOnDescriptor: true,
+            setup: { box in
+                try box.addGeneric("pres-svc", "kay", "presence-secret", extra: ["--access-control", "userPresence"])
+                try box.addGeneric("plain-svc", "kay", "plain-secret")
+            }
+        ) { box, bus in
+            let r = try box.python(
+                bus.address,
+                """
+                import secretstorage
+                from jeepney import DBusAddress, new_method_call, MessageType
+                conn = secretstorage.dbus_init()
+                coll = secretstorage.get_default_collection(conn)
+                service = DBusAddress('/org/freedesktop/secrets', 'org.freedesktop.secrets', 'org.freedesktop.Secret.Service')
+                def call(a, method, sig, body):
+                    reply = conn.send_and_get_reply(new_method_call(a, method, sig, body), unwrap=False)
+                    if reply.header.message_type == MessageType.error:
+                        return reply.header.fields.get(4), reply.body[0] if reply.body else ''
+                    return reply.body
+                unlocked, locked = call(service, 'SearchItems', 'a{ss}', ({'username': 'kay'},))
+                print('lists', len(unlocked), len(locked))
+                presence = list(coll.search_items({'service': 'pres-svc'}))[0]
+                print('presence-locked', presence.is_locked())
+                plain = call(service, 'OpenSession', 'sv', ('plain', ('s', '')))[1]
+                item = DBusAddress(presence.item_path, 'org.freedesktop.secrets', 'org.freedesktop.Secret.Item')
+                print('presence-get', call(item, 'GetSecret', 'o', (plain,))[0])
+                print('plain-get', list(coll.search_items({'service': 'plain-svc'}))[0].get_secret().decode())
+                coll.lock()
+                name, message = call(service, 'Unlock', 'ao', (['/org/freedesktop/secrets/collection/login'],))
+                print('unlock', name)
+                print('why', 'passphrase-file' in message)
+                print('still-locked', coll.is_locked())
+                """)
+            #expect(r.status == 0, "python: \(r.summary)")
+            let out = labelled(r)
+            #expect(out["lists"] == "1 1", "\(r.stdout)")
+            #expect(out["presence-locked"] == "True")
+            #expect(out["presence-get"] == "org.freedesktop.Secret.Error.IsLocked")
+            #expect(out["plain-get"] == "plain-secret")
+            #expect(out["unlock"] == "org.freedesktop.Secret.Error.IsLocked")
+            #expect(out["why"] == "True")
+            #expect(out["still-locked"] == "True")
+            #expect(!r.stdout.contains("presence-secret"))
+        }
+    }
+
     @Test("a second provider on the same bus names the owner and exits 1")
     func nameAlreadyOwned() throws {
         try withSecretService { box, bus in
