@@ -33,6 +33,10 @@ let package = Package(
             providers: [.apt(["libfuse3-dev"])]),
         // Linux calls Swift's Glibc module lacks (prctl is variadic).
         .systemLibrary(name: "CPlatform"),
+        // sd-bus, for the Secret Service provider (a shim for the credential-mask constants).
+        .systemLibrary(
+            name: "CSystemd", pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]),
 
         // Keys in guarded memory, AEAD, Argon2id, keyed hashes. Knows nothing of SQLite.
         .target(name: "KeychainCrypto", dependencies: ["CSodium", "CPlatform"]),
@@ -79,6 +83,19 @@ let package = Package(
             dependencies: [
                 "Keychain", "KeychainAccess", "KeychainCrypto", .product(name: "Crypto", package: "swift-crypto"),
             ], path: "Sources/Faces/SSHAgent"),
+        // Diffie-Hellman in the 1024-bit MODP group with GMP's constant-time mpz_powm_sec, for the
+        // Secret Service's dh-ietf1024-sha256-aes128-cbc-pkcs7 sessions.
+        .target(name: "CModpDH", linkerSettings: [.linkedLibrary("gmp")]),
+        // The Secret Service provider (docs/secret-service.md): org.freedesktop.secrets on D-Bus
+        // through sd-bus, each call made by the caller the bus names, under its access groups.
+        .target(
+            name: "KeychainSecretService",
+            dependencies: [
+                "Keychain", "KeychainAccess", "CSystemd", "CModpDH",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ],
+            path: "Sources/Faces/SecretService"),
         .executableTarget(
             name: "git-credential-keychainfs", dependencies: ["Keychain", "KeychainCredentials"],
             path: "Sources/Faces/GitCredential"),
@@ -95,7 +112,7 @@ let package = Package(
             name: "keychainfs",
             dependencies: [
                 "Keychain", "KeychainAccess", "KeychainFS", "KeychainCredentials", "KeychainSSHAgent", "KeychainImport",
-                "CPlatform",
+                "KeychainSecretService", "CPlatform",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ], path: "Sources/Faces/CLI"),
@@ -137,6 +154,9 @@ let package = Package(
                 "keychainfs", "git-credential-keychainfs", "docker-credential-keychainfs", "KeychainCredentials",
                 "TestSupport",
             ]),
+        // The Secret Service provider driven by secret-tool, python secretstorage and keyring on a
+        // private dbus-daemon the test starts.
+        .testTarget(name: "SecretServiceTests", dependencies: ["keychainfs", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -3,8 +3,9 @@
 #endif
 
 /// The one place that maps keychain status codes to what the front ends report:
-/// an errno for the filesystem and an exit code for the CLI. docs/errors.md and
-/// docs/cli.md document these two tables; change them together.
+/// an errno for the filesystem, an exit code for the CLI and a D-Bus error name for the
+/// Secret Service provider. docs/errors.md, docs/cli.md and docs/secret-service.md document
+/// these tables; change them together.
 extension KeychainStatus {
     /// The errno a filesystem call returns for this status.
     public var errno: Int32 {
@@ -37,5 +38,19 @@ extension KeychainStatus {
         if self == .success { return 0 }
         let lowByte = Int32(UInt8(truncatingIfNeeded: rawValue))
         return lowByte == 0 || lowByte == 2 ? 1 : lowByte
+    }
+
+    /// The D-Bus error a Secret Service call answers with for this status. A keychain that
+    /// cannot give the secret now is `IsLocked` (never "no such object": a client must not take
+    /// a locked keychain for a missing secret and store or delete anew).
+    public var secretServiceErrorName: String {
+        switch self {
+        case .interactionNotAllowed, .interactionRequired, .authFailed: "org.freedesktop.Secret.Error.IsLocked"
+        case .itemNotFound, .noSuchKeychain: "org.freedesktop.Secret.Error.NoSuchObject"
+        case .param, .noSuchAttr, .noSuchClass, .dataTooLarge, .readOnlyAttr: "org.freedesktop.DBus.Error.InvalidArgs"
+        case .missingEntitlement, .writePermission, .readOnly: "org.freedesktop.DBus.Error.AccessDenied"
+        case .unimplemented: "org.freedesktop.DBus.Error.NotSupported"
+        default: "org.freedesktop.DBus.Error.Failed"
+        }
     }
 }

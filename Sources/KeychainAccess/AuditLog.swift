@@ -25,6 +25,16 @@ public enum AuditOperation: Sendable, Equatable {
     case setAttribute(String)
     /// A signature asked of the ssh agent (the host key and forwarding in the line's detail).
     case sshSign
+    /// Secret Service (D-Bus) calls: a search (item `-`: the line says who searched), a secret
+    /// read (GetSecret, GetSecrets), an item created, its secret replaced, deleted, its label or
+    /// attributes set, and an item object asked for that the caller may not see.
+    case dbusSearch
+    case dbusGetSecret
+    case dbusCreate
+    case dbusSetSecret
+    case dbusDelete
+    case dbusSetProperty
+    case dbusLookup
 
     /// The word in the log line.
     public var text: String {
@@ -41,6 +51,13 @@ public enum AuditOperation: Sendable, Equatable {
         case .replaceData: "replace-data"
         case .setAttribute(let name): "set-\(name)"
         case .sshSign: "ssh-sign"
+        case .dbusSearch: "dbus-search"
+        case .dbusGetSecret: "dbus-get-secret"
+        case .dbusCreate: "dbus-create"
+        case .dbusSetSecret: "dbus-set-secret"
+        case .dbusDelete: "dbus-delete"
+        case .dbusSetProperty: "dbus-set-property"
+        case .dbusLookup: "dbus-lookup"
         }
     }
 
@@ -50,6 +67,7 @@ public enum AuditOperation: Sendable, Equatable {
         [
             lookup, openRead, openWrite, openTruncate, write, create, delete, rename, renameToScratch, replaceData,
             sshSign,
+            dbusSearch, dbusGetSecret, dbusCreate, dbusSetSecret, dbusDelete, dbusSetProperty, dbusLookup,
         ].map(\.text) + ["set-<attr>"]
 }
 

@@ -25,7 +25,7 @@ struct KeychainfsCommand: ParsableCommand {
             CreateKeypair.self, SSHAgentCommand.self,
             Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
             AccessGroup.self, AuditLogCommand.self, Backup.self, Verify.self, Salvage.self,
-            Run.self, Inject.self,
+            Run.self, Inject.self, SecretServiceCommand.self,
         ])
 }
 

@@ -1,0 +1,67 @@
+import ArgumentParser
+import Foundation
+import Keychain
+import KeychainAccess
+import KeychainSecretService
+
+/// `keychainfs secret-service`: the Secret Service provider (docs/secret-service.md) in its own
+/// process, with its own opening of the vault, as the credential helpers open it.
+struct SecretServiceCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "secret-service",
+        abstract: "Serve the vault as org.freedesktop.secrets (the Secret Service API of libsecret) on D-Bus.",
+        discussion: """
+            Runs in the foreground until the bus connection ends. Connects to the session bus \
+            ($DBUS_SESSION_BUS_ADDRESS, else $XDG_RUNTIME_DIR/bus) or to --address. Each caller acts in \
+            the access groups its executable has under the vault's policy. If another provider owns \
+            org.freedesktop.secrets, says which process and exits 1.
+            """)
+
+    @OptionGroup var vault: VaultOptions
+
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The D-Bus address to serve on (as `dbus-daemon --print-address` prints it).", valueName: "address"))
+    var address: String?
+
+    @Option(
+        name: .long,
+        help: ArgumentHelp("The audit log (default: $XDG_STATE_HOME/keychainfs/audit.log).", valueName: "path"))
+    var audit: String?
+
+    func validate() throws { try vault.validate() }
+
+    func run() throws {
+        let keychain = try Keychain.open(at: vault.path)
+        try keychain.unlock(
+            passphrase: vault.passphrase.read(prompt: "passphrase for \(vault.path): "),
+            acceptRollback: vault.acceptRollback)
+        keychain.onDamagedRow { Log.error("skipped a damaged row: \($0)") }
+        let log = try AuditLog(path: audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
+        let access = AccessLayer(keychain: keychain, audit: log)
+        // Unlock without a prompt: only a passphrase file can be read again (a descriptor was
+        // read to its end, a terminal may be gone). Prompt objects are a later step.
+        let file = vault.passphraseFile
+        let provider = SecretServiceProvider(keychain: keychain, access: access) {
+            guard let file else {
+                throw BusError(
+                    "org.freedesktop.Secret.Error.IsLocked",
+                    "the keychain is locked and unlocking needs a prompt, which keychainfs does not offer yet "
+                        + "(start the provider with --passphrase-file)")
+            }
+            do {
+                try keychain.unlock(passphrase: PassphraseSource(file: file, fd: nil).read(prompt: ""))
+            } catch let e as KeychainError {
+                throw BusError(e.status.secretServiceErrorName, e.message)
+            } catch {
+                throw BusError("org.freedesktop.Secret.Error.IsLocked", "cannot read the passphrase file \(file)")
+            }
+        }
+        let described: String
+        do { described = try provider.connect(address: address) } catch { throw CLIError.failure(error.message) }
+        Output.line(
+            "keychainfs secret-service: serving \(SecretServiceProvider.busName) on \(described) (vault \(vault.path))")
+        do { try provider.serve() } catch { throw CLIError.failure(error.message) }
+    }
+}

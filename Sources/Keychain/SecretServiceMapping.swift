@@ -1,0 +1,176 @@
+import Foundation
+
+/// How a Secret Service item (org.freedesktop.secrets: a label, a map of string attributes, a
+/// secret and its content type) is kept as a keychain item, and how any keychain password item
+/// looks to a Secret Service client. The D-Bus face translates messages; every decision about
+/// which class, service, account or server an item gets is made here (docs/secret-service.md,
+/// "Mapping").
+///
+/// The full attribute map and the content type are kept in the item's `comment` attribute,
+/// encrypted like every attribute, as `secret-service:` followed by JSON. `comment` is the one
+/// free-form attribute both password classes have (`generic` is genp only), so the vault format
+/// is unchanged.
+public enum SecretServiceMapping {
+    /// Schemas whose items are network passwords: kept as internet passwords, so git's and
+    /// docker's items are the ones their keychainfs helpers and `/inet/…` show.
+    public static let networkSchemas: Set<String> = [
+        "org.git.Password", "org.gnome.keyring.NetworkPassword", "io.docker.Credentials",
+    ]
+    public static let defaultContentType = "text/plain"
+    static let commentPrefix = "secret-service:"
+    /// The attribute libsecret adds to name an item's schema.
+    public static let schemaAttribute = "xdg:schema"
+
+    /// What the comment holds.
+    struct Kept: Codable {
+        var attributes: [String: String]
+        var contentType: String
+    }
+
+    /// The class and keychain attributes of an item created through the Secret Service API.
+    ///
+    /// - genp: service from `service`, else `xdg:schema`, else `application`, else the label;
+    ///   account from `username`, else `account`, else `user`, else the remaining attributes in
+    ///   one line (`k=v&k=v`, sorted), so items that differ only in other attributes stay apart.
+    /// - inet (schemas in `networkSchemas`): server from `server` or `host` (a URL is split into
+    ///   protocol, server, port and path), protocol from `protocol`, port from `port`, path from
+    ///   `object` or `path`, security domain from `domain`, account as for genp.
+    public static func newItem(attributes given: [String: String], label: String, contentType: String) throws
+        -> (ItemClass, Attributes)
+    {
+        var attributes: Attributes = [
+            Schema.label: .string(label),
+            commentAttribute: try comment(Kept(attributes: given, contentType: contentType)),
+        ]
+        let accountSource = ["username", "account", "user"].first { given[$0] != nil }
+        if let schema = given[schemaAttribute], networkSchemas.contains(schema) {
+            var server = given["server"] ?? given["host"] ?? ""
+            var protocolName = given["protocol"]
+            var port = given["port"].flatMap { Int64($0) }
+            var path = given["object"] ?? given["path"]
+            if server.contains("://"), let url = URLComponents(string: server), let host = url.host, !host.isEmpty {
+                server = host
+                protocolName = protocolName ?? url.scheme
+                port = port ?? url.port.map(Int64.init)
+                if path == nil, !url.path.isEmpty, url.path != "/" { path = url.path }
+            }
+            attributes[Schema.server] = .string(server)
+            if let protocolName, let code = InternetProtocol.code(for: protocolName) {
+                attributes[Schema.protocolAttribute] = .string(code)
+            }
+            if let port { attributes[Schema.port] = .number(port) }
+            if let path { attributes[Schema.path] = .string(path) }
+            if let domain = given["domain"] { attributes[Schema.securityDomain] = .string(domain) }
+            let used: Set<String> = ["server", "host", "protocol", "port", "object", "path", "domain", schemaAttribute]
+            attributes[Schema.account] = .string(account(given, source: accountSource, used: used))
+            return (.internetPassword, attributes)
+        }
+        let serviceSource = ["service", schemaAttribute, "application"].first { given[$0] != nil }
+        attributes[Schema.service] = .string(serviceSource.flatMap { given[$0] } ?? label)
+        var used: Set<String> = [schemaAttribute]
+        if let serviceSource { used.insert(serviceSource) }
+        attributes[Schema.account] = .string(account(given, source: accountSource, used: used))
+        return (.genericPassword, attributes)
+    }
+
+    private static func account(_ given: [String: String], source: String?, used: Set<String>) -> String {
+        if let source { return given[source] ?? "" }
+        return given.filter { !used.contains($0.key) }.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+            .joined(separator: "&")
+    }
+
+    private static func kept(_ item: KeychainItem) -> Kept? {
+        guard let comment = item.string(commentAttribute), comment.hasPrefix(commentPrefix) else { return nil }
+        return try? JSONDecoder().decode(Kept.self, from: Data(comment.dropFirst(commentPrefix.count).utf8))
+    }
+
+    /// Whether an item was made through the Secret Service API (its comment holds the map).
+    public static func isKept(_ item: KeychainItem) -> Bool { kept(item) != nil }
+
+    /// The attributes a client sees: the map the item was created with; for an item made
+    /// through the mount or the CLI, its keychain attributes under the names libsecret's
+    /// schemas use (genp: `service`, `username`; inet: `xdg:schema`
+    /// org.gnome.keyring.NetworkPassword, `server`, `protocol`, `port`, `user`, `object`).
+    public static func attributes(of item: KeychainItem) -> [String: String] {
+        if let kept = kept(item) { return kept.attributes }
+        var out: [String: String] = [:]
+        switch item.itemClass {
+        case .internetPassword:
+            out[schemaAttribute] = "org.gnome.keyring.NetworkPassword"
+            out["server"] = item.string(Schema.server) ?? ""
+            if let code = item.string(Schema.protocolAttribute), !code.isEmpty {
+                out["protocol"] = InternetProtocol.name(for: code) ?? code
+            }
+            if case .number(let port)? = item[Schema.port], port != 0 { out["port"] = String(port) }
+            out["user"] = item.string(Schema.account) ?? ""
+            if let path = item.string(Schema.path), !path.isEmpty { out["object"] = path }
+        default:
+            out["service"] = item.string(Schema.service) ?? ""
+            out["username"] = item.string(Schema.account) ?? ""
+        }
+        return out
+    }
+
+    public static func contentType(of item: KeychainItem) -> String { kept(item)?.contentType ?? defaultContentType }
+
+    public static func label(of item: KeychainItem) -> String {
+        item.string(Schema.label) ?? item.string(Schema.service) ?? item.string(Schema.server) ?? ""
+    }
+
+    /// SearchItems: every given attribute equal (exact bytes), as libsecret's providers match.
+    public static func matches(_ item: KeychainItem, _ query: [String: String]) -> Bool {
+        let have = attributes(of: item)
+        return query.allSatisfy { k, v in have[k].map { $0.utf8.elementsEqual(v.utf8) } ?? false }
+    }
+
+    /// Which core attributes a search can be narrowed by before matching the rest (the core's
+    /// blind indexes answer them without decrypting every item): genp's service and inet's
+    /// server when the query names them the way `attributes(of:)` and `newItem` agree on.
+    public static func narrowing(_ query: [String: String], for itemClass: ItemClass) -> Attributes {
+        switch itemClass {
+        case .genericPassword:
+            if let service = query["service"] { return [Schema.service: .string(service)] }
+        case .internetPassword:
+            if let server = query["server"], !server.contains("://") { return [Schema.server: .string(server)] }
+        default: break
+        }
+        return [:]
+    }
+
+    /// The attribute changes that set an item's Secret Service attributes (the `Attributes`
+    /// property): the kept map is replaced; service, account and server stay as they are (a
+    /// rename is the mount's or the CLI's business).
+    public static func changes(settingAttributes new: [String: String], of item: KeychainItem) throws -> Attributes {
+        [commentAttribute: try comment(Kept(attributes: new, contentType: contentType(of: item)))]
+    }
+
+    /// The attribute changes that set an item's content type, keeping its map.
+    public static func changes(settingContentType type: String, of item: KeychainItem) throws -> Attributes {
+        [commentAttribute: try comment(Kept(attributes: attributes(of: item), contentType: type))]
+    }
+
+    static let commentAttribute = Schema.named("comment")
+
+    /// The comment that keeps a map and content type. Names must be non-empty and at most 1 KiB,
+    /// values at most 4 KiB (the whole comment stays under the core's 64 KiB attribute limit
+    /// for any reasonable map; a larger one is refused there).
+    static func comment(_ kept: Kept) throws -> AttributeValue {
+        for (k, v) in kept.attributes where k.isEmpty || k.utf8.count > 1024 || v.utf8.count > 4096 {
+            throw KeychainError(.param, "a Secret Service attribute name is empty or an attribute is too long")
+        }
+        var kept = kept
+        if kept.contentType.isEmpty { kept.contentType = defaultContentType }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return .string(commentPrefix + String(decoding: try encoder.encode(kept), as: UTF8.self))
+    }
+
+    /// Whether an item's secret is out of reach now: a locked keychain holds no key for its
+    /// protection class, or it needs user presence (asked through a prompt this provider does
+    /// not offer yet). Reported as the item's `Locked` property and in SearchItems' locked list.
+    public static func isLocked(_ item: KeychainItem, in keychain: Keychain) -> Bool {
+        if let control = item.accessControl, !control.flags.isEmpty { return true }
+        do { try keychain.checkReadable(item.accessibility, itemID: item.id) } catch { return true }
+        return false
+    }
+}

@@ -1,0 +1,493 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+// Issue 12: the Secret Service provider driven by the clients users have — libsecret's
+// secret-tool, python secretstorage and keyring — on a private dbus-daemon the test starts.
+
+@Suite("secret service provider", .serialized)
+struct SecretServiceTests {
+    @Test("secret-tool store, lookup, search and clear round trip; the item is a genp item the CLI finds")
+    func secretToolRoundTrip() throws {
+        try withSecretService { box, bus in
+            let store = try box.secretTool(
+                bus.address,
+                ["store", "--label=Mail password", "service", "mail.example", "username", "alice", "extra", "x1"],
+                stdin: Array("s3cret-mail".utf8))
+            #expect(store.status == 0, "secret-tool store: \(store.summary)")
+
+            let lookup = try box.secretTool(bus.address, ["lookup", "service", "mail.example", "username", "alice"])
+            #expect(lookup.status == 0 && lookup.stdout == "s3cret-mail", "secret-tool lookup: \(lookup.summary)")
+            // An attribute kept only in the map matches too; a wrong value does not.
+            let byExtra = try box.secretTool(bus.address, ["lookup", "extra", "x1"])
+            #expect(byExtra.stdout == "s3cret-mail", "lookup by a kept attribute: \(byExtra.summary)")
+            let wrong = try box.secretTool(bus.address, ["lookup", "extra", "x2"])
+            #expect(wrong.status != 0 && wrong.stdout.isEmpty, "lookup with a wrong value: \(wrong.summary)")
+
+            let search = try box.secretTool(bus.address, ["search", "--all", "service", "mail.example"])
+            #expect(search.status == 0, "secret-tool search: \(search.summary)")
+            #expect(search.stdout.contains("label = Mail password"), "search output: \(search.stdout)")
+            // secret-tool prints the attributes on stderr.
+            #expect(search.stderr.contains("attribute.extra = x1"), "search output: \(search.summary)")
+            #expect(search.stdout.contains("secret = s3cret-mail"), "search output: \(search.stdout)")
+            #expect(itemPaths(search).count == 1 && itemPaths(search)[0].contains("/collection/login/genp"))
+
+            // The CLI sees a generic password with service and account from the attributes.
+            let find = try box.cli(
+                ["find-generic-password"] + box.unlockArgs + ["-s", "mail.example", "-a", "alice", "-w"])
+            #expect(find.status == 0 && find.stdout == "s3cret-mail\n", "find-generic-password: \(find.summary)")
+
+            // store again (libsecret replaces): one item, the new secret.
+            let again = try box.secretTool(
+                bus.address,
+                ["store", "--label=Mail password", "service", "mail.example", "username", "alice", "extra", "x1"],
+                stdin: Array("new-secret".utf8))
+            #expect(again.status == 0, "second store: \(again.summary)")
+            let after = try box.secretTool(bus.address, ["search", "--all", "service", "mail.example"])
+            #expect(itemPaths(after).count == 1, "store replaced, not added: \(after.stdout)")
+            #expect(try box.secretTool(bus.address, ["lookup", "service", "mail.example"]).stdout == "new-secret")
+
+            let clear = try box.secretTool(bus.address, ["clear", "service", "mail.example", "username", "alice"])
+            #expect(clear.status == 0, "secret-tool clear: \(clear.summary)")
+            let gone = try box.secretTool(bus.address, ["lookup", "service", "mail.example"])
+            #expect(gone.status != 0 && gone.stdout.isEmpty, "lookup after clear: \(gone.summary)")
+            let findGone = try box.cli(["find-generic-password"] + box.unlockArgs + ["-s", "mail.example"])
+            #expect(findGone.status == 44, "the CLI after clear: \(findGone.summary)")
+
+            // Every access is audited, never with the secret.
+            let audit = box.audit
+            for op in ["dbus-create", "dbus-search", "dbus-get-secret", "dbus-delete"] {
+                #expect(audit.contains("op=\(op) allow"), "no \(op) line in the audit log:\n\(audit)")
+            }
+            #expect(audit.contains("/usr/bin/secret-tool"), "the audit log does not name secret-tool:\n\(audit)")
+            #expect(!audit.contains("s3cret-mail") && !audit.contains("new-secret"))
+        }
+    }
+
+    @Test("items made through the CLI answer secret-tool: genp by service/username, inet by server/user/protocol")
+    func cliItemsVisible() throws {
+        try withSecretService(setup: { box in
+            try box.addGeneric("cli-svc", "bob", "cli-secret")
+            let inet = try box.cli(
+                ["add-internet-password"] + box.unlockArgs + ["-s", "git.example.com", "-r", "https", "-a", "carol"],
+                stdin: Array("git-secret".utf8))
+            try #require(inet.status == 0, "add-internet-password: \(inet.summary)")
+        }) { box, bus in
+            let genp = try box.secretTool(bus.address, ["lookup", "service", "cli-svc", "username", "bob"])
+            #expect(genp.status == 0 && genp.stdout == "cli-secret", "lookup of a CLI genp item: \(genp.summary)")
+            let inet = try box.secretTool(
+                bus.address, ["lookup", "server", "git.example.com", "user", "carol", "protocol", "https"])
+            #expect(inet.status == 0 && inet.stdout == "git-secret", "lookup of a CLI inet item: \(inet.summary)")
+            let search = try box.secretTool(bus.address, ["search", "--all", "server", "git.example.com"])
+            #expect(search.stdout.contains("schema = org.gnome.keyring.NetworkPassword"), "\(search.summary)")
+            #expect(search.stderr.contains("attribute.server = git.example.com"), "\(search.summary)")
+        }
+    }
+
+    @Test("a network-password schema makes an inet item: git's helper and the CLI find it")
+    func networkSchemaIsInternetPassword() throws {
+        try withSecretService { box, bus in
+            let store = try box.secretTool(
+                bus.address,
+                [
+                    "store", "--label=Git: https://git.example.org/", "xdg:schema", "org.gnome.keyring.NetworkPassword",
+                    "server", "git.example.org", "protocol", "https", "user", "dora", "port", "8443",
+                ], stdin: Array("dora-pw".utf8))
+            #expect(store.status == 0, "secret-tool store: \(store.summary)")
+            let find = try box.cli(
+                ["find-internet-password"] + box.unlockArgs + [
+                    "-s", "git.example.org", "-a", "dora", "-P", "8443", "-w",
+                ])
+            #expect(find.status == 0 && find.stdout == "dora-pw\n", "find-internet-password: \(find.summary)")
+            let search = try box.secretTool(bus.address, ["search", "--all", "user", "dora"])
+            #expect(itemPaths(search).first?.contains("/collection/login/inet") == true, "\(search.stdout)")
+        }
+    }
+
+    @Test("docker-credential-secretservice: store, get, list, erase; the item is an inet item the CLI finds")
+    func dockerCredentialSecretService() throws {
+        try withSecretService { box, bus in
+            let helper = "/usr/bin/docker-credential-secretservice"
+            try #require(
+                FileManager.default.isExecutableFile(atPath: helper), "install golang-docker-credential-helpers")
+            let url = "https://registry.example.com:5000/v1/"
+            let store = try box.run(
+                helper, ["store"],
+                stdin: Array(#"{"ServerURL":"\#(url)","Username":"lee","Secret":"dock-secret"}"#.utf8),
+                env: box.busEnvironment(bus.address), timeout: 20)
+            #expect(store.status == 0, "store: \(store.summary)")
+            let get = try box.run(
+                helper, ["get"], stdin: Array(url.utf8), env: box.busEnvironment(bus.address), timeout: 20)
+            #expect(
+                get.status == 0 && get.stdout.contains(#""Username":"lee","Secret":"dock-secret""#),
+                "get: \(get.summary)")
+            let list = try box.run(helper, ["list"], env: box.busEnvironment(bus.address), timeout: 20)
+            #expect(list.stdout.contains(#""\#(url)":"lee""#), "list: \(list.summary)")
+            let find = try box.cli(
+                ["find-internet-password"] + box.unlockArgs + [
+                    "-s", "registry.example.com", "-P", "5000", "-r", "https", "-a", "lee", "-w",
+                ])
+            #expect(find.status == 0 && find.stdout == "dock-secret\n", "find-internet-password: \(find.summary)")
+            let erase = try box.run(
+                helper, ["erase"], stdin: Array(url.utf8), env: box.busEnvironment(bus.address), timeout: 20)
+            #expect(erase.status == 0, "erase: \(erase.summary)")
+            let gone = try box.cli(["find-internet-password"] + box.unlockArgs + ["-s", "registry.example.com"])
+            #expect(gone.status == 44, "after erase: \(gone.summary)")
+        }
+    }
+
+    @Test("python secretstorage: create, search, attributes, label, secret, content type, delete")
+    func secretStorageRoundTrip() throws {
+        try withSecretService { box, bus in
+            let r = try box.python(
+                bus.address,
+                """
+                import secretstorage
+                conn = secretstorage.dbus_init()
+                coll = secretstorage.get_default_collection(conn)
+                print('collection', coll.collection_path, coll.get_label(), coll.is_locked())
+                item = coll.create_item('Py item', {'service': 'py-svc', 'username': 'eve', 'kind': 'token'},
+                                        b'py-secret\\x00\\xff', content_type='application/octet-stream', replace=True)
+                found = list(coll.search_items({'kind': 'token'}))
+                print('found', len(found), found[0].item_path == item.item_path)
+                it = found[0]
+                print('label', it.get_label())
+                print('attrs', sorted(it.get_attributes().items()))
+                print('secret', it.get_secret().hex(), it.get_secret_content_type())
+                it.set_label('Renamed')
+                it.set_attributes({'service': 'py-svc', 'username': 'eve', 'kind': 'token2'})
+                it.set_secret(b'second')
+                print('after', it.get_label(), it.get_attributes()['kind'], it.get_secret().decode())
+                print('old-kind', len(list(coll.search_items({'kind': 'token'}))))
+                it.delete()
+                print('deleted', len(list(coll.search_items({'service': 'py-svc'}))))
+                """)
+            #expect(r.status == 0, "python: \(r.summary)")
+            let out = labelled(r)
+            #expect(out["collection"] == "/org/freedesktop/secrets/aliases/default Login False", "\(r.stdout)")
+            #expect(out["found"] == "1 True")
+            #expect(out["label"] == "Py item")
+            #expect(out["attrs"] == "[('kind', 'token'), ('service', 'py-svc'), ('username', 'eve')]")
+            #expect(out["secret"] == "70792d73656372657400ff application/octet-stream")
+            #expect(out["after"] == "Renamed token2 second")
+            #expect(out["old-kind"] == "0")
+            #expect(out["deleted"] == "0")
+            #expect(box.audit.contains("op=dbus-set-property allow") && box.audit.contains("op=dbus-set-secret allow"))
+        }
+    }
+
+    @Test("python keyring: set, get and delete a password through the Secret Service backend")
+    func keyringRoundTrip() throws {
+        try withSecretService { box, bus in
+            let r = try box.python(
+                bus.address,
+                """
+                import keyring
+                print('backend', type(keyring.get_keyring()).__module__)
+                keyring.set_password('kr-svc', 'frank', 'kr-secret')
+                print('get', keyring.get_password('kr-svc', 'frank'))
+                keyring.set_password('kr-svc', 'frank', 'kr-secret-2')
+                print('again', keyring.get_password('kr-svc', 'frank'))
+                keyring.delete_password('kr-svc', 'frank')
+                print('deleted', keyring.get_password('kr-svc', 'frank'))
+                """)
+            #expect(r.status == 0, "python keyring: \(r.summary)")
+            let out = labelled(r)
+            #expect(out["backend"] == "keyring.backends.SecretService", "\(r.stdout)")
+            #expect(out["get"] == "kr-secret")
+            #expect(out["again"] == "kr-secret-2")
+            #expect(out["deleted"] == "None")
+        }
+    }
+
+    @Test("secret-tool store, then cat of the item through a mount of the same vault")
+    func storeThenCatThroughMount() throws {
+        try withSecretService { box, bus in
+            try box.mount()
+            let store = try box.secretTool(
+                bus.address, ["store", "--label=Through the mount", "service", "mnt-svc", "username", "gina"],
+                stdin: Array("mount-secret".utf8))
+            #expect(store.status == 0, "secret-tool store: \(store.summary)")
+            let cat = try box.run("/usr/bin/cat", [box.mnt + "/genp/mnt-svc/gina"], timeout: 15)
+            #expect(cat.status == 0 && cat.stdout == "mount-secret", "cat through the mount: \(cat.summary)")
+            // And the reverse: a file written through the mount answers secret-tool.
+            let write = try box.sh(
+                "mkdir -p \(q(box.mnt + "/genp/from-mount")) && printf %s fs-secret > \(q(box.mnt + "/genp/from-mount/hal"))"
+            )
+            #expect(write.status == 0, "write through the mount: \(write.summary)")
+            let lookup = try box.secretTool(bus.address, ["lookup", "service", "from-mount", "username", "hal"])
+            #expect(lookup.stdout == "fs-secret", "secret-tool on a mount-made item: \(lookup.summary)")
+        }
+    }
+
+    @Test("an app outside an access group finds nothing of that group and cannot read it by path; audited")
+    func accessGroupDenied() throws {
+        try withSecretService(setup: { box in
+            let add = try box.cli(["access-group", "add"] + box.unlockArgs + ["team", "/usr/bin/secret-tool"])
+            try #require(add.status == 0, "access-group add: \(add.summary)")
+            try box.addGeneric("team-svc", "ivy", "team-secret", extra: ["--access-group", "team"])
+        }) { box, bus in
+            // secret-tool is in group team: it finds and reads the item.
+            let search = try box.secretTool(bus.address, ["search", "--all", "service", "team-svc"])
+            #expect(search.stdout.contains("secret = team-secret"), "secret-tool (in team): \(search.summary)")
+            let path = try #require(itemPaths(search).first, "no item path in \(search.stdout)")
+            // python is not: the search is empty and the path answers NoSuchObject.
+            let r = try box.python(
+                bus.address,
+                """
+                import sys, secretstorage
+                from secretstorage.exceptions import ItemNotFoundException
+                conn = secretstorage.dbus_init()
+                coll = secretstorage.get_default_collection(conn)
+                print('search', len(list(coll.search_items({'service': 'team-svc'}))))
+                try:
+                    print('read', secretstorage.Item(conn, sys.argv[1]).get_secret())
+                except ItemNotFoundException:
+                    print('read', 'not-found')
+                except Exception as e:
+                    print('read', type(e).__name__, e)
+                """, [path])
+            #expect(r.status == 0, "python: \(r.summary)")
+            #expect(labelled(r)["search"] == "0", "python (not in team) searched: \(r.stdout)")
+            #expect(labelled(r)["read"] == "not-found", "python (not in team) read by path: \(r.stdout)")
+            #expect(!r.stdout.contains("team-secret"))
+            let audit = box.audit.split(separator: "\n")
+            #expect(
+                audit.contains { $0.contains("op=dbus-lookup deny") && $0.contains("python3") },
+                "no deny line for python:\n\(box.audit)")
+            #expect(audit.contains { $0.contains("op=dbus-get-secret allow") && $0.contains("/usr/bin/secret-tool") })
+        }
+    }
+
+    @Test("a locked vault: the collection and items say Locked, search still lists them, secrets answer IsLocked")
+    func lockedVault() throws {
+        try withSecretService { box, bus in
+            let store = try box.secretTool(
+                bus.address, ["store", "--label=L", "service", "lock-svc", "username", "jo"], stdin: Array("lk".utf8))
+            #expect(store.status == 0, "secret-tool store: \(store.summary)")
+            let r = try box.python(
+                bus.address,
+                """
+                import secretstorage
+                from jeepney import DBusAddress, new_method_call
+                conn = secretstorage.dbus_init()
+                coll = secretstorage.get_default_collection(conn)
+                coll.lock()
+                print('locked', coll.is_locked())
+                found = list(coll.search_items({'service': 'lock-svc'}))
+                print('found', len(found), found[0].is_locked())
+                service = DBusAddress('/org/freedesktop/secrets', 'org.freedesktop.secrets', 'org.freedesktop.Secret.Service')
+                unlocked, locked = conn.send_and_get_reply(new_method_call(service, 'SearchItems', 'a{ss}', ({'service': 'lock-svc'},))).body
+                print('lists', len(unlocked), len(locked))
+                session = secretstorage.util.open_session(conn)
+                item = DBusAddress(found[0].item_path, 'org.freedesktop.secrets', 'org.freedesktop.Secret.Item')
+                reply = conn.send_and_get_reply(new_method_call(item, 'GetSecret', 'o', (session.object_path,)), unwrap=False)
+                print('get', reply.header.fields.get(4))
+                coll.unlock()
+                print('unlocked', coll.is_locked(), found[0].get_secret().decode())
+                """)
+            #expect(r.status == 0, "python: \(r.summary)")
+            let out = labelled(r)
+            #expect(out["locked"] == "True", "\(r.stdout)")
+            #expect(out["found"] == "1 True", "a locked vault must not answer an empty search: \(r.stdout)")
+            #expect(out["lists"] == "0 1")
+            #expect(out["get"] == "org.freedesktop.Secret.Error.IsLocked")
+            #expect(out["unlocked"] == "False lk")
+        }
+    }
+
+    @Test(
+        "sessions: plain sends the secret as is, dh-ietf1024 sends it AES-CBC under a fresh IV; bad peer values, other clients' sessions and unknown algorithms refused"
+    )
+    func sessionAlgorithms() throws {
+        try withSecretService { box, bus in
+            let store = try box.secretTool(
+                bus.address, ["store", "--label=S", "service", "sess", "username", "kim"],
+                stdin: Array("dh-secret".utf8))
+            #expect(store.status == 0, "secret-tool store: \(store.summary)")
+            let r = try box.python(
+                bus.address,
+                """
+                import secretstorage
+                from secretstorage.dhcrypto import Session
+                from jeepney import DBusAddress, new_method_call, MessageType
+                from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+                from cryptography.hazmat.primitives import padding
+                conn = secretstorage.dbus_init()
+                service = DBusAddress('/org/freedesktop/secrets', 'org.freedesktop.secrets', 'org.freedesktop.Secret.Service')
+                def call(addr, method, sig, body):
+                    reply = conn.send_and_get_reply(new_method_call(addr, method, sig, body), unwrap=False)
+                    if reply.header.message_type == MessageType.error:
+                        return 'error', reply.header.fields.get(4)
+                    return 'ok', reply.body
+                (unlocked, locked) = call(service, 'SearchItems', 'a{ss}', ({'service': 'sess'},))[1]
+                item = DBusAddress(unlocked[0], 'org.freedesktop.secrets', 'org.freedesktop.Secret.Item')
+                _, (out, plain) = call(service, 'OpenSession', 'sv', ('plain', ('s', '')))
+                _, ((path, params, value, ctype),) = call(item, 'GetSecret', 'o', (plain,))
+                print('plain', len(params), bytes(value).decode(), ctype)
+                ours = Session()
+                _, (out, dh) = call(service, 'OpenSession', 'sv', ('dh-ietf1024-sha256-aes128-cbc-pkcs7', ('ay', ours.my_public_key.to_bytes(128, 'big'))))
+                ours.set_server_public_key(int.from_bytes(bytes(out[1]), 'big'))
+                _, ((path, iv, value, ctype),) = call(item, 'GetSecret', 'o', (dh,))
+                dec = Cipher(algorithms.AES(ours.aes_key), modes.CBC(bytes(iv))).decryptor()
+                unpad = padding.PKCS7(128).unpadder()
+                clear = unpad.update(dec.update(bytes(value)) + dec.finalize()) + unpad.finalize()
+                print('dh', len(bytes(out[1])), len(bytes(iv)), b'dh-secret' not in bytes(value), clear.decode())
+                _, ((path, iv2, value2, ctype),) = call(item, 'GetSecret', 'o', (dh,))
+                print('fresh-iv', bytes(iv2) != bytes(iv))
+                p = int('FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DDEF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7EDEE386BFB5A899FA5AE9F24117C4B1FE649286651ECE65381FFFFFFFFFFFFFFFF', 16)
+                for name, y in [('one', 1), ('p-1', p - 1), ('p', p)]:
+                    print('peer-' + name, call(service, 'OpenSession', 'sv', ('dh-ietf1024-sha256-aes128-cbc-pkcs7', ('ay', y.to_bytes(128, 'big'))))[1])
+                print('unknown', call(service, 'OpenSession', 'sv', ('rot13', ('s', '')))[1])
+                other = secretstorage.dbus_init()
+                reply = other.send_and_get_reply(new_method_call(item, 'GetSecret', 'o', (dh,)), unwrap=False)
+                print('other-client', reply.header.fields.get(4))
+                """)
+            #expect(r.status == 0, "python: \(r.summary)")
+            let out = labelled(r)
+            #expect(out["plain"] == "0 dh-secret text/plain", "\(r.stdout)")
+            #expect(out["dh"] == "128 16 True dh-secret", "\(r.stdout)")
+            #expect(out["fresh-iv"] == "True")
+            for name in ["one", "p-1", "p"] {
+                #expect(out["peer-\(name)"] == "org.freedesktop.DBus.Error.InvalidArgs", "peer \(name): \(r.stdout)")
+            }
+            #expect(out["unknown"] == "org.freedesktop.DBus.Error.NotSupported")
+            #expect(out["other-client"] == "org.freedesktop.Secret.Error.NoSession")
+        }
+    }
+
+    @Test("bad calls get precise errors and store nothing: duplicates, foreign sessions, bad padding, unknown objects")
+    func badCallsAreRefused() throws {
+        try withSecretService { box, bus in
+            let r = try box.python(
+                bus.address,
+                """
+                import secretstorage
+                from secretstorage.dhcrypto import Session
+                from jeepney import DBusAddress, new_method_call, MessageType
+                conn = secretstorage.dbus_init()
+                def addr(path, iface):
+                    return DBusAddress(path, 'org.freedesktop.secrets', iface)
+                service = addr('/org/freedesktop/secrets', 'org.freedesktop.Secret.Service')
+                coll = addr('/org/freedesktop/secrets/aliases/default', 'org.freedesktop.Secret.Collection')
+                def call(a, method, sig, body, c=conn):
+                    reply = c.send_and_get_reply(new_method_call(a, method, sig, body), unwrap=False)
+                    if reply.header.message_type == MessageType.error:
+                        return reply.header.fields.get(4)
+                    return reply.body
+                plain = call(service, 'OpenSession', 'sv', ('plain', ('s', '')))[1]
+                props = {'org.freedesktop.Secret.Item.Label': ('s', 'L'),
+                         'org.freedesktop.Secret.Item.Attributes': ('a{ss}', {'service': 'bad', 'username': 'u'})}
+                print('first', len(call(coll, 'CreateItem', 'a{sv}(oayays)b', (props, (plain, b'', b'one', 'text/plain'), False))))
+                print('duplicate', call(coll, 'CreateItem', 'a{sv}(oayays)b', (props, (plain, b'', b'two', 'text/plain'), False)))
+                other = secretstorage.dbus_init()
+                foreign = call(service, 'OpenSession', 'sv', ('plain', ('s', '')), c=other)[1]
+                props2 = {'org.freedesktop.Secret.Item.Attributes': ('a{ss}', {'service': 'bad2'})}
+                print('foreign', call(coll, 'CreateItem', 'a{sv}(oayays)b', (props2, (foreign, b'', b'x', 'text/plain'), True)))
+                ours = Session()
+                out, dh = call(service, 'OpenSession', 'sv', ('dh-ietf1024-sha256-aes128-cbc-pkcs7', ('ay', ours.my_public_key.to_bytes(128, 'big'))))
+                print('padding', call(coll, 'CreateItem', 'a{sv}(oayays)b', (props2, (dh, bytes(16), bytes(16), 'text/plain'), True)))
+                print('short-iv', call(coll, 'CreateItem', 'a{sv}(oayays)b', (props2, (dh, bytes(3), bytes(16), 'text/plain'), True)))
+                print('stored', len(call(service, 'SearchItems', 'a{ss}', ({'service': 'bad2'},))[0]))
+                secret = call(addr(call(service, 'SearchItems', 'a{ss}', ({'service': 'bad'},))[0][0], 'org.freedesktop.Secret.Item'), 'GetSecret', 'o', (plain,))[0]
+                print('kept', bytes(secret[2]).decode())
+                print('no-object', call(addr('/org/freedesktop/secrets/collection/login/genp999999', 'org.freedesktop.Secret.Item'), 'GetSecret', 'o', (plain,)))
+                print('bad-path', call(addr('/org/freedesktop/secrets/nowhere', 'org.freedesktop.Secret.Item'), 'GetSecret', 'o', (plain,)))
+                print('delete-collection', call(coll, 'Delete', '', ()))
+                print('unknown-method', call(service, 'Frobnicate', '', ()))
+                print('new-collection', call(service, 'CreateCollection', 'a{sv}s', ({}, 'work')))
+                xml = call(addr('/org/freedesktop/secrets', 'org.freedesktop.DBus.Introspectable'), 'Introspect', '', ())[0]
+                print('introspect', 'org.freedesktop.Secret.Service' in xml and '<node name="collection"/>' in xml)
+                """)
+            #expect(r.status == 0, "python: \(r.summary)")
+            let out = labelled(r)
+            #expect(out["first"] == "2", "\(r.stdout)")
+            #expect(out["duplicate"] == "org.freedesktop.DBus.Error.Failed", "\(r.stdout)")
+            #expect(out["foreign"] == "org.freedesktop.Secret.Error.NoSession")
+            #expect(out["padding"] == "org.freedesktop.DBus.Error.InvalidArgs")
+            #expect(out["short-iv"] == "org.freedesktop.DBus.Error.InvalidArgs")
+            #expect(out["stored"] == "0", "a refused CreateItem stored an item: \(r.stdout)")
+            #expect(out["kept"] == "one", "the refused duplicate changed the first item: \(r.stdout)")
+            #expect(out["no-object"] == "org.freedesktop.Secret.Error.NoSuchObject")
+            #expect(out["bad-path"] == "org.freedesktop.DBus.Error.UnknownObject")
+            #expect(out["delete-collection"] == "org.freedesktop.DBus.Error.AccessDenied")
+            #expect(out["unknown-method"] == "org.freedesktop.DBus.Error.UnknownMethod")
+            #expect(out["new-collection"] == "org.freedesktop.DBus.Error.NotSupported")
+            #expect(out["introspect"] == "True")
+        }
+    }
+
+    @Test("an item that needs user presence is Locked and IsLocked; Unlock without a passphrase file says why")
+    func presenceItemsAndUnlockWithoutFile() throws {
+        try withSecretService(
+            passphraseOnDescriptor: true,
+            setup: { box in
+                try box.addGeneric("pres-svc", "kay", "presence-secret", extra: ["--access-control", "userPresence"])
+                try box.addGeneric("plain-svc", "kay", "plain-secret")
+            }
+        ) { box, bus in
+            let r = try box.python(
+                bus.address,
+                """
+                import secretstorage
+                from jeepney import DBusAddress, new_method_call, MessageType
+                conn = secretstorage.dbus_init()
+                coll = secretstorage.get_default_collection(conn)
+                service = DBusAddress('/org/freedesktop/secrets', 'org.freedesktop.secrets', 'org.freedesktop.Secret.Service')
+                def call(a, method, sig, body):
+                    reply = conn.send_and_get_reply(new_method_call(a, method, sig, body), unwrap=False)
+                    if reply.header.message_type == MessageType.error:
+                        return reply.header.fields.get(4), reply.body[0] if reply.body else ''
+                    return reply.body
+                unlocked, locked = call(service, 'SearchItems', 'a{ss}', ({'username': 'kay'},))
+                print('lists', len(unlocked), len(locked))
+                presence = list(coll.search_items({'service': 'pres-svc'}))[0]
+                print('presence-locked', presence.is_locked())
+                plain = call(service, 'OpenSession', 'sv', ('plain', ('s', '')))[1]
+                item = DBusAddress(presence.item_path, 'org.freedesktop.secrets', 'org.freedesktop.Secret.Item')
+                print('presence-get', call(item, 'GetSecret', 'o', (plain,))[0])
+                print('plain-get', list(coll.search_items({'service': 'plain-svc'}))[0].get_secret().decode())
+                coll.lock()
+                name, message = call(service, 'Unlock', 'ao', (['/org/freedesktop/secrets/collection/login'],))
+                print('unlock', name)
+                print('why', 'passphrase-file' in message)
+                print('still-locked', coll.is_locked())
+                """)
+            #expect(r.status == 0, "python: \(r.summary)")
+            let out = labelled(r)
+            #expect(out["lists"] == "1 1", "\(r.stdout)")
+            #expect(out["presence-locked"] == "True")
+            #expect(out["presence-get"] == "org.freedesktop.Secret.Error.IsLocked")
+            #expect(out["plain-get"] == "plain-secret")
+            #expect(out["unlock"] == "org.freedesktop.Secret.Error.IsLocked")
+            #expect(out["why"] == "True")
+            #expect(out["still-locked"] == "True")
+            #expect(!r.stdout.contains("presence-secret"))
+        }
+    }
+
+    @Test("a second provider on the same bus names the owner and exits 1")
+    func nameAlreadyOwned() throws {
+        try withSecretService { box, bus in
+            let second = try box.cli(["secret-service"] + box.unlockArgs + ["--address", bus.address], timeout: 30)
+            #expect(second.status == 1, "second provider: \(second.summary)")
+            #expect(
+                second.stderr.contains("org.freedesktop.secrets is already owned")
+                    && second.stderr.contains("pid \(bus.provider.pid)"),
+                "the message does not name the owner: \(second.stderr)")
+            #expect(bus.provider.isRunning)
+        }
+    }
+
+    @Test("no bus at the address: a precise error, exit 1")
+    func noBus() throws {
+        try withSandbox { box in
+            let r = try box.cli(
+                ["secret-service"] + box.unlockArgs + ["--address", "unix:path=\(box.root)/no-such-bus"], timeout: 30)
+            #expect(r.status == 1 && r.stderr.contains("cannot connect to unix:path="), "\(r.summary)")
+        }
+    }
+}
