@@ -218,6 +218,11 @@ public enum Schema {
         Row(name: "canUnwrap", code: "unwp", type: .bool, access: .readWrite, classes: [K], key: []),
         // keychainfs's own (not Apple's): the hosts the ssh agent offers this key to (docs/ssh.md).
         Row(name: "sshHosts", code: "ssht", type: .string, access: .readWrite, classes: [K], key: []),
+        // keychainfs's own: a Secret Service item's attribute map and content type, as JSON
+        // (docs/secret-service.md).
+        Row(
+            name: "secretServiceAttributes", code: "ssat", type: .string, access: .readWrite, classes: [G, I], key: []
+        ),
     ]
 
     /// `kSecClass` is not an attribute of any class: naming it in an update is errSecNoSuchAttr.

@@ -6,10 +6,10 @@ import Foundation
 /// which class, service, account or server an item gets is made here (docs/secret-service.md,
 /// "Mapping").
 ///
-/// The full attribute map and the content type are kept in the item's `comment` attribute,
-/// encrypted like every attribute, as `secret-service:` followed by JSON. `comment` is the one
-/// free-form attribute both password classes have (`generic` is genp only), so the vault format
-/// is unchanged.
+/// The full attribute map and the content type are kept as JSON in the item's own
+/// `secretServiceAttributes` attribute (keychainfs's, not Apple's), encrypted like every
+/// attribute. Attributes are stored by their code in the sealed attribute box, so a new one
+/// changes no vault format; and a user's `comment` stays the user's.
 public enum SecretServiceMapping {
     /// Schemas whose items are network passwords: kept as internet passwords, so git's and
     /// docker's items are the ones their keychainfs helpers and `/inet/…` show.
@@ -17,11 +17,10 @@ public enum SecretServiceMapping {
         "org.git.Password", "org.gnome.keyring.NetworkPassword", "io.docker.Credentials",
     ]
     public static let defaultContentType = "text/plain"
-    static let commentPrefix = "secret-service:"
     /// The attribute libsecret adds to name an item's schema.
     public static let schemaAttribute = "xdg:schema"
 
-    /// What the comment holds.
+    /// What `secretServiceAttributes` holds.
     struct Kept: Codable {
         var attributes: [String: String]
         var contentType: String
@@ -40,7 +39,7 @@ public enum SecretServiceMapping {
     {
         var attributes: Attributes = [
             Schema.label: .string(label),
-            commentAttribute: try comment(Kept(attributes: given, contentType: contentType)),
+            keptAttribute: try keptValue(Kept(attributes: given, contentType: contentType)),
         ]
         let accountSource = ["username", "account", "user"].first { given[$0] != nil }
         if let schema = given[schemaAttribute], networkSchemas.contains(schema) {
@@ -80,11 +79,11 @@ public enum SecretServiceMapping {
     }
 
     private static func kept(_ item: KeychainItem) -> Kept? {
-        guard let comment = item.string(commentAttribute), comment.hasPrefix(commentPrefix) else { return nil }
-        return try? JSONDecoder().decode(Kept.self, from: Data(comment.dropFirst(commentPrefix.count).utf8))
+        guard let text = item.string(keptAttribute) else { return nil }
+        return try? JSONDecoder().decode(Kept.self, from: Data(text.utf8))
     }
 
-    /// Whether an item was made through the Secret Service API (its comment holds the map).
+    /// Whether an item was made through the Secret Service API (it keeps a map).
     public static func isKept(_ item: KeychainItem) -> Bool { kept(item) != nil }
 
     /// The attributes a client sees: the map the item was created with; for an item made
@@ -141,20 +140,20 @@ public enum SecretServiceMapping {
     /// property): the kept map is replaced; service, account and server stay as they are (a
     /// rename is the mount's or the CLI's business).
     public static func changes(settingAttributes new: [String: String], of item: KeychainItem) throws -> Attributes {
-        [commentAttribute: try comment(Kept(attributes: new, contentType: contentType(of: item)))]
+        [keptAttribute: try keptValue(Kept(attributes: new, contentType: contentType(of: item)))]
     }
 
     /// The attribute changes that set an item's content type, keeping its map.
     public static func changes(settingContentType type: String, of item: KeychainItem) throws -> Attributes {
-        [commentAttribute: try comment(Kept(attributes: attributes(of: item), contentType: type))]
+        [keptAttribute: try keptValue(Kept(attributes: attributes(of: item), contentType: type))]
     }
 
-    static let commentAttribute = Schema.named("comment")
+    static let keptAttribute = Schema.named("secretServiceAttributes")
 
-    /// The comment that keeps a map and content type. Names must be non-empty and at most 1 KiB,
-    /// values at most 4 KiB (the whole comment stays under the core's 64 KiB attribute limit
-    /// for any reasonable map; a larger one is refused there).
-    static func comment(_ kept: Kept) throws -> AttributeValue {
+    /// The value that keeps a map and content type. Names must be non-empty and at most 1 KiB,
+    /// values at most 4 KiB (the whole value stays under the core's 64 KiB attribute limit for
+    /// any reasonable map; a larger one is refused there).
+    static func keptValue(_ kept: Kept) throws -> AttributeValue {
         for (k, v) in kept.attributes where k.isEmpty || k.utf8.count > 1024 || v.utf8.count > 4096 {
             throw KeychainError(.param, "a Secret Service attribute name is empty or an attribute is too long")
         }
@@ -162,7 +161,7 @@ public enum SecretServiceMapping {
         if kept.contentType.isEmpty { kept.contentType = defaultContentType }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return .string(commentPrefix + String(decoding: try encoder.encode(kept), as: UTF8.self))
+        return .string(String(decoding: try encoder.encode(kept), as: UTF8.self))
     }
 
     /// Whether an item's secret is out of reach now: a locked keychain holds no key for its

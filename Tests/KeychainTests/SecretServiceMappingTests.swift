@@ -94,8 +94,9 @@ import Testing
                 "xdg:schema": "org.gnome.keyring.NetworkPassword", "server": "h.example", "protocol": "https",
                 "user": "a",
             ])
-        // A hand-written comment is not a kept map.
-        let commented = item(.genericPassword, [Schema.service: .string("s"), Schema.named("comment"): .string("hi")])
+        // A comment is the user's, never taken for a kept map.
+        let commented = item(
+            .genericPassword, [Schema.service: .string("s"), Schema.named("comment"): .string(#"{"attributes":{}}"#)])
         #expect(!SecretServiceMapping.isKept(commented))
     }
 
