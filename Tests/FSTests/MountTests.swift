@@ -77,7 +77,13 @@ struct MountTests {
                 socket.hasPrefix("/") && FileManager.default.fileExists(atPath: socket), "control socket: \(socket)")
             try box.signalDaemon(SIGKILL)
             let dead = try box.sh("ls \(q(box.mnt + "/genp"))")
-            #expect(dead.status != 0 && dead.stderr.contains("Transport endpoint is not connected"), "\(dead.summary)")
+            // ENOTCONN once the connection is gone; ECONNABORTED for a request the kernel had
+            // already sent when the daemon died (a loaded machine gets there first).
+            #expect(
+                dead.status != 0
+                    && (dead.stderr.contains("Transport endpoint is not connected")
+                        || dead.stderr.contains("Software caused connection abort")),
+                "\(dead.summary)")
             // Right away, as a user would.
             let m = try box.cli(["mount", box.vault, box.mnt, "--passphrase-file", box.passphraseFile], timeout: 8)
             #expect(m.status == 0, "mount over a stale mount: \(m.summary)")
