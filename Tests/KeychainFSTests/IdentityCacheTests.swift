@@ -56,7 +56,7 @@ struct IdentityCacheTests {
         let before = try #require(cache.process(tid: child.pid))
         #expect(before.executable == shell, "before exec: \(before.description)")
 
-        FileManager.default.createFile(atPath: flag, contents: Data())
+        _ = FileManager.default.createFile(atPath: flag, contents: Data())
         #expect(Self.waitUntil(10) { Self.executable(of: child.pid) == "/usr/bin/sleep" }, "the child did not exec")
         let after = try #require(cache.process(tid: child.pid))
         #expect(after.pid == before.pid)
@@ -75,7 +75,9 @@ struct IdentityCacheTests {
         let done = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
         Thread {
-            tid.withLock { $0 = pid_t(gettid()) }
+            // /proc/thread-self names "<pid>/task/<tid>".
+            let link = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
+            tid.withLock { $0 = pid_t(link.split(separator: "/").last.flatMap { Int32($0) } ?? 0) }
             done.signal()
             release.wait()
         }.start()
