@@ -62,17 +62,15 @@ public final class IdentityCache: Sendable {
         let pidfd = Self.openPidfd(tid)
         // The executable's stamp before its path: an execve in between leaves a stamp that no
         // longer matches, and the next request identifies the process again.
-        guard let (tgid, _) = ProcessIdentity.threadGroup(of: tid), let stamp = Self.stamp(of: tgid),
-            let process = ProcessIdentity.of(tid: tid), process.pid == tgid
+        guard let group = ProcessIdentity.threadGroup(of: tid), let stamp = Self.stamp(of: group.0),
+            let process = ProcessIdentity.of(tid: tid, group: group)
         else {
             if pidfd >= 0 { close(pidfd) }
             return ProcessIdentity.of(tid: tid)
         }
+        // A pidfd whose process exited meanwhile is cached anyway: the next request polls it
+        // and drops it (one system call less for every new process, as each `cat` is).
         guard pidfd >= 0 else { return process }
-        guard !Self.hasExited(pidfd) else {
-            close(pidfd)
-            return process
-        }
         let entry = Entry(process: process, pidfd: pidfd, stamp: stamp)
         let replaced = entries.withLock { table -> [Entry] in
             var gone: [Entry] = []
