@@ -108,7 +108,10 @@ enum AttributeCodec {
         }
         while i < bytes.count {
             let codeLen = Int(try take(1).first!)
-            guard let code = String(bytes: try take(codeLen), encoding: .utf8) else { throw bad }
+            // The standard library's validating decode: Foundation's String(bytes:encoding:) was
+            // half of this function (6% of a getxattr) and dropped a leading U+FEFF that the
+            // encoder had stored, so such a value did not read back as written.
+            guard let code = String(validating: try take(codeLen), as: UTF8.self) else { throw bad }
             let tag = try take(1).first!
             let lenBytes = try take(4)
             let len = Int(lenBytes.reversed().reduce(UInt32(0)) { ($0 << 8) | UInt32($1) })
@@ -117,7 +120,7 @@ enum AttributeCodec {
             let value: AttributeValue
             switch tag {
             case 1:
-                guard let s = String(bytes: v, encoding: .utf8) else { throw bad }
+                guard let s = String(validating: v, as: UTF8.self) else { throw bad }
                 value = .string(s)
             case 2: value = .data(Array(v))
             case 3: value = .number(try int64(v))

@@ -68,14 +68,16 @@ extension Keychain {
     /// The lock-state check: the class key of `protection` as the call's keys hold it
     /// (dropped by `lock()` for WhenUnlocked classes, absent for ThisDeviceOnly classes on
     /// another machine).
-    func classKey(_ protection: Accessibility, keys: Keys, for name: String) throws -> SecureBytes {
+    /// `name` is spelled only for the error: spelling it (the item's attributes) on every
+    /// read cost 2% of an open.
+    func classKey(_ protection: Accessibility, keys: Keys, for name: @autoclosure () -> String) throws -> SecureBytes {
         if let key = keys.classKeys[protection] { return key }
         if protection.isThisDeviceOnly && keys.deviceMismatch {
             throw KeychainError(
                 .interactionNotAllowed,
-                "\(name) is \(protection.name), and this vault's device key is not on this machine")
+                "\(name()) is \(protection.name), and this vault's device key is not on this machine")
         }
-        throw KeychainError(.interactionNotAllowed, "\(name) is \(protection.name), and the keychain is locked")
+        throw KeychainError(.interactionNotAllowed, "\(name()) is \(protection.name), and the keychain is locked")
     }
 
     func checkPresence(_ item: KeychainItem, caller: Caller, ui: AuthenticationUI) throws {

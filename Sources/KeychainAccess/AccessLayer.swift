@@ -4,7 +4,7 @@ import SystemPackage
 import Synchronization
 
 /// The access layer: who is calling (the FUSE request's thread id → process → executable,
-/// re-checked against pid reuse), which access groups that gives under the vault's policy,
+/// cached per thread and re-checked on every request against pid reuse and execve), which access groups that gives under the vault's policy,
 /// how to ask for user presence, and the audit log of every access decision.
 public final class AccessLayer: Sendable {
     let keychain: Keychain
@@ -12,6 +12,8 @@ public final class AccessLayer: Sendable {
     private let presenceVerifier = Mutex<(any PresenceVerifier)?>(nil)
     /// The policy as last read, and when.
     private let policy = Mutex<(AccessPolicy, Date)?>(nil)
+    /// Callers identified once per thread lifetime, re-validated on each request (IdentityCache).
+    public let identities = IdentityCache()
 
     /// How user presence is asked (set once by the mount command before serving).
     public var presence: (any PresenceVerifier)? {
@@ -53,7 +55,7 @@ public final class AccessLayer: Sendable {
         }
         let presence = self.presence
         guard identify || !policy.isEmpty else { return Caller(presence: presence) }
-        guard let process = ProcessIdentity.of(tid: tid) else {
+        guard let process = identities.process(tid: tid) else {
             // The process is gone (or in another pid namespace): nothing to decide for.
             if policy.isEmpty { return Caller(presence: presence) }
             throw Errno.permissionDenied

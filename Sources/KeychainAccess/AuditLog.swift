@@ -80,13 +80,16 @@ public enum AuditOperation: Sendable, Equatable {
 /// writer switches files only under the state lock, so a line lands whole in the old file or the
 /// new one. Several processes may share the file (two mounts, one default path): rotation runs
 /// under `flock` on `PATH.lock` and re-checks the size there, and a writer whose file was rotated
-/// by another process notices (its descriptor no longer names PATH) and reopens before writing.
+/// by another process notices (its descriptor no longer names PATH, looked at once a second, or
+/// the file it still writes fills) and reopens; meanwhile its lines land whole in `PATH.1`.
 public final class AuditLog: Sendable {
     public let path: String
     public let maxBytes: Int
     public let keep: Int
     private struct State {
         var fd: Int32
+        /// When (CLOCK_MONOTONIC, ns) PATH was last compared with the descriptor.
+        var pathCheckedAt: UInt64 = 0
     }
     private let state: Mutex<State>
 
@@ -115,30 +118,60 @@ public final class AuditLog: Sendable {
         _ caller: Caller, item: Int64?, _ operation: AuditOperation, allowed: Bool, why: String? = nil,
         detail: String? = nil
     ) {
-        var line =
-            "\(AttributeTextTime.now()) \(caller.processDescription.isEmpty ? "pid ?" : caller.processDescription)"
-        line += " item=\(item.map(String.init) ?? "-") op=\(operation.text) \(allowed ? "allow" : "deny")"
-        if let detail { line += " \(detail)" }
-        if let why { line += " why=\(why)" }
-        append(line + "\n")
+        // Spelled into bytes directly: the Foundation time format and string interpolation were
+        // half of this function's cost, which every open pays.
+        var line: [UInt8] = []
+        line.reserveCapacity(160)
+        AttributeTextTime.append(to: &line)
+        line.append(UInt8(ascii: " "))
+        line += caller.processDescription.isEmpty ? Array("pid ?".utf8) : Array(caller.processDescription.utf8)
+        line += " item=".utf8
+        if let item { line += String(item).utf8 } else { line.append(UInt8(ascii: "-")) }
+        line += " op=".utf8
+        line += operation.text.utf8
+        line += allowed ? " allow".utf8 : " deny".utf8
+        if let detail {
+            line.append(UInt8(ascii: " "))
+            line += detail.utf8
+        }
+        if let why {
+            line += " why=".utf8
+            line += why.utf8
+        }
+        line.append(UInt8(ascii: "\n"))
+        append(line)
     }
 
     /// Appends one whole line, rotating first if the file is full.
-    func append(_ line: String) {
+    func append(_ line: [UInt8]) {
         state.withLock { state in
-            var st = stat(), current = stat()
-            let rotatedElsewhere =
-                fstat(state.fd, &st) != 0 || stat(path, &current) != 0 || st.st_ino != current.st_ino
-                || st.st_dev != current.st_dev
-            if rotatedElsewhere || Int(st.st_size) + line.utf8.count > maxBytes {
+            var st = stat()
+            var rotatedElsewhere = fstat(state.fd, &st) != 0
+            // Whether another process rotated PATH away from this descriptor, looked at once a
+            // second (a path lookup per line was 3% of an open): meanwhile lines go on landing
+            // whole in the file now called PATH.1, and a full file is rotated or reopened below.
+            let now = Self.monotonicNanoseconds()
+            if !rotatedElsewhere && now &- state.pathCheckedAt >= 1_000_000_000 {
+                state.pathCheckedAt = now
+                var current = stat()
+                rotatedElsewhere =
+                    stat(path, &current) != 0 || st.st_ino != current.st_ino || st.st_dev != current.st_dev
+            }
+            if rotatedElsewhere || Int(st.st_size) + line.count > maxBytes {
                 if !rotatedElsewhere { rotate() }
                 if let fd = try? Self.openLog(path) {
                     close(state.fd)
                     state.fd = fd
                 }
             }
-            _ = line.withCString { write(state.fd, $0, strlen($0)) }
+            _ = line.withUnsafeBytes { write(state.fd, $0.baseAddress, $0.count) }
         }
+    }
+
+    static func monotonicNanoseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
 
     /// Shifts the files by one under the cross-process lock, unless another process did already

@@ -41,7 +41,14 @@ public struct ProcessIdentity: Sendable {
     }
 
     public static func of(tid: pid_t) -> ProcessIdentity? {
-        guard tid > 0, let (tgid, threadStart) = threadGroup(of: tid) else { return nil }
+        guard tid > 0, let group = threadGroup(of: tid) else { return nil }
+        return of(tid: tid, group: group)
+    }
+
+    /// The process of `tid`, whose thread group (and the thread's start time) `threadGroup`
+    /// gave already.
+    static func of(tid: pid_t, group: (pid_t, UInt64)) -> ProcessIdentity? {
+        let (tgid, threadStart) = group
         // The executable is read every time (an execve keeps the pid and the start time).
         guard let before = tgid == tid ? threadStart : startTime(of: tgid) else { return nil }
         let exe = readLink("/proc/\(tgid)/exe")

@@ -133,5 +133,58 @@ extension AccessSuite {
                 #expect(last.lines == ["team: /usr/bin/head"], "list at the end: \(last.stdout)")
             }
         }
+
+        // Issue 9: the caller is identified once per thread and then re-validated by a pidfd
+        // (pid reuse) and a stat of /proc/<pid>/exe (execve). A process that execs another
+        // binary after its first request must be decided as the new binary, in both directions.
+        @Test("a process that execs another binary after a first access is decided as the new binary")
+        func execveReidentifies() throws {
+            let python = URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path
+            try withMount(setup: { box in
+                for (group, exe) in [("cats", "/usr/bin/cat"), ("snakes", python)] {
+                    let add = try box.cli(["access-group", "add"] + box.unlockArgs + [group, exe])
+                    try #require(add.status == 0, "access-group add \(group): \(add.summary)")
+                }
+                try box.addGeneric("svc", "forcat", "cat-secret", extra: ["--access-group", "cats"])
+                try box.addGeneric("svc", "forpython", "python-secret", extra: ["--access-group", "snakes"])
+            }) { box in
+                let catItem = box.mnt + "/genp/svc/forcat;accessGroup=cats"
+                let pythonItem = box.mnt + "/genp/svc/forpython;accessGroup=snakes"
+                // Python reads its own item (allowed, identified as python), then becomes cat on it:
+                // cat is not in `snakes`, so the same pid must now be refused.
+                let script = """
+                    import os, sys
+                    with open(sys.argv[1]) as f: sys.stdout.write(f.read() + "\\n"); sys.stdout.flush()
+                    try:
+                        open(sys.argv[2]).close(); print("python opened the cat item")
+                    except OSError as e:
+                        print("python refused:", e.errno); sys.stdout.flush()
+                    os.execv("/usr/bin/cat", ["cat", sys.argv[2], sys.argv[1]])
+                    """
+                let run = try box.spawn("/usr/bin/python3", ["-c", script, pythonItem, catItem])
+                let result = run.wait(timeout: 20)
+                // Before the exec: python read its item and was refused cat's (ENOENT).
+                #expect(
+                    result.stdout.hasPrefix("python-secret\npython refused: 2\n"),
+                    "python before its exec: \(result.summary)")
+                // After it: the same pid, now cat, reads cat's item and is refused python's.
+                #expect(
+                    result.stdout.contains("cat-secret"),
+                    "cat after the exec read nothing of its item: \(result.summary)")
+                #expect(
+                    result.status == 1 && result.stderr.contains("No such file"),
+                    "cat after the exec was not refused python's item: \(result.summary)")
+                #expect(
+                    result.stdout.components(separatedBy: "python-secret").count == 2,
+                    "the python item was read again after the exec: \(result.stdout)")
+                let lines = box.audit.split(separator: "\n")
+                #expect(
+                    lines.contains { $0.contains("pid \(run.pid) /usr/bin/cat ") && $0.contains(" allow") },
+                    "no allow line for pid \(run.pid) as /usr/bin/cat:\n\(box.audit)")
+                #expect(
+                    lines.contains { $0.contains("pid \(run.pid) \(python) ") && $0.contains(" allow") },
+                    "no allow line for pid \(run.pid) as \(python):\n\(box.audit)")
+            }
+        }
     }
 }

@@ -19,6 +19,15 @@ struct ConsistencyTests {
         }
     }
 
+    static func waitFor(_ seconds: Double, _ condition: () -> Bool) -> Bool {
+        let end = Date().addingTimeInterval(seconds)
+        while Date() < end {
+            if condition() { return true }
+            usleep(20_000)
+        }
+        return condition()
+    }
+
     @Test("items added, changed and deleted through the CLI show through the mount within 1 s")
     func cliChangesVisible() throws {
         try withMount(setup: { try $0.addGeneric("cons", "x", "first") }) { box in
@@ -108,6 +117,61 @@ struct ConsistencyTests {
                     "y"
                 ])
             #expect(try box.findGeneric("m", "y") == Array("after".utf8))
+        }
+    }
+
+    // Issue 9: a commit skips reading the item back when the vault's change stamp is the one
+    // taken at open. Any commit since (another handle of this mount, or another process) must
+    // make it read the item again, or its edits would be replayed on a stale snapshot and
+    // silently undo the other write.
+    @Test("a handle's commit keeps what another handle, or the CLI, committed since its open")
+    func commitAfterAnotherWrite() throws {
+        try withMount(setup: { try $0.addGeneric("stamp", "f", "0123456789") }) { box in
+            let f = box.mnt + "/genp/stamp/f"
+            // Another handle of the same mount (the daemon's own connection) commits in between.
+            let sameMount = try box.run(
+                "/usr/bin/python3",
+                [
+                    "-c",
+                    """
+                    import os, sys
+                    a = os.open(sys.argv[1], os.O_WRONLY)
+                    b = os.open(sys.argv[1], os.O_WRONLY)
+                    os.pwrite(b, b"ZZ", 8); os.close(b)
+                    os.pwrite(a, b"AB", 0); os.close(a)
+                    """,
+                    f,
+                ], timeout: 20)
+            #expect(sameMount.status == 0, "\(sameMount.summary)")
+            #expect(
+                try box.findGeneric("stamp", "f") == Array("AB234567ZZ".utf8),
+                "the second handle's commit was lost to the first's snapshot")
+
+            // Another process (the CLI) commits while a handle is open.
+            let flag = box.root + "/go"
+            let writer = try box.spawn(
+                "/usr/bin/python3",
+                [
+                    "-c",
+                    """
+                    import os, sys, time
+                    a = os.open(sys.argv[1], os.O_WRONLY)
+                    open(sys.argv[2] + ".opened", "w").close()
+                    while not os.path.exists(sys.argv[2]): time.sleep(0.02)
+                    os.pwrite(a, b"xy", 0); os.close(a)
+                    """,
+                    f, flag,
+                ])
+            #expect(
+                Self.waitFor(10) { FileManager.default.fileExists(atPath: flag + ".opened") },
+                "the writer did not open the item")
+            try box.addGeneric("stamp", "f", "from the CLI", extra: ["-U"])
+            _ = FileManager.default.createFile(atPath: flag, contents: Data())
+            let result = writer.wait(timeout: 20)
+            #expect(result.status == 0, "\(result.summary)")
+            #expect(
+                try box.findGeneric("stamp", "f") == Array("xyom the CLI".utf8),
+                "the CLI's update was lost to the handle's snapshot")
         }
     }
 }

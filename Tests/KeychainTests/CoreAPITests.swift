@@ -448,4 +448,21 @@ struct CoreAPITests {
             expectError(.decode) { try kc.authorizeRead(id: item.id, itemClass: .genericPassword) }
         }
     }
+
+    // Issue 9 moved attribute decoding off Foundation's String(bytes:encoding:), which dropped a
+    // leading U+FEFF that the encoder had stored: such a value now reads back as written.
+    @Test("text attributes read back byte for byte, a leading U+FEFF included")
+    func textAttributesRoundTrip() throws {
+        try withVault { v in
+            let kc = v.keychain
+            for account in ["\u{FEFF}bom-first", "plain", "e\u{301}-combining", ""] {
+                let item = try kc.add(.genericPassword, genp("svc-text", account), data: bytes("s"))
+                let read = try kc.item(id: item.id, itemClass: .genericPassword, withData: false)
+                #expect(
+                    read.attributes[Schema.account] == .string(account),
+                    "account \(Array(account.utf8)) read back as \(String(describing: read.attributes[Schema.account]))"
+                )
+            }
+        }
+    }
 }

@@ -34,6 +34,8 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
         let writing = access == O_WRONLY || access == O_RDWR
         let truncating = writing && flags & O_TRUNC != 0
         let operation: AuditOperation = truncating ? .openTruncate : writing ? .openWrite : .openRead
+        // Taken before the read: a commit in between leaves the stamp behind, never ahead.
+        let stamp = writing ? try? fs.keychain.changeStamp() : nil
         let item = try fs.audited(caller, item: id, operation) {
             try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller)
         }
@@ -45,6 +47,7 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
         try file.state.withLock { s in
             s.original = FileContent.of(itemClass, item.data ?? [])
             s.snapshot = s.original
+            s.snapshotStamp = stamp
             s.view = s.original
             if truncating && !s.original.isEmpty { try s.truncateItem(to: 0) }
         }

@@ -60,6 +60,10 @@ final class OpenFile: Sendable {
         var snapshot: [UInt8] = []
         /// Item handles: the snapshot with this handle's edits applied: what it reads.
         var view: [UInt8] = []
+        /// The vault's change stamp (`Keychain.changeStamp`) at which `snapshot` was known to be
+        /// the stored content, or nil. A commit that finds the stamp unchanged (nothing committed
+        /// anywhere since) replays its edits on the snapshot instead of reading the item back.
+        var snapshotStamp: [Int64]?
         var edits: [FileEdit] = []
         /// Bytes held by `edits`; past twice the size limit they collapse into one rewrite.
         var editBytes = 0
@@ -125,9 +129,10 @@ final class OpenFile: Sendable {
 
         /// After `stored` was committed from the edits of `generation`: those edits are done;
         /// edits made meanwhile stay and are applied to the new snapshot.
-        mutating func committed(_ stored: [UInt8], editCount: Int) {
+        mutating func committed(_ stored: [UInt8], editCount: Int, stamp: [Int64]?) {
             let later = Array(edits.dropFirst(editCount))
             snapshot = stored
+            snapshotStamp = stamp
             view = stored
             for edit in later { edit.apply(to: &view) }
             edits = later
@@ -171,6 +176,7 @@ final class OpenFile: Sendable {
                 s.target = .item(c, id)
                 s.original = file.state.withLock { $0.addedContent }
                 s.snapshot = s.original
+                s.snapshotStamp = nil
                 s.view = s.original
                 s.edits = []
             }

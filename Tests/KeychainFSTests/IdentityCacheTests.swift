@@ -1,0 +1,92 @@
+import Foundation
+import Synchronization
+import KeychainAccess
+import Testing
+import TestSupport
+
+// Issue 9: the caller is identified once per thread and re-validated on each request. An entry
+// must not outlive its process (a reused pid would inherit it) nor survive an execve (the new
+// executable may be in other access groups). Real child processes, real /proc.
+
+@Suite("identity cache")
+struct IdentityCacheTests {
+    static func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
+        let end = Date().addingTimeInterval(seconds)
+        while Date() < end {
+            if condition() { return true }
+            usleep(20_000)
+        }
+        return condition()
+    }
+
+    static func executable(of pid: pid_t) -> String? {
+        try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe")
+    }
+
+    @Test("a live process is identified once and served from the cache; once it has exited its pid is not served")
+    func exitedProcessIsDropped() throws {
+        let cache = IdentityCache()
+        let child = try spawnProcess("/usr/bin/sleep", ["30"], env: childEnvironment())
+        defer { child.kill(SIGKILL) }
+        #expect(Self.waitUntil(5) { Self.executable(of: child.pid) == "/usr/bin/sleep" })
+        let first = try #require(cache.process(tid: child.pid))
+        #expect(first.pid == child.pid && first.executable == "/usr/bin/sleep", "first: \(first.description)")
+        #expect(cache.count == 1)
+        let again = try #require(cache.process(tid: child.pid))
+        #expect(again.key == first.key && again.executable == first.executable)
+        #expect(cache.count == 1, "a second request from the same thread made another entry")
+
+        child.kill(SIGKILL)
+        _ = child.wait(timeout: 10)  // reaped: the pid is free for reuse now
+        #expect(cache.process(tid: child.pid) == nil, "the cache served a process that has exited")
+        #expect(cache.count == 0, "the exited process's entry (and its pidfd) is still held")
+    }
+
+    @Test("a process that execs a different binary after its first request is identified again")
+    func execveIsCaught() throws {
+        let dir = try makeTempDirectory("kcfs-identity-exec")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let flag = dir + "/go"
+        let child = try spawnProcess(
+            "/bin/sh", ["-c", "while [ ! -e \"$1\" ]; do sleep 0.02; done; exec /usr/bin/sleep 30", "sh", flag],
+            env: childEnvironment())
+        defer { child.kill(SIGKILL) }
+        let shell = try #require(Self.executable(of: child.pid))
+        let cache = IdentityCache()
+        let before = try #require(cache.process(tid: child.pid))
+        #expect(before.executable == shell, "before exec: \(before.description)")
+
+        _ = FileManager.default.createFile(atPath: flag, contents: Data())
+        #expect(Self.waitUntil(10) { Self.executable(of: child.pid) == "/usr/bin/sleep" }, "the child did not exec")
+        let after = try #require(cache.process(tid: child.pid))
+        #expect(after.pid == before.pid)
+        #expect(
+            after.executable == "/usr/bin/sleep",
+            "after execve the cache still names \(after.executable ?? "?") for pid \(child.pid)")
+        #expect(cache.count == 1)
+    }
+
+    @Test("the threads of one process each map to that process")
+    func threadsMapToTheirProcess() throws {
+        let cache = IdentityCache()
+        let me = try #require(cache.process(tid: getpid()))
+        #expect(me.pid == getpid())
+        let tid = Mutex<pid_t>(0)
+        let done = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        Thread {
+            // /proc/thread-self names "<pid>/task/<tid>".
+            let link = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
+            tid.withLock { $0 = pid_t(link.split(separator: "/").last.flatMap { Int32($0) } ?? 0) }
+            done.signal()
+            release.wait()
+        }.start()
+        done.wait()
+        defer { release.signal() }
+        let threadID = tid.withLock { $0 }
+        #expect(threadID != getpid())
+        let viaThread = try #require(cache.process(tid: threadID))
+        #expect(viaThread.pid == getpid() && viaThread.executable == me.executable)
+        #expect(cache.process(tid: threadID)?.key == viaThread.key)
+    }
+}
