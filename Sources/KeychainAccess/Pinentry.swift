@@ -54,6 +54,15 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
         return (pid, ProcessIdentity.terminal(of: pid), display)
     }
 
+    /// Why no prompt can be shown to this caller (no pinentry program, or its process has no
+    /// terminal or display), or nil when one can.
+    public func whyNoPrompt(for caller: Caller) -> String? {
+        guard program != nil else { return "no pinentry program is installed" }
+        let (_, tty, display) = Self.promptTarget(caller)
+        guard tty == nil && display == nil else { return nil }
+        return "\(caller.processDescription) has no terminal or display to ask for its passphrase on"
+    }
+
     /// Unlocks a locked vault with its passphrase asked through pinentry on the caller's
     /// terminal or display (the ssh agent, when a key is wanted and the vault is locked).
     /// Three tries, as gpg-agent gives. Requests that arrive meanwhile wait for this one prompt

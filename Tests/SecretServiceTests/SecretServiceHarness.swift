@@ -46,12 +46,13 @@ extension TestSandbox {
     /// With `passphraseOnDescriptor`, the passphrase comes on descriptor 3 (`--passphrase-fd 3`),
     /// which the provider cannot read again to unlock.
     func startProvider(
-        address: String, passphraseOnDescriptor: Bool = false, sourceLocation: SourceLocation = #_sourceLocation
+        address: String, passphraseOnDescriptor: Bool = false, options: [String] = [],
+        sourceLocation: SourceLocation = #_sourceLocation
     ) throws -> Spawned {
         let bin = try #require(keychainfsBinary, "keychainfs binary not found", sourceLocation: sourceLocation)
         let vaultArgs = passphraseOnDescriptor ? ["--vault", vault, "--passphrase-fd", "3"] : unlockArgs
         let provider = try spawn(
-            bin, ["secret-service"] + vaultArgs + ["--address", address],
+            bin, ["secret-service"] + vaultArgs + ["--address", address] + options,
             extraDescriptors: passphraseOnDescriptor ? [3: Array(passphrase.utf8)] : [:])
         waitUntil(20) { provider.stdoutSoFar.contains("serving org.freedesktop.secrets") || !provider.isRunning }
         try #require(
@@ -80,22 +81,28 @@ extension TestSandbox {
     }
 
     /// `python3 -c script args` on the private bus.
-    func python(_ address: String, _ script: String, _ args: [String] = []) throws -> RunResult {
-        try run("/usr/bin/python3", ["-c", script] + args, env: busEnvironment(address), timeout: 30)
+    func python(
+        _ address: String, _ script: String, _ args: [String] = [], env extra: [String: String?] = [:]
+    ) throws -> RunResult {
+        try run(
+            "/usr/bin/python3", ["-c", script] + args, env: busEnvironment(address).merging(extra) { $1 },
+            timeout: 30)
     }
 }
 
 /// A sandbox with an initialised vault (`setup` runs first: CLI adds, policy), a private bus
 /// and the provider on it.
 func withSecretService(
-    _ label: String = #function, passphraseOnDescriptor: Bool = false, setup: (TestSandbox) throws -> Void = { _ in },
+    _ label: String = #function, passphraseOnDescriptor: Bool = false, options: [String] = [],
+    setup: (TestSandbox) throws -> Void = { _ in },
     sourceLocation: SourceLocation = #_sourceLocation, _ body: (TestSandbox, SecretServiceBus) throws -> Void
 ) throws {
     try withSandbox(label, sourceLocation: sourceLocation) { box in
         try setup(box)
         let (daemon, address) = try box.startBus(sourceLocation: sourceLocation)
         let provider = try box.startProvider(
-            address: address, passphraseOnDescriptor: passphraseOnDescriptor, sourceLocation: sourceLocation)
+            address: address, passphraseOnDescriptor: passphraseOnDescriptor, options: options,
+            sourceLocation: sourceLocation)
         try body(box, SecretServiceBus(address: address, daemon: daemon, provider: provider))
     }
 }

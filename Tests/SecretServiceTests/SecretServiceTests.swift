@@ -420,6 +420,88 @@ struct SecretServiceTests {
         }
     }
 
+    @Test(
+        "a locked vault without a passphrase file: Unlock gives a Prompt that asks the caller through pinentry; cancelled it is dismissed; no display is refused at once"
+    )
+    func unlockPrompt() throws {
+        // A scripted pinentry in a directory of its own (the provider is given its path before
+        // the sandbox exists): GETPIN answers what pinentry.answer holds (empty: cancelled) and
+        // logs each prompt's description.
+        let pinentry = """
+            #!/usr/bin/python3
+            import sys, os
+            D = os.path.dirname(os.path.abspath(__file__))
+            def send(s):
+                sys.stdout.write(s + '\\n'); sys.stdout.flush()
+            send('OK Pleased to meet you')
+            desc = ''
+            for line in sys.stdin:
+                line = line.rstrip('\\n'); cmd = line.split(' ', 1)[0]
+                if cmd == 'SETDESC': desc = line[8:]
+                if cmd == 'GETPIN':
+                    with open(os.path.join(D, 'pinentry.log'), 'a') as f: f.write(desc + '\\n')
+                    answer = open(os.path.join(D, 'pinentry.answer')).read().strip()
+                    if answer: send('D ' + answer); send('OK')
+                    else: send('ERR 83886179 Operation cancelled <Pinentry>')
+                    continue
+                if cmd == 'BYE': send('OK'); break
+                send('OK')
+            """
+        var template = Array("/tmp/keychainfs-test-pinentry-XXXXXX".utf8CString)
+        let dir = String(cString: try #require(mkdtemp(&template)))
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let script = dir + "/pinentry.py"
+        try Data(pinentry.utf8).write(to: URL(fileURLWithPath: script))
+        chmod(script, 0o755)
+        try withSecretService(
+            passphraseOnDescriptor: true, options: ["--pinentry", script],
+            setup: { box in try box.addGeneric("prompt-svc", "pat", "prompted-secret") }
+        ) { box, bus in
+            let client = """
+                import secretstorage, sys
+                from jeepney import DBusAddress, new_method_call, MessageType
+                conn = secretstorage.dbus_init()
+                coll = secretstorage.get_default_collection(conn)
+                item = list(coll.search_items({'service': 'prompt-svc'}))[0]
+                service = DBusAddress('/org/freedesktop/secrets', 'org.freedesktop.secrets', 'org.freedesktop.Secret.Service')
+                coll.lock()
+                print('locked', coll.is_locked())
+                if sys.argv[1] == 'headless':
+                    reply = conn.send_and_get_reply(new_method_call(service, 'Unlock', 'ao', ([coll.collection_path],)), unwrap=False)
+                    print('headless', reply.header.fields.get(4), 'display' in (reply.body[0] if reply.body else ''))
+                    sys.exit(0)
+                open(sys.argv[2], 'w').write('')
+                print('cancelled', coll.unlock(), coll.is_locked())
+                open(sys.argv[2], 'w').write(sys.argv[3] + '\\n')
+                print('answered', coll.unlock(), coll.is_locked())
+                print('secret', item.get_secret().decode())
+                """
+            let answer = dir + "/pinentry.answer"
+            let r = try box.python(
+                bus.address, client, ["display", answer, box.passphrase], env: ["DISPLAY": ":99"])
+            #expect(r.status == 0, "python: \(r.summary)")
+            let out = labelled(r)
+            #expect(out["locked"] == "True", "\(r.stdout)")
+            // secretstorage's unlock() returns whether the prompt was dismissed.
+            #expect(out["cancelled"] == "True True", "\(r.stdout)")
+            #expect(out["answered"] == "False False", "\(r.stdout)")
+            #expect(out["secret"] == "prompted-secret", "\(r.stdout)")
+            let prompts = ((try? String(contentsOfFile: dir + "/pinentry.log", encoding: .utf8)) ?? "")
+                .split(separator: "\n")
+            #expect(
+                prompts.count == 2 && prompts.allSatisfy { $0.contains("is locked") && $0.contains("python") },
+                "\(prompts)")
+            // No terminal and no display: Unlock is refused at once, saying why, and nothing asks.
+            let headless = try box.python(bus.address, client, ["headless"], env: ["DISPLAY": nil])
+            #expect(headless.status == 0, "python: \(headless.summary)")
+            let h = labelled(headless)
+            #expect(h["headless"] == "org.freedesktop.Secret.Error.IsLocked True", "\(headless.stdout)")
+            let after = ((try? String(contentsOfFile: dir + "/pinentry.log", encoding: .utf8)) ?? "")
+                .split(separator: "\n")
+            #expect(after.count == 2)
+        }
+    }
+
     @Test("an item that needs user presence is Locked and IsLocked; Unlock without a passphrase file says why")
     func presenceItemsAndUnlockWithoutFile() throws {
         try withSecretService(

@@ -30,6 +30,13 @@ struct SecretServiceCommand: ParsableCommand {
         help: ArgumentHelp("The audit log (default: $XDG_STATE_HOME/keychainfs/audit.log).", valueName: "path"))
     var audit: String?
 
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The program that asks for the vault's passphrase when a client unlocks (default: the first pinentry on PATH).",
+            valueName: "path"))
+    var pinentry: String?
+
     func validate() throws { try vault.validate() }
 
     func run() throws {
@@ -40,15 +47,17 @@ struct SecretServiceCommand: ParsableCommand {
         keychain.onDamagedRow { Log.error("skipped a damaged row: \($0)") }
         let log = try AuditLog(path: audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
         let access = AccessLayer(keychain: keychain, audit: log)
-        // Unlock without a prompt: only a passphrase file can be read again (a descriptor was
-        // read to its end, a terminal may be gone). Prompt objects are a later step.
+        // Unlock without a prompt when a passphrase file can be read again (a descriptor was
+        // read to its end, a terminal may be gone); otherwise the Prompt object asks.
         let file = vault.passphraseFile
-        let provider = SecretServiceProvider(keychain: keychain, access: access) {
+        // A client's Unlock of a locked vault asks its user through pinentry (a Prompt object).
+        let prompter = PinentryPresence(keychain: keychain, program: pinentry, reuseSeconds: 0)
+        let provider = SecretServiceProvider(keychain: keychain, access: access, prompter: prompter) {
             guard let file else {
                 throw BusError(
                     "org.freedesktop.Secret.Error.IsLocked",
-                    "the keychain is locked and unlocking needs a prompt, which keychainfs does not offer yet "
-                        + "(start the provider with --passphrase-file)")
+                    "the keychain is locked and no passphrase file can be read again (start the provider with --passphrase-file)"
+                )
             }
             do {
                 try keychain.unlock(passphrase: PassphraseSource(file: file, fd: nil).read(prompt: ""))

@@ -10,6 +10,8 @@ enum ObjectPath: Equatable {
     case collection
     case item(ItemClass, Int64)
     case session(Int)
+    /// A Prompt object (the vault's passphrase through pinentry), until it completes.
+    case prompt(Int)
     /// `/org/freedesktop/secrets/aliases` itself and `/org/freedesktop/secrets/collection`: nodes
     /// with children only.
     case directory
@@ -39,12 +41,16 @@ enum ObjectPath: Equatable {
         case ("session", 2):
             guard let n = Int(parts[1]) else { return nil }
             self = .session(n)
+        case ("prompt", 2):
+            guard let n = Int(parts[1]) else { return nil }
+            self = .prompt(n)
         default: return nil
         }
     }
 
     static func item(_ item: KeychainItem) -> String { "\(collectionPath)/\(item.itemClass.rawValue)\(item.id)" }
     static func session(_ n: Int) -> String { "\(root)/session/\(n)" }
+    static func prompt(_ n: Int) -> String { "\(root)/prompt/\(n)" }
 }
 
 /// One property value and its D-Bus signature.
@@ -85,6 +91,7 @@ enum Introspection {
     static let collection = "org.freedesktop.Secret.Collection"
     static let item = "org.freedesktop.Secret.Item"
     static let session = "org.freedesktop.Secret.Session"
+    static let prompt = "org.freedesktop.Secret.Prompt"
     static let properties = "org.freedesktop.DBus.Properties"
     static let introspectable = "org.freedesktop.DBus.Introspectable"
 
@@ -157,6 +164,15 @@ enum Introspection {
             body = """
                  <interface name="org.freedesktop.Secret.Session">
                   <method name="Close"/>
+                 </interface>
+
+                """
+        case .prompt:
+            body = """
+                 <interface name="org.freedesktop.Secret.Prompt">
+                  <method name="Prompt"><arg type="s" direction="in"/></method>
+                  <method name="Dismiss"/>
+                  <signal name="Completed"><arg type="b"/><arg type="v"/></signal>
                  </interface>
 
                 """

@@ -27,6 +27,17 @@ public final class SecretServiceProvider: Sendable {
     /// Unlocks the keychain again (Service.Unlock) without a prompt: the face that started the
     /// provider knows whether it can (a passphrase file) and says why not.
     let unlock: @Sendable () throws -> Void
+    /// Asks a caller for the vault's passphrase through pinentry (a Prompt object's work); nil:
+    /// no prompts, Unlock answers IsLocked.
+    let prompter: PinentryPresence?
+
+    /// Prompts handed out by Unlock and not yet completed: whose (the unique bus name that asked,
+    /// the only one that may run or dismiss it), the caller it asks for, what it unlocks.
+    private struct Prompts {
+        var next = 1
+        var open: [Int: (owner: String, caller: Caller, paths: [String])] = [:]
+    }
+    private let prompts = Mutex(Prompts())
 
     /// Open sessions, by number, with the unique bus name of the client that opened each (a
     /// session serves only its own client) and how it carries secrets.
@@ -44,9 +55,13 @@ public final class SecretServiceProvider: Sendable {
         let pointer: OpaquePointer
     }
 
-    public init(keychain: Keychain, access: AccessLayer, unlock: @escaping @Sendable () throws -> Void) {
+    public init(
+        keychain: Keychain, access: AccessLayer, prompter: PinentryPresence? = nil,
+        unlock: @escaping @Sendable () throws -> Void
+    ) {
         self.keychain = keychain
         self.access = access
+        self.prompter = prompter
         self.unlock = unlock
     }
 
@@ -202,6 +217,7 @@ public final class SecretServiceProvider: Sendable {
             case .collection: try collection(call, interface: interface, member: member)
             case .item(let itemClass, let id): try item(call, itemClass, id, interface: interface, member: member)
             case .session(let n): try session(call, n, interface: interface, member: member)
+            case .prompt(let n): try prompt(call, n, interface: interface, member: member)
             case .directory: throw BusError.unknownMethod("\(path(of: call)) has no methods")
             }
         }
@@ -523,7 +539,30 @@ public final class SecretServiceProvider: Sendable {
             }
         case "Unlock":
             let paths = try call.reader.objectPaths()
-            if collectionLocked { try unlock() }
+            if collectionLocked {
+                do { try unlock() } catch let refusal as BusError {
+                    // No passphrase to read again: a Prompt object that asks the caller through
+                    // pinentry, if it has a terminal or display to ask on; else the refusal, at
+                    // once, saying why.
+                    let caller = try caller(of: call)
+                    guard let prompter else { throw refusal }
+                    if let why = prompter.whyNoPrompt(for: caller) {
+                        throw BusError(
+                            "org.freedesktop.Secret.Error.IsLocked",
+                            "the keychain is locked and \(why) (or start the provider with --passphrase-file)")
+                    }
+                    let n = prompts.withLock { p -> Int in
+                        defer { p.next += 1 }
+                        p.open[p.next] = (call.sender, caller, paths)
+                        return p.next
+                    }
+                    try reply(call) { w throws(BusError) in
+                        try w.objectPaths([])
+                        try w.objectPath(ObjectPath.prompt(n))
+                    }
+                    return
+                }
+            }
             let unlocked = try paths.filter { path in
                 switch ObjectPath(path) {
                 case .collection?: return !collectionLocked
@@ -656,6 +695,53 @@ public final class SecretServiceProvider: Sendable {
             }
         default:
             throw BusError.unknownMethod("no method \(Introspection.item).\(member)")
+        }
+    }
+
+    /// Prompt.Prompt asks for the vault's passphrase through pinentry on the caller's terminal
+    /// or display, then says Completed (dismissed or not, and the objects now unlocked);
+    /// Prompt.Dismiss ends it unanswered. Only the client that got the prompt may use it. The
+    /// provider answers one message at a time, so other clients wait while the prompt is up (at
+    /// most its timeout).
+    private func prompt(_ call: Call, _ n: Int, interface: String, member: String) throws {
+        guard accepts(interface, Introspection.prompt), member == "Prompt" || member == "Dismiss" else {
+            throw BusError.unknownMethod("no method \(interface).\(member)")
+        }
+        let pending = prompts.withLock { p -> (owner: String, caller: Caller, paths: [String])? in
+            guard let open = p.open[n], open.owner == call.sender else { return nil }
+            p.open[n] = nil
+            return open
+        }
+        guard let pending else {
+            throw BusError("org.freedesktop.Secret.Error.NoSuchObject", "no prompt \(n) of this client")
+        }
+        if member == "Prompt" { try call.reader.skip("s") }  // the window id: pinentry finds its own
+        try reply(call) { _ throws(BusError) in }
+        var dismissed = true
+        if member == "Prompt", let prompter {
+            do {
+                try prompter.unlockVault(caller: pending.caller, purpose: "read its secrets through the Secret Service")
+                access.invalidatePolicy()
+                dismissed = false
+            } catch {
+                Log.info("secret service: the unlock prompt for \(pending.caller.processDescription) ended: \(error)")
+            }
+        }
+        let unlocked =
+            dismissed
+            ? []
+            : pending.paths.filter { path in
+                switch ObjectPath(path) {
+                case .collection?: return !collectionLocked
+                case .item(let itemClass, let id)?:
+                    guard let item = try? visibleItem(pending.caller, itemClass, id) else { return false }
+                    return !SecretServiceMapping.isLocked(item, in: keychain)
+                default: return false
+                }
+            }
+        emit(ObjectPath.prompt(n), Introspection.prompt, "Completed") { w throws(BusError) in
+            try w.bool(dismissed)
+            try w.variant("ao") { () throws(BusError) in try w.objectPaths(unlocked) }
         }
     }
 
