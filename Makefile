@@ -19,6 +19,9 @@ MANDIR ?= $(DATADIR)/man
 # Empty: no mount helper (a per-user install cannot write /sbin).
 MOUNT_HELPER_DIR ?= /sbin
 SYSTEMD_USER_DIR ?= $(PREFIX)/lib/systemd/user
+# The Secret Service's D-Bus activation file. Empty (DBUS_SERVICES_DIR=) installs none: a machine
+# with gnome-keyring has one for the same name, and the bus would pick either.
+DBUS_SERVICES_DIR ?= $(DATADIR)/dbus-1/services
 BASH_COMPLETION_DIR ?= $(DATADIR)/bash-completion/completions
 ZSH_COMPLETION_DIR ?= $(DATADIR)/zsh/site-functions
 FISH_COMPLETION_DIR ?= $(DATADIR)/fish/vendor_completions.d
@@ -31,7 +34,8 @@ BIN ?= .build/$(CONFIGURATION)/keychainfs
 INSTALLED = $(BINDIR)/keychainfs $(MANDIR)/man1/keychainfs.1 $(MANDIR)/man5/keychainfs.5 \
 	$(BASH_COMPLETION_DIR)/keychainfs $(ZSH_COMPLETION_DIR)/_keychainfs \
 	$(FISH_COMPLETION_DIR)/keychainfs.fish $(SYSTEMD_USER_DIR)/keychainfs.service \
-	$(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service \
+	$(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service $(SYSTEMD_USER_DIR)/keychainfs-secret-service.service \
+	$(if $(DBUS_SERVICES_DIR),$(DBUS_SERVICES_DIR)/org.freedesktop.secrets.service) \
 	$(if $(MOUNT_HELPER_DIR),$(MOUNT_HELPER_DIR)/mount.keychainfs)
 
 .PHONY: all build install install-files uninstall man
@@ -62,6 +66,15 @@ install-files:
 	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/keychainfs-ssh-agent.service \
 		> "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service"
 	chmod 0644 "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service"
+	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/keychainfs-secret-service.service \
+		> "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs-secret-service.service"
+	chmod 0644 "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs-secret-service.service"
+ifneq ($(DBUS_SERVICES_DIR),)
+	install -d "$(DESTDIR)$(DBUS_SERVICES_DIR)"
+	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/org.freedesktop.secrets.service \
+		> "$(DESTDIR)$(DBUS_SERVICES_DIR)/org.freedesktop.secrets.service"
+	chmod 0644 "$(DESTDIR)$(DBUS_SERVICES_DIR)/org.freedesktop.secrets.service"
+endif
 ifneq ($(MOUNT_HELPER_DIR),)
 	install -d "$(DESTDIR)$(MOUNT_HELPER_DIR)"
 	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/mount.keychainfs \

@@ -31,6 +31,8 @@ struct InstallTests {
             ("/usr/share/fish/vendor_completions.d/keychainfs.fish", 0o644),
             ("/usr/lib/systemd/user/keychainfs.service", 0o644),
             ("/usr/lib/systemd/user/keychainfs-ssh-agent.service", 0o644),
+            ("/usr/lib/systemd/user/keychainfs-secret-service.service", 0o644),
+            ("/usr/share/dbus-1/services/org.freedesktop.secrets.service", 0o644),
         ]
         for file in expected {
             #expect(
@@ -43,6 +45,8 @@ struct InstallTests {
         for file in [
             "/sbin/mount.keychainfs", "/usr/lib/systemd/user/keychainfs.service",
             "/usr/lib/systemd/user/keychainfs-ssh-agent.service",
+            "/usr/lib/systemd/user/keychainfs-secret-service.service",
+            "/usr/share/dbus-1/services/org.freedesktop.secrets.service",
         ] {
             let text = (try? String(contentsOfFile: stage + file, encoding: .utf8)) ?? ""
             #expect(text.contains("/usr/bin/keychainfs") && !text.contains("/usr/local/bin"), "\(file)")

@@ -50,7 +50,10 @@ extension TestSandbox {
         sourceLocation: SourceLocation = #_sourceLocation
     ) throws -> Spawned {
         let bin = try #require(keychainfsBinary, "keychainfs binary not found", sourceLocation: sourceLocation)
-        let vaultArgs = passphraseOnDescriptor ? ["--vault", vault, "--passphrase-fd", "3"] : unlockArgs
+        // `--locked` reads no passphrase at all.
+        let vaultArgs =
+            options.contains("--locked")
+            ? ["--vault", vault] : passphraseOnDescriptor ? ["--vault", vault, "--passphrase-fd", "3"] : unlockArgs
         let provider = try spawn(
             bin, ["secret-service"] + vaultArgs + ["--address", address] + options,
             extraDescriptors: passphraseOnDescriptor ? [3: Array(passphrase.utf8)] : [:])

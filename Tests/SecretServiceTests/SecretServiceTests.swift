@@ -453,52 +453,57 @@ struct SecretServiceTests {
         let script = dir + "/pinentry.py"
         try Data(pinentry.utf8).write(to: URL(fileURLWithPath: script))
         chmod(script, 0o755)
-        try withSecretService(
-            passphraseOnDescriptor: true, options: ["--pinentry", script],
-            setup: { box in try box.addGeneric("prompt-svc", "pat", "prompted-secret") }
-        ) { box, bus in
-            let client = """
-                import secretstorage, sys
-                from jeepney import DBusAddress, new_method_call, MessageType
-                conn = secretstorage.dbus_init()
-                coll = secretstorage.get_default_collection(conn)
-                item = list(coll.search_items({'service': 'prompt-svc'}))[0]
-                service = DBusAddress('/org/freedesktop/secrets', 'org.freedesktop.secrets', 'org.freedesktop.Secret.Service')
-                coll.lock()
-                print('locked', coll.is_locked())
-                if sys.argv[1] == 'headless':
-                    reply = conn.send_and_get_reply(new_method_call(service, 'Unlock', 'ao', ([coll.collection_path],)), unwrap=False)
-                    print('headless', reply.header.fields.get(4), 'display' in (reply.body[0] if reply.body else ''))
-                    sys.exit(0)
-                open(sys.argv[2], 'w').write('')
-                print('cancelled', coll.unlock(), coll.is_locked())
-                open(sys.argv[2], 'w').write(sys.argv[3] + '\\n')
-                print('answered', coll.unlock(), coll.is_locked())
-                print('secret', item.get_secret().decode())
-                """
-            let answer = dir + "/pinentry.answer"
-            let r = try box.python(
-                bus.address, client, ["display", answer, box.passphrase], env: ["DISPLAY": ":99"])
-            #expect(r.status == 0, "python: \(r.summary)")
-            let out = labelled(r)
-            #expect(out["locked"] == "True", "\(r.stdout)")
-            // secretstorage's unlock() returns whether the prompt was dismissed.
-            #expect(out["cancelled"] == "True True", "\(r.stdout)")
-            #expect(out["answered"] == "False False", "\(r.stdout)")
-            #expect(out["secret"] == "prompted-secret", "\(r.stdout)")
-            let prompts = ((try? String(contentsOfFile: dir + "/pinentry.log", encoding: .utf8)) ?? "")
-                .split(separator: "\n")
-            #expect(
-                prompts.count == 2 && prompts.allSatisfy { $0.contains("is locked") && $0.contains("python") },
-                "\(prompts)")
-            // No terminal and no display: Unlock is refused at once, saying why, and nothing asks.
-            let headless = try box.python(bus.address, client, ["headless"], env: ["DISPLAY": nil])
-            #expect(headless.status == 0, "python: \(headless.summary)")
-            let h = labelled(headless)
-            #expect(h["headless"] == "org.freedesktop.Secret.Error.IsLocked True", "\(headless.stdout)")
-            let after = ((try? String(contentsOfFile: dir + "/pinentry.log", encoding: .utf8)) ?? "")
-                .split(separator: "\n")
-            #expect(after.count == 2)
+        // A provider whose passphrase came on a descriptor (it cannot read it again), and one
+        // started --locked (no passphrase at all, as the user unit runs it): the same prompt.
+        for options in [["--pinentry", script], ["--locked", "--pinentry", script]] {
+            try? FileManager.default.removeItem(atPath: dir + "/pinentry.log")
+            try withSecretService(
+                passphraseOnDescriptor: true, options: options,
+                setup: { box in try box.addGeneric("prompt-svc", "pat", "prompted-secret") }
+            ) { box, bus in
+                let client = """
+                    import secretstorage, sys
+                    from jeepney import DBusAddress, new_method_call, MessageType
+                    conn = secretstorage.dbus_init()
+                    coll = secretstorage.get_default_collection(conn)
+                    service = DBusAddress('/org/freedesktop/secrets', 'org.freedesktop.secrets', 'org.freedesktop.Secret.Service')
+                    coll.lock()
+                    print('locked', coll.is_locked())
+                    if sys.argv[1] == 'headless':
+                        reply = conn.send_and_get_reply(new_method_call(service, 'Unlock', 'ao', ([coll.collection_path],)), unwrap=False)
+                        print('headless', reply.header.fields.get(4), 'display' in (reply.body[0] if reply.body else ''))
+                        sys.exit(0)
+                    open(sys.argv[2], 'w').write('')
+                    print('cancelled', coll.unlock(), coll.is_locked())
+                    open(sys.argv[2], 'w').write(sys.argv[3] + '\\n')
+                    print('answered', coll.unlock(), coll.is_locked())
+                    item = list(coll.search_items({'service': 'prompt-svc'}))[0]
+                    print('secret', item.get_secret().decode())
+                    """
+                let answer = dir + "/pinentry.answer"
+                let r = try box.python(
+                    bus.address, client, ["display", answer, box.passphrase], env: ["DISPLAY": ":99"])
+                #expect(r.status == 0, "python: \(r.summary)")
+                let out = labelled(r)
+                #expect(out["locked"] == "True", "\(r.stdout)")
+                // secretstorage's unlock() returns whether the prompt was dismissed.
+                #expect(out["cancelled"] == "True True", "\(r.stdout)")
+                #expect(out["answered"] == "False False", "\(r.stdout)")
+                #expect(out["secret"] == "prompted-secret", "\(r.stdout)")
+                let prompts = ((try? String(contentsOfFile: dir + "/pinentry.log", encoding: .utf8)) ?? "")
+                    .split(separator: "\n")
+                #expect(
+                    prompts.count == 2 && prompts.allSatisfy { $0.contains("is locked") && $0.contains("python") },
+                    "\(prompts)")
+                // No terminal and no display: Unlock is refused at once, saying why, and nothing asks.
+                let headless = try box.python(bus.address, client, ["headless"], env: ["DISPLAY": nil])
+                #expect(headless.status == 0, "python: \(headless.summary)")
+                let h = labelled(headless)
+                #expect(h["headless"] == "org.freedesktop.Secret.Error.IsLocked True", "\(headless.stdout)")
+                let after = ((try? String(contentsOfFile: dir + "/pinentry.log", encoding: .utf8)) ?? "")
+                    .split(separator: "\n")
+                #expect(after.count == 2)
+            }
         }
     }
 

@@ -37,13 +37,27 @@ struct SecretServiceCommand: ParsableCommand {
             valueName: "path"))
     var pinentry: String?
 
-    func validate() throws { try vault.validate() }
+    @Flag(
+        name: .long,
+        help:
+            "Start with the keychain locked, reading no passphrase now: the first client that unlocks it gets a pinentry prompt (a Prompt object)."
+    )
+    var locked = false
+
+    func validate() throws {
+        try vault.validate()
+        if locked && (vault.passphraseFile != nil || vault.passphraseFd != nil || vault.passphraseProgram != nil) {
+            throw ValidationError("--locked reads no passphrase: give it without --passphrase-file, -fd or -program")
+        }
+    }
 
     func run() throws {
         let keychain = try Keychain.open(at: vault.path)
-        try keychain.unlock(
-            passphrase: vault.passphrase.read(prompt: "passphrase for \(vault.path): "),
-            acceptRollback: vault.acceptRollback)
+        if !locked {
+            try keychain.unlock(
+                passphrase: vault.passphrase.read(prompt: "passphrase for \(vault.path): "),
+                acceptRollback: vault.acceptRollback)
+        }
         keychain.onDamagedRow { Log.error("skipped a damaged row: \($0)") }
         let log = try AuditLog(path: audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
         let access = AccessLayer(keychain: keychain, audit: log)
