@@ -17,10 +17,8 @@ import Keychain
 struct AgentPolicyTests {
     /// Writes the scripted pinentry into the sandbox; returns (script, mode file, prompt log).
     static func pinentry(_ box: TestSandbox) throws -> (script: String, mode: String, log: String) {
-        let script = box.root + "/pinentry.py"
-        try Data(AgentPresenceTests.pinentry.utf8).write(to: URL(fileURLWithPath: script))
-        chmod(script, 0o755)
-        return (script, box.root + "/pinentry.mode", box.root + "/pinentry.log")
+        let pinentry = try ScriptedPinentry(in: box.root)
+        return (pinentry.script, pinentry.modePath, pinentry.logPath)
     }
 
     static func write(_ text: String, _ path: String) throws {

@@ -11,41 +11,11 @@ import Testing
 /// signature is an audit line.
 @Suite("ssh agent: presence and audit")
 struct AgentPresenceTests {
-    /// A scripted pinentry: answers CONFIRM as `pinentry.mode` says (allow / deny), GETPIN with
-    /// the text after `pin:` (else cancelled), and logs each prompt's description to
-    /// `pinentry.log`.
-    static let pinentry = """
-        #!/usr/bin/python3
-        import sys, os
-        D = os.path.dirname(os.path.abspath(__file__))
-        def send(s):
-            sys.stdout.write(s + '\\n'); sys.stdout.flush()
-        send('OK Pleased to meet you')
-        desc = ''
-        for line in sys.stdin:
-            line = line.rstrip('\\n'); cmd = line.split(' ', 1)[0]
-            if cmd == 'SETDESC': desc = line[8:]
-            if cmd == 'GETPIN':
-                with open(os.path.join(D, 'pinentry.log'), 'a') as f: f.write(desc + '\\n')
-                mode = open(os.path.join(D, 'pinentry.mode')).read().strip()
-                if mode.startswith('pin:'): send('D ' + mode[4:]); send('OK')
-                else: send('ERR 83886179 Operation cancelled <Pinentry>')
-                continue
-            if cmd == 'CONFIRM':
-                with open(os.path.join(D, 'pinentry.log'), 'a') as f: f.write(desc + '\\n')
-                mode = open(os.path.join(D, 'pinentry.mode')).read().strip()
-                send('OK' if mode == 'allow' else 'ERR 83886194 Not confirmed <Pinentry>'); continue
-            if cmd == 'BYE': send('OK'); break
-            send('OK')
-        """
-
     @Test("userPresence key: allowed and denied through pinentry, refused at once without a display; audited")
     func presence() throws {
         try withSandbox { box in
-            let script = box.root + "/pinentry.py"
-            try Data(Self.pinentry.utf8).write(to: URL(fileURLWithPath: script))
-            chmod(script, 0o755)
-            let mode = box.root + "/pinentry.mode", promptLog = box.root + "/pinentry.log"
+            let pinentry = try ScriptedPinentry(in: box.root)
+            let script = pinentry.script, mode = pinentry.modePath, promptLog = pinentry.logPath
             let made = try box.cli(
                 ["create-keypair", "-l", "guarded", "--access-control", "userPresence"] + box.unlockArgs)
             try #require(made.status == 0, "\(made.summary)")

@@ -424,39 +424,17 @@ struct SecretServiceTests {
         "a locked vault without a passphrase file: Unlock gives a Prompt that asks the caller through pinentry; cancelled it is dismissed; no display is refused at once"
     )
     func unlockPrompt() throws {
-        // A scripted pinentry in a directory of its own (the provider is given its path before
-        // the sandbox exists): GETPIN answers what pinentry.answer holds (empty: cancelled) and
-        // logs each prompt's description.
-        let pinentry = """
-            #!/usr/bin/python3
-            import sys, os
-            D = os.path.dirname(os.path.abspath(__file__))
-            def send(s):
-                sys.stdout.write(s + '\\n'); sys.stdout.flush()
-            send('OK Pleased to meet you')
-            desc = ''
-            for line in sys.stdin:
-                line = line.rstrip('\\n'); cmd = line.split(' ', 1)[0]
-                if cmd == 'SETDESC': desc = line[8:]
-                if cmd == 'GETPIN':
-                    with open(os.path.join(D, 'pinentry.log'), 'a') as f: f.write(desc + '\\n')
-                    answer = open(os.path.join(D, 'pinentry.answer')).read().strip()
-                    if answer: send('D ' + answer); send('OK')
-                    else: send('ERR 83886179 Operation cancelled <Pinentry>')
-                    continue
-                if cmd == 'BYE': send('OK'); break
-                send('OK')
-            """
+        // The scripted pinentry in a directory of its own: the provider is given its path before
+        // the sandbox exists.
         var template = Array("/tmp/keychainfs-test-pinentry-XXXXXX".utf8CString)
         let dir = String(cString: try #require(mkdtemp(&template)))
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let script = dir + "/pinentry.py"
-        try Data(pinentry.utf8).write(to: URL(fileURLWithPath: script))
-        chmod(script, 0o755)
+        let pinentry = try ScriptedPinentry(in: dir)
+        let script = pinentry.script
         // A provider whose passphrase came on a descriptor (it cannot read it again), and one
         // started --locked (no passphrase at all, as the user unit runs it): the same prompt.
         for options in [["--pinentry", script], ["--locked", "--pinentry", script]] {
-            try? FileManager.default.removeItem(atPath: dir + "/pinentry.log")
+            pinentry.clearLog()
             try withSecretService(
                 passphraseOnDescriptor: true, options: options,
                 setup: { box in try box.addGeneric("prompt-svc", "pat", "prompted-secret") }
@@ -473,16 +451,15 @@ struct SecretServiceTests {
                         reply = conn.send_and_get_reply(new_method_call(service, 'Unlock', 'ao', ([coll.collection_path],)), unwrap=False)
                         print('headless', reply.header.fields.get(4), 'display' in (reply.body[0] if reply.body else ''))
                         sys.exit(0)
-                    open(sys.argv[2], 'w').write('')
+                    open(sys.argv[2], 'w').write('cancel\\n')
                     print('cancelled', coll.unlock(), coll.is_locked())
-                    open(sys.argv[2], 'w').write(sys.argv[3] + '\\n')
+                    open(sys.argv[2], 'w').write('pin:' + sys.argv[3] + '\\n')
                     print('answered', coll.unlock(), coll.is_locked())
                     item = list(coll.search_items({'service': 'prompt-svc'}))[0]
                     print('secret', item.get_secret().decode())
                     """
-                let answer = dir + "/pinentry.answer"
                 let r = try box.python(
-                    bus.address, client, ["display", answer, box.passphrase], env: ["DISPLAY": ":99"])
+                    bus.address, client, ["display", pinentry.modePath, box.passphrase], env: ["DISPLAY": ":99"])
                 #expect(r.status == 0, "python: \(r.summary)")
                 let out = labelled(r)
                 #expect(out["locked"] == "True", "\(r.stdout)")
@@ -490,8 +467,7 @@ struct SecretServiceTests {
                 #expect(out["cancelled"] == "True True", "\(r.stdout)")
                 #expect(out["answered"] == "False False", "\(r.stdout)")
                 #expect(out["secret"] == "prompted-secret", "\(r.stdout)")
-                let prompts = ((try? String(contentsOfFile: dir + "/pinentry.log", encoding: .utf8)) ?? "")
-                    .split(separator: "\n")
+                let prompts = pinentry.prompts
                 #expect(
                     prompts.count == 2 && prompts.allSatisfy { $0.contains("is locked") && $0.contains("python") },
                     "\(prompts)")
@@ -500,9 +476,7 @@ struct SecretServiceTests {
                 #expect(headless.status == 0, "python: \(headless.summary)")
                 let h = labelled(headless)
                 #expect(h["headless"] == "org.freedesktop.Secret.Error.IsLocked True", "\(headless.stdout)")
-                let after = ((try? String(contentsOfFile: dir + "/pinentry.log", encoding: .utf8)) ?? "")
-                    .split(separator: "\n")
-                #expect(after.count == 2)
+                #expect(pinentry.prompts.count == 2)
             }
         }
     }

@@ -1,0 +1,67 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A pinentry stand-in for tests of user presence and vault unlock prompts (the Assuan
+/// protocol's commands that keychainfs sends). It answers from `pinentry.mode` beside itself:
+/// CONFIRM is allowed when the mode is `allow` and denied otherwise; GETPIN gives the text after
+/// `pin:` and is cancelled otherwise. Each prompt's description is appended to `pinentry.log`
+/// beside it.
+public struct ScriptedPinentry {
+    public let script: String
+    public var modePath: String { directory + "/pinentry.mode" }
+    public var logPath: String { directory + "/pinentry.log" }
+    let directory: String
+
+    static let source = """
+        #!/usr/bin/python3
+        import sys, os
+        D = os.path.dirname(os.path.abspath(__file__))
+        def send(s):
+            sys.stdout.write(s + '\\n'); sys.stdout.flush()
+        def mode():
+            try: return open(os.path.join(D, 'pinentry.mode')).read().strip()
+            except FileNotFoundError: return ''
+        def log(desc):
+            with open(os.path.join(D, 'pinentry.log'), 'a') as f: f.write(desc + '\\n')
+        send('OK Pleased to meet you')
+        desc = ''
+        for line in sys.stdin:
+            line = line.rstrip('\\n'); cmd = line.split(' ', 1)[0]
+            if cmd == 'SETDESC': desc = line[8:]
+            if cmd == 'GETPIN':
+                log(desc); m = mode()
+                if m.startswith('pin:'): send('D ' + m[4:]); send('OK')
+                else: send('ERR 83886179 Operation cancelled <Pinentry>')
+                continue
+            if cmd == 'CONFIRM':
+                log(desc)
+                send('OK' if mode() == 'allow' else 'ERR 83886194 Not confirmed <Pinentry>'); continue
+            if cmd == 'BYE': send('OK'); break
+            send('OK')
+        """
+
+    /// Writes the script into `directory` (made if missing).
+    public init(in directory: String) throws {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        self.directory = directory
+        script = directory + "/pinentry.py"
+        try Data(Self.source.utf8).write(to: URL(fileURLWithPath: script))
+        chmod(script, 0o755)
+    }
+
+    /// What the next prompts answer: `allow`, `deny`, `pin:SECRET`, or `cancel`.
+    public func answer(_ mode: String) throws {
+        try Data((mode + "\n").utf8).write(to: URL(fileURLWithPath: modePath))
+    }
+
+    /// The descriptions of the prompts shown so far, one a line.
+    public var prompts: [String] {
+        ((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    /// Forgets the prompts shown so far.
+    public func clearLog() { try? FileManager.default.removeItem(atPath: logPath) }
+}
