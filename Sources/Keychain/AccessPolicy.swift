@@ -13,14 +13,40 @@ import KeychainCrypto
 public struct AccessPolicy: Sendable, Equatable {
     /// Group name → executable paths, in the order they were added.
     public private(set) var groups: [(name: String, executables: [String])] = []
+    /// Decisions the user told a presence prompt to remember ("Always allow"): executable →
+    /// the ids of the userPresence items it may use without asking again. Item ids are never
+    /// reused (the manifest's highest id), so a decision cannot pass to a later item.
+    public private(set) var rememberedPresence: [String: Set<Int64>] = [:]
 
     public init() {}
 
     public static func == (a: AccessPolicy, b: AccessPolicy) -> Bool {
         a.groups.map(\.name) == b.groups.map(\.name) && a.groups.map(\.executables) == b.groups.map(\.executables)
+            && a.rememberedPresence == b.rememberedPresence
     }
 
+    /// No access groups (every process is in `default`); remembered presence decisions do not
+    /// change who sees what.
     public var isEmpty: Bool { groups.isEmpty }
+
+    /// Remembers that `executable` may use item `itemID` without a presence prompt.
+    public mutating func remember(executable: String, itemID: Int64) {
+        rememberedPresence[executable, default: []].insert(itemID)
+    }
+
+    /// Forgets remembered decisions: of one executable (nil: every executable), for one item
+    /// (nil: every item). Returns whether anything was forgotten.
+    @discardableResult
+    public mutating func forget(executable: String?, itemID: Int64?) -> Bool {
+        var changed = false
+        for exe in rememberedPresence.keys where executable == nil || exe == executable {
+            let before = rememberedPresence[exe]!.count
+            if let itemID { rememberedPresence[exe]!.remove(itemID) } else { rememberedPresence[exe]!.removeAll() }
+            changed = changed || rememberedPresence[exe]!.count != before
+            if rememberedPresence[exe]!.isEmpty { rememberedPresence[exe] = nil }
+        }
+        return changed
+    }
 
     public mutating func add(group: String, executable: String) {
         if let i = groups.firstIndex(where: { $0.name == group }) {
@@ -50,9 +76,23 @@ public struct AccessPolicy: Sendable, Equatable {
         return out
     }
 
+    /// Remembered decisions travel in the policy as one more part shaped like a group, so
+    /// that they are signed, encrypted, covered by the manifest (no replay of a forgotten
+    /// decision) and re-signed by key rotation like the groups. Its name cannot be a group's
+    /// (a NUL), and its entries are `executable NUL id`, which no process's executable can
+    /// equal: a keychainfs from before remembered decisions reads the part as a group nobody
+    /// is in, and simply asks every time.
+    static let rememberedPart = "\u{0}remembered-presence"
+
     var encoded: [UInt8] {
         var parts: [[UInt8]] = []
         for (name, exes) in groups { parts.append(Framing.frame([Framing.text(name)] + exes.map(Framing.text))) }
+        if !rememberedPresence.isEmpty {
+            let entries = rememberedPresence.sorted { $0.key < $1.key }.flatMap { exe, ids in
+                ids.sorted().map { Framing.text("\(exe)\u{0}\($0)") }
+            }
+            parts.append(Framing.frame([Framing.text(Self.rememberedPart)] + entries))
+        }
         return Framing.frame(parts)
     }
 
@@ -64,6 +104,14 @@ public struct AccessPolicy: Sendable, Equatable {
             else { return nil }
             let exes = fields.dropFirst().compactMap { String(validating: $0, as: UTF8.self) }
             guard exes.count == fields.count - 1 else { return nil }
+            if name == Self.rememberedPart {
+                for entry in exes {
+                    let pieces = entry.split(separator: "\u{0}", omittingEmptySubsequences: false)
+                    guard pieces.count == 2, !pieces[0].isEmpty, let id = Int64(pieces[1]) else { return nil }
+                    remember(executable: String(pieces[0]), itemID: id)
+                }
+                continue
+            }
             groups.append((name, Array(exes)))
         }
     }

@@ -54,4 +54,13 @@ extension Keychain {
         // an older signed policy replayed into the file is detected at unlock.
         try writeTransaction(keys: keys.manifest) { try $0.setMeta("access_policy", blob) }
     }
+
+    /// Remembers a presence prompt's "Always allow": `executable` may use item `itemID` without
+    /// asking again. Needs the passphrase, as every policy change does: a process of the user
+    /// that could write the vault file cannot grant itself an item.
+    public func rememberPresence(executable: String, itemID: Int64, passphrase: SecureBytes) throws {
+        var policy = try accessPolicy()
+        policy.remember(executable: executable, itemID: itemID)
+        try setAccessPolicy(policy, passphrase: passphrase)
+    }
 }

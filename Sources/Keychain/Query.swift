@@ -127,6 +127,9 @@ public struct Caller: Sendable {
     public var processDescription: String
     /// Identifies the process across requests (pid and start time), for the presence reuse window.
     public var processKey: String
+    /// The process's executable (its /proc/PID/exe), when it was identified: what the access
+    /// policy's groups and remembered presence decisions name.
+    public var executable: String?
     /// What a presence reuse window is kept for: the process (the mount, the CLI), a scope a
     /// face names (the ssh agent: one key and one destination host), or nothing (each request
     /// asks).
@@ -140,7 +143,7 @@ public struct Caller: Sendable {
     public init(
         accessGroups: [String] = [Caller.defaultAccessGroup], presence: (any PresenceVerifier)? = nil,
         authenticationUI: AuthenticationUI = .allow, processDescription: String = "", processKey: String = "",
-        presenceGrants: Set<Int64> = []
+        presenceGrants: Set<Int64> = [], executable: String? = nil
     ) {
         self.accessGroups = accessGroups
         self.presence = presence
@@ -148,6 +151,7 @@ public struct Caller: Sendable {
         self.processDescription = processDescription
         self.processKey = processKey
         self.presenceGrants = presenceGrants
+        self.executable = executable
     }
 
     /// This caller, with user presence for `itemID` taken as given (it was just asked).

@@ -90,8 +90,11 @@ public enum SecretServiceMapping {
     /// through the mount or the CLI, its keychain attributes under the names libsecret's
     /// schemas use (genp: `service`, `username`; inet: `xdg:schema`
     /// org.gnome.keyring.NetworkPassword, `server`, `protocol`, `port`, `user`, `object`).
+    /// A kept map shows the item's current names: after a rename through the mount or the CLI,
+    /// the attribute its service, account or server came from says the new value (a schema
+    /// name or a URL stays as given: it was never just the name).
     public static func attributes(of item: KeychainItem) -> [String: String] {
-        if let kept = kept(item) { return kept.attributes }
+        if let kept = kept(item) { return current(kept.attributes, of: item) }
         var out: [String: String] = [:]
         switch item.itemClass {
         case .internetPassword:
@@ -106,6 +109,26 @@ public enum SecretServiceMapping {
         default:
             out["service"] = item.string(Schema.service) ?? ""
             out["username"] = item.string(Schema.account) ?? ""
+        }
+        return out
+    }
+
+    /// The kept map with the attributes `newItem` took the item's names from set to the names
+    /// it has now.
+    private static func current(_ given: [String: String], of item: KeychainItem) -> [String: String] {
+        var out = given
+        func overlay(_ key: String?, _ attribute: Attribute) {
+            guard let key, let now = item.string(attribute), !now.isEmpty, out[key] != nil else { return }
+            out[key] = now
+        }
+        overlay(["username", "account", "user"].first { given[$0] != nil }, Schema.account)
+        switch item.itemClass {
+        case .internetPassword:
+            let serverKey = ["server", "host"].first { given[$0] != nil }
+            if let serverKey, !(given[serverKey] ?? "").contains("://") { overlay(serverKey, Schema.server) }
+        default:
+            let serviceSource = ["service", schemaAttribute, "application"].first { given[$0] != nil }
+            if serviceSource != schemaAttribute { overlay(serviceSource, Schema.service) }
         }
         return out
     }
@@ -164,12 +187,18 @@ public enum SecretServiceMapping {
         return .string(String(decoding: try encoder.encode(kept), as: UTF8.self))
     }
 
-    /// Whether an item's secret is out of reach now: a locked keychain holds no key for its
-    /// protection class, or it needs user presence (asked through a prompt this provider does
-    /// not offer yet). Reported as the item's `Locked` property and in SearchItems' locked list.
-    public static func isLocked(_ item: KeychainItem, in keychain: Keychain) -> Bool {
-        if let control = item.accessControl, !control.flags.isEmpty { return true }
+    /// Whether an item's secret is out of reach of `caller` now: a locked keychain holds no key
+    /// for its protection class, or it needs user presence that this caller has not given (an
+    /// Unlock prompt of its own, or an "Always allow" remembered in the policy). Reported as the
+    /// item's `Locked` property and in SearchItems' locked list.
+    public static func isLocked(_ item: KeychainItem, in keychain: Keychain, for caller: Caller) -> Bool {
         do { try keychain.checkReadable(item.accessibility, itemID: item.id) } catch { return true }
-        return false
+        return needsPresence(item, from: caller)
+    }
+
+    /// Whether reading the item would need a presence prompt for this caller.
+    public static func needsPresence(_ item: KeychainItem, from caller: Caller) -> Bool {
+        guard let control = item.accessControl, control.requiresPresence else { return false }
+        return !caller.presenceGrants.contains(item.id)
     }
 }

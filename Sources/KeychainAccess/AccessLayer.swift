@@ -54,14 +54,19 @@ public final class AccessLayer: Sendable {
             throw Errno.ioError
         }
         let presence = self.presence
-        guard identify || !policy.isEmpty else { return Caller(presence: presence) }
+        guard identify || !policy.isEmpty || !policy.rememberedPresence.isEmpty else {
+            return Caller(presence: presence)
+        }
         guard let process = identities.process(tid: tid) else {
             // The process is gone (or in another pid namespace): nothing to decide for.
             if policy.isEmpty { return Caller(presence: presence) }
             throw Errno.permissionDenied
         }
+        // "Always allow" answers the user gave this executable count as presence already given.
         return Caller(
             accessGroups: policy.accessGroups(forExecutable: process.executable), presence: presence,
-            processDescription: process.description, processKey: process.key)
+            processDescription: process.description, processKey: process.key,
+            presenceGrants: process.executable.flatMap { policy.rememberedPresence[$0] } ?? [],
+            executable: process.executable)
     }
 }

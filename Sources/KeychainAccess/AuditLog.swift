@@ -35,6 +35,8 @@ public enum AuditOperation: Sendable, Equatable {
     case dbusDelete
     case dbusSetProperty
     case dbusLookup
+    /// A Secret Service presence prompt's answer (allowed once, always allowed, or denied).
+    case dbusPresence
 
     /// The word in the log line.
     public var text: String {
@@ -58,6 +60,7 @@ public enum AuditOperation: Sendable, Equatable {
         case .dbusDelete: "dbus-delete"
         case .dbusSetProperty: "dbus-set-property"
         case .dbusLookup: "dbus-lookup"
+        case .dbusPresence: "dbus-presence"
         }
     }
 
@@ -68,6 +71,7 @@ public enum AuditOperation: Sendable, Equatable {
             lookup, openRead, openWrite, openTruncate, write, create, delete, rename, renameToScratch, replaceData,
             sshSign,
             dbusSearch, dbusGetSecret, dbusCreate, dbusSetSecret, dbusDelete, dbusSetProperty, dbusLookup,
+            dbusPresence,
         ].map(\.text) + ["set-<attr>"]
 }
 

@@ -168,6 +168,90 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
     }
 }
 
+/// What the user answered a presence prompt that offers to remember the decision.
+public enum PresenceAnswer: Sendable, Equatable {
+    /// "Allow once".
+    case allowedOnce
+    /// "Always allow", and the decision is now in the signed policy.
+    case remembered
+    /// "Always allow", but the passphrase that signs the decision was not given (cancelled or
+    /// wrong three times): allowed this once only, for the reason said.
+    case allowedNotRemembered(String)
+}
+
+extension PinentryPresence {
+    /// A presence prompt for `item` that can also remember the answer (the Secret Service's
+    /// Prompt): Allow once, Always allow, or Deny. "Always allow" then asks for the vault
+    /// passphrase in the same pinentry, because remembering changes the signed policy;
+    /// `remember` gets it (and throws errSecAuthFailed for a wrong one: three tries). Deny,
+    /// cancel and timeout throw. Items that need the passphrase itself (devicePasscode) ask
+    /// for it as `verify` does and are never remembered.
+    public func confirm(
+        item: KeychainItem, caller: Caller, remember: ((SecureBytes) throws -> Void)?
+    ) throws -> PresenceAnswer {
+        let flags = item.accessControl?.flags ?? []
+        guard let program, !flags.contains(.devicePasscode) || flags.contains(.userPresence) else {
+            try verify(item: item, flags: flags, caller: caller)
+            return .allowedOnce
+        }
+        let (pid, tty, display) = Self.promptTarget(caller)
+        guard tty != nil || display != nil else {
+            throw KeychainError(
+                .interactionNotAllowed,
+                "\(item.summary) needs user presence, and \(caller.processDescription) has no terminal or display to ask on"
+            )
+        }
+        let remember = caller.executable == nil ? nil : remember
+        let session = try AssuanSession(
+            program: program, tty: tty, display: display,
+            term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
+            timeout: 4 * timeoutSeconds + 5)
+        defer { session.finish() }
+        try session.command("SETTITLE keychainfs")
+        var description = "Allow \(caller.processDescription) to use \(item.summary)?"
+        if remember != nil, let executable = caller.executable {
+            description += " \"Always allow\" lets \(executable) use it from now on without asking."
+        }
+        try session.command("SETDESC " + AssuanSession.escape(description))
+        try session.command("SETTIMEOUT \(timeoutSeconds)")
+        try session.command(remember == nil ? "SETOK Allow" : "SETOK Allow once")
+        if remember != nil {
+            try session.command("SETNOTOK Always allow")
+            try session.command("SETCANCEL Deny")
+        } else {
+            try session.command("SETNOTOK Deny")
+        }
+        switch try session.confirm() {
+        case AssuanSession.confirmed: return .allowedOnce
+        case AssuanSession.notConfirmed where remember != nil: break  // the middle button
+        case AssuanSession.cancelled where remember != nil: throw KeychainError(.authFailed, "the user denied access")
+        case let code: throw AssuanSession.error(code: code)
+        }
+        guard let remember, let executable = caller.executable else { return .allowedOnce }
+        try session.command(
+            "SETDESC "
+                + AssuanSession.escape(
+                    "To always allow \(executable) to use \(item.summary), enter the passphrase of \(keychain.path): "
+                        + "the decision is signed into the vault's access policy."))
+        try session.command("SETPROMPT Passphrase:")
+        for attempt in 1...3 {
+            var pin: [UInt8]
+            do { pin = try session.getPin() } catch let e as KeychainError {
+                return .allowedNotRemembered("the passphrase prompt ended: \(e.message)")
+            }
+            defer { Sodium.wipe(&pin) }
+            do {
+                try remember(try SecureBytes(copying: pin))
+                return .remembered
+            } catch let e as KeychainError where e.status == .authFailed {
+                if attempt == 3 { return .allowedNotRemembered("the passphrase was wrong three times") }
+                try session.command("SETERROR " + AssuanSession.escape("Wrong passphrase (try \(attempt + 1) of 3)"))
+            }
+        }
+        return .allowedOnce
+    }
+}
+
 /// One pinentry process and its Assuan conversation.
 struct AssuanSession {
     let pid: pid_t
@@ -278,14 +362,37 @@ struct AssuanSession {
         }
     }
 
+    static let confirmed = 0
+    static let cancelled = 99
+    static let notConfirmed = 114
+
+    /// CONFIRM: which button was pressed, as a gpg-error code (0 OK, 114 NOTOK, 99 cancel) or
+    /// another error's code (62 timeout).
+    func confirm() throws -> Int {
+        _ = "CONFIRM\n".withCString { write(input, $0, strlen($0)) }
+        while true {
+            let reply = try readLine()
+            if reply.hasPrefix("OK") { return Self.confirmed }
+            if reply.hasPrefix("ERR") { return Self.code(reply) }
+        }
+    }
+
+    static func code(_ reply: String) -> Int {
+        (reply.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0) & 0xFFFF
+    }
+
     /// gpg-error codes (the low 16 bits): 99 cancelled, 114 not confirmed (denied), 62 timeout.
-    static func error(_ reply: String) -> KeychainError {
-        let code = reply.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
-        switch code & 0xFFFF {
+    static func error(_ reply: String) -> KeychainError { error(code: code(reply), reply: reply) }
+
+    static func error(code: Int, reply: String = "") -> KeychainError {
+        switch code {
         case 99: return KeychainError(.userCanceled, "the user cancelled the prompt")
         case 114: return KeychainError(.authFailed, "the user denied access")
         case 62: return KeychainError(.authFailed, "the prompt timed out")
-        default: return KeychainError(.interactionNotAllowed, "pinentry failed: \(reply.prefix(80))")
+        default:
+            return KeychainError(
+                .interactionNotAllowed, "pinentry failed: \(reply.isEmpty ? "error \(code)" : String(reply.prefix(80)))"
+            )
         }
     }
 

@@ -37,6 +37,17 @@ struct CLISurfaceTests {
         }
     }
 
+    @Test("-o takes a comma inside a value written \\, (a D-Bus address), as libfuse's option parser does")
+    func escapedCommaInMountOption() throws {
+        let parsed = try ParsedMountOptions(["secret_service_address=unix:path=/tmp/b\\,guid=12ab,cache=2", "locked"])
+        #expect(parsed.secretService)
+        #expect(parsed.secretServiceAddress == "unix:path=/tmp/b,guid=12ab")
+        #expect(parsed.fuse.cacheSeconds == 2)
+        #expect(parsed.fuse.startLocked)
+        #expect(ParsedMountOptions.split("a,,b\\,c,").map(String.init) == ["a", "b,c"])
+        #expect(try ParsedMountOptions(["secret_service"]).secretServiceAddress == nil)
+    }
+
     @Test("an unknown -o option exits 2, names it, lists the valid ones and never echoes a value")
     func unknownMountOption() throws {
         let box = try Sandbox()

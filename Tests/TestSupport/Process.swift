@@ -55,6 +55,7 @@ public final class Spawned: @unchecked Sendable {
     }
 
     public var stdoutSoFar: String { (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "" }
+    public var stderrSoFar: String { (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "" }
 
     /// Reaps the child if it has exited; true while it runs.
     public var isRunning: Bool {

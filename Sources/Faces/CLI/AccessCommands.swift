@@ -75,6 +75,78 @@ struct AccessGroup: ParsableCommand {
     }
 }
 
+/// `keychainfs presence list|forget`: the "Always allow" answers of presence prompts, which the
+/// signed policy remembers per executable and item (docs/secret-service.md).
+struct RememberedPresence: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "presence",
+        abstract:
+            "List or forget remembered presence decisions (\"Always allow\" answers; forgetting needs the passphrase).",
+        discussion:
+            "A Secret Service presence prompt's \"Always allow\" lets one executable use one userPresence item without asking again, through every face that identifies the process. The decision is kept in the vault's signed access policy.",
+        subcommands: [List.self, Forget.self])
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print the remembered decisions: executable, item id and the item's summary.")
+        @OptionGroup var vault: VaultOptions
+
+        func run() throws {
+            let keychain = try vault.openUnlocked()
+            let remembered = try keychain.accessPolicy().rememberedPresence
+            if remembered.isEmpty { Output.line("(no remembered presence decisions)") }
+            for (exe, ids) in remembered.sorted(by: { $0.key < $1.key }) {
+                for id in ids.sorted() {
+                    let summary = (try? RememberedPresence.summary(keychain, id)) ?? "(item \(id) no longer exists)"
+                    Output.line("\(exe): \(id) \(summary)")
+                }
+            }
+        }
+    }
+
+    struct Forget: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Forget remembered decisions: of an executable, for an item (--item), or all (--all).")
+        @OptionGroup var vault: VaultOptions
+        @Argument(help: ArgumentHelp("The executable (resolved to an absolute path).", valueName: "executable"))
+        var executable: String?
+        @Option(name: .long, help: ArgumentHelp("Only the decisions for this item id.", valueName: "id"))
+        var item: Int64?
+        @Flag(name: .long, help: "Forget every remembered decision.") var all = false
+
+        func validate() throws {
+            if all && (executable != nil || item != nil) {
+                throw ValidationError("--all forgets everything: give no executable or --item with it")
+            }
+            if !all && executable == nil && item == nil {
+                throw ValidationError("name an executable, an --item, or --all")
+            }
+        }
+
+        func run() throws {
+            let keychain = try Keychain.open(at: vault.path)
+            let passphrase = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
+            try keychain.unlock(passphrase: passphrase)
+            var policy = try keychain.accessPolicy()
+            let exe = try executable.map { (try? resolveExecutable($0)) ?? $0 }
+            guard policy.forget(executable: exe, itemID: item) else {
+                throw KeychainError(.itemNotFound, "no remembered presence decision matches")
+            }
+            try keychain.setAccessPolicy(policy, passphrase: passphrase)
+        }
+    }
+
+    /// "genp service/account" for an item id, whatever its class.
+    static func summary(_ keychain: Keychain, _ id: Int64) throws -> String {
+        for itemClass in ItemClass.allCases {
+            if let item = try? keychain.item(id: id, itemClass: itemClass, withData: false) {
+                return item.summary
+            }
+        }
+        throw KeychainError(.itemNotFound, "no item \(id)")
+    }
+}
+
 /// An executable named on the command line, as the kernel will report it in /proc/PID/exe.
 func resolveExecutable(_ path: String) throws -> String {
     var candidate = path

@@ -5,6 +5,7 @@ import Keychain
 import KeychainCrypto
 import KeychainAccess
 import KeychainFS
+import KeychainSecretService
 import CPlatform
 
 /// /proc/self/mountinfo, for telling live, stale and absent mounts apart.
@@ -182,6 +183,8 @@ struct Mount: ParsableCommand {
             fs.access.presence = PinentryPresence(
                 keychain: keychain, program: parsed.pinentry,
                 reuseSeconds: parsed.presenceReuse, timeoutSeconds: parsed.presenceTimeout)
+            // Connected before the mount goes live: a name another provider owns fails the mount.
+            let secretService = try parsed.secretService ? connectSecretService(parsed, keychain, fs.access) : nil
             let control = try ControlServer(path: controlSocketPath(), keychain: keychain)
             fs.controlSocketPath = control.path
             control.start()
@@ -197,6 +200,13 @@ struct Mount: ParsableCommand {
                     "cannot mount on \(mountpoint) (is /dev/fuse usable, and fusermount3 installed?)")
             }
             Log.info("mounted \(vaultPath) on \(mountpoint)")
+            if let secretService {
+                Thread.detachNewThread {
+                    do { try secretService.serve() } catch {
+                        Log.error("secret service: \(error); the mount goes on without it")
+                    }
+                }
+            }
             report("ok")
             // A Type=notify unit (mount -f under systemd) is started now that the mount is live.
             SystemdNotify.send("READY=1")
@@ -215,6 +225,23 @@ struct Mount: ParsableCommand {
             report("error \(e.exitCode) \(e.message)")
             throw e
         }
+    }
+
+    /// `-o secret_service`: the provider of `keychainfs secret-service` over the mount's vault,
+    /// access layer (policy, presence, audit) and pinentry, connected and owning its name.
+    func connectSecretService(
+        _ parsed: ParsedMountOptions, _ keychain: Keychain, _ access: AccessLayer
+    ) throws -> SecretServiceProvider {
+        let provider = SecretServiceCommand.provider(
+            keychain: keychain, access: access, pinentry: parsed.pinentry,
+            passphraseFile: vault.passphraseFile ?? parsed.passphraseFile)
+        do {
+            let described = try provider.connect(address: parsed.secretServiceAddress)
+            Log.info("secret service: serving \(SecretServiceProvider.busName) on \(described)")
+        } catch {
+            throw CLIError.failure(error.message)
+        }
+        return provider
     }
 
     /// The control socket: in $XDG_RUNTIME_DIR/keychainfs when there is one, else the state

@@ -68,6 +68,17 @@ struct MountOption: Sendable {
             options.presenceTimeout = seconds
         },
         .text("audit", "PATH", "The audit log (default $XDG_STATE_HOME/keychainfs/audit.log).") { $0.audit = $1 },
+        .flag(
+            "secret_service",
+            "Also serve the vault as org.freedesktop.secrets on the session bus (docs/secret-service.md)."
+        ) { $0.secretService = true },
+        .text(
+            "secret_service_address", "ADDRESS",
+            "Serve the Secret Service on this D-Bus address (implies secret_service; write each comma in it as \\,)."
+        ) {
+            $0.secretService = true
+            $0.secretServiceAddress = $1
+        },
         .flag("debug", "Log every FUSE request (libfuse's -d).") { $0.fuse.debug = true },
     ]
 
@@ -162,12 +173,15 @@ struct ParsedMountOptions {
     var pinentry: String?
     var presenceReuse: Double = 0
     var presenceTimeout = 60
+    /// Serve org.freedesktop.secrets beside the mount, on the session bus or this address.
+    var secretService = false
+    var secretServiceAddress: String?
 
     /// Parses `-o` arguments (each a comma-separated list) through `MountOption.table`.
     /// Only option names are ever repeated in errors: a value could be something private.
     init(_ groups: [String]) throws {
         for group in groups {
-            for raw in group.split(separator: ",") {
+            for raw in Self.split(group) {
                 let (name, value): (String, String?) = {
                     guard let eq = raw.firstIndex(of: "=") else { return (String(raw), nil) }
                     return (String(raw[..<eq]), String(raw[raw.index(after: eq)...]))
@@ -198,5 +212,26 @@ struct ParsedMountOptions {
             throw CLIError.usage(
                 "-o allow_other needs -o default_permissions too: without it, other users could read the secrets")
         }
+    }
+
+    /// A comma-separated option list, where `\,` is a comma inside a value (as libfuse's
+    /// option parser reads it): D-Bus addresses have commas (`unix:path=…,guid=…`).
+    static func split(_ group: String) -> [Substring] {
+        var out: [Substring] = []
+        var current = ""
+        var chars = group[...]
+        while let c = chars.popFirst() {
+            if c == "\\", chars.first == "," {
+                current.append(",")
+                chars.removeFirst()
+            } else if c == "," {
+                if !current.isEmpty { out.append(Substring(current)) }
+                current = ""
+            } else {
+                current.append(c)
+            }
+        }
+        if !current.isEmpty { out.append(Substring(current)) }
+        return out
     }
 }

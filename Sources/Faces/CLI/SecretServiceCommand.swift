@@ -61,13 +61,25 @@ struct SecretServiceCommand: ParsableCommand {
         keychain.onDamagedRow { Log.error("skipped a damaged row: \($0)") }
         let log = try AuditLog(path: audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
         let access = AccessLayer(keychain: keychain, audit: log)
-        // Unlock without a prompt when a passphrase file can be read again (a descriptor was
-        // read to its end, a terminal may be gone); otherwise the Prompt object asks.
-        let file = vault.passphraseFile
-        // A client's Unlock of a locked vault asks its user through pinentry (a Prompt object).
+        let provider = Self.provider(
+            keychain: keychain, access: access, pinentry: pinentry, passphraseFile: vault.passphraseFile)
+        let described: String
+        do { described = try provider.connect(address: address) } catch { throw CLIError.failure(error.message) }
+        Output.line(
+            "keychainfs secret-service: serving \(SecretServiceProvider.busName) on \(described) (vault \(vault.path))")
+        do { try provider.serve() } catch { throw CLIError.failure(error.message) }
+    }
+
+    /// The provider over an opened keychain, as `secret-service` and `mount -o secret_service`
+    /// run it: Service.Unlock re-reads `passphraseFile` when there is one (a descriptor was read
+    /// to its end, a terminal may be gone); otherwise a Prompt object asks the client's user
+    /// through pinentry.
+    static func provider(
+        keychain: Keychain, access: AccessLayer, pinentry: String?, passphraseFile: String?
+    ) -> SecretServiceProvider {
         let prompter = PinentryPresence(keychain: keychain, program: pinentry, reuseSeconds: 0)
-        let provider = SecretServiceProvider(keychain: keychain, access: access, prompter: prompter) {
-            guard let file else {
+        return SecretServiceProvider(keychain: keychain, access: access, prompter: prompter) {
+            guard let file = passphraseFile else {
                 throw BusError(
                     "org.freedesktop.Secret.Error.IsLocked",
                     "the keychain is locked and no passphrase file can be read again (start the provider with --passphrase-file)"
@@ -81,10 +93,5 @@ struct SecretServiceCommand: ParsableCommand {
                 throw BusError("org.freedesktop.Secret.Error.IsLocked", "cannot read the passphrase file \(file)")
             }
         }
-        let described: String
-        do { described = try provider.connect(address: address) } catch { throw CLIError.failure(error.message) }
-        Output.line(
-            "keychainfs secret-service: serving \(SecretServiceProvider.busName) on \(described) (vault \(vault.path))")
-        do { try provider.serve() } catch { throw CLIError.failure(error.message) }
     }
 }

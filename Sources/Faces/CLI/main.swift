@@ -24,7 +24,7 @@ struct KeychainfsCommand: ParsableCommand {
             FindKey.self, DeleteKey.self, DeleteCertificate.self, Generate.self,
             CreateKeypair.self, SSHAgentCommand.self,
             Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
-            AccessGroup.self, AuditLogCommand.self, Backup.self, Verify.self, Salvage.self,
+            AccessGroup.self, RememberedPresence.self, AuditLogCommand.self, Backup.self, Verify.self, Salvage.self,
             Run.self, Inject.self, SecretServiceCommand.self,
         ])
 }

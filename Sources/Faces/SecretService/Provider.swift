@@ -18,7 +18,10 @@ public struct ProviderStartError: Error, CustomStringConvertible {
 /// mount does for a file operation; every item access is audited. The keychain rules (which
 /// class and names an item gets, what is locked) are the core's (`SecretServiceMapping`).
 ///
-/// One thread: `serve()` runs sd-bus's loop and each message is answered before the next.
+/// One bus thread: `serve()` runs sd-bus's loop and answers each message before the next.
+/// A prompt (pinentry, which may wait a minute for its user) runs on a thread of its own, and
+/// its Completed signal goes back to the bus thread through `onBusThread`: sd-bus objects
+/// belong to one thread, and no client waits for another's prompt.
 public final class SecretServiceProvider: Sendable {
     public static let busName = "org.freedesktop.secrets"
 
@@ -31,13 +34,36 @@ public final class SecretServiceProvider: Sendable {
     /// no prompts, Unlock answers IsLocked.
     let prompter: PinentryPresence?
 
-    /// Prompts handed out by Unlock and not yet completed: whose (the unique bus name that asked,
-    /// the only one that may run or dismiss it), the caller it asks for, what it unlocks.
+    /// A prompt handed out by Unlock and not yet run: whose (the unique bus name that asked, the
+    /// only one that may run or dismiss it), the caller it asks for, the objects it unlocks,
+    /// and whether it first asks for the vault's passphrase (the keychain was locked).
+    struct PendingPrompt: Sendable {
+        let owner: String
+        let caller: Caller
+        let paths: [String]
+        let unlocksVault: Bool
+    }
     private struct Prompts {
         var next = 1
-        var open: [Int: (owner: String, caller: Caller, paths: [String])] = [:]
+        var open: [Int: PendingPrompt] = [:]
+        /// Prompts running now (each a thread and a pinentry): past the cap a prompt completes
+        /// dismissed at once, so no client can pile up pinentries.
+        var running = 0
     }
     private let prompts = Mutex(Prompts())
+    static let maxRunningPrompts = 4
+
+    /// User presence given through this provider's prompts, per client (unique bus name) and
+    /// for the unlock it was given in: a lock, then an unlock, asks again.
+    private struct PresenceGrants {
+        var byClient: [String: (unlockedSince: Date, items: Set<Int64>)] = [:]
+    }
+    private let presenceGrants = Mutex(PresenceGrants())
+
+    /// Work other threads hand to the bus thread (a prompt's Completed signal), and the pipe
+    /// that wakes the bus thread's poll for it.
+    private let busWork = Mutex<[@Sendable (SecretServiceProvider) -> Void]>([])
+    private let wake: (read: Int32, write: Int32)
 
     /// Open sessions, by number, with the unique bus name of the client that opened each (a
     /// session serves only its own client) and how it carries secrets.
@@ -63,6 +89,19 @@ public final class SecretServiceProvider: Sendable {
         self.access = access
         self.prompter = prompter
         self.unlock = unlock
+        var fds: [Int32] = [-1, -1]
+        if pipe(&fds) == 0 {
+            for fd in fds {
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+            }
+        }
+        wake = (fds[0], fds[1])
+    }
+
+    deinit {
+        close(wake.read)
+        close(wake.write)
     }
 
     /// Connects to the session bus (`DBUS_SESSION_BUS_ADDRESS`, else `$XDG_RUNTIME_DIR/bus`) or
@@ -106,6 +145,14 @@ public final class SecretServiceProvider: Sendable {
             sd_bus_unref(pointer)
             throw ProviderStartError(message: "cannot serve \(ObjectPath.root): \(String(cString: strerror(-r)))")
         }
+        // A client that leaves the bus leaves nothing behind: its sessions, prompts and presence.
+        r = sd_bus_match_signal(
+            pointer, nil, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "NameOwnerChanged",
+            nameOwnerChangedHandler, me)
+        guard r >= 0 else {
+            sd_bus_unref(pointer)
+            throw ProviderStartError(message: "cannot watch clients leave: \(String(cString: strerror(-r)))")
+        }
         bus.withLock { $0 = BusHandle(pointer: pointer) }
         return described
     }
@@ -138,11 +185,81 @@ public final class SecretServiceProvider: Sendable {
                 throw ProviderStartError(message: "the bus connection ended: \(String(cString: strerror(-r)))")
             }
             if r > 0 { continue }
-            let w = sd_bus_wait(pointer, UInt64.max)
-            if w < 0 && w != -EINTR {
-                throw ProviderStartError(message: "the bus connection ended: \(String(cString: strerror(-w)))")
+            if runBusWork() { continue }
+            // sd_bus_wait, plus the wake pipe: the bus's fd and events, and its timeout (an
+            // absolute CLOCK_MONOTONIC time in µs, UINT64_MAX for none).
+            var fds = [
+                pollfd(
+                    fd: sd_bus_get_fd(pointer), events: Int16(truncatingIfNeeded: sd_bus_get_events(pointer)),
+                    revents: 0),
+                pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
+            ]
+            var until: UInt64 = 0
+            var timeout: Int32 = -1
+            if sd_bus_get_timeout(pointer, &until) >= 0 && until != UInt64.max {
+                var now = timespec()
+                clock_gettime(CLOCK_MONOTONIC, &now)
+                let nowMicros = UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec) / 1000
+                timeout = until > nowMicros ? Int32(min((until - nowMicros + 999) / 1000, 60_000)) : 0
+            }
+            if poll(&fds, 2, timeout) < 0 && errno != EINTR {
+                throw ProviderStartError(message: "the bus connection ended: \(String(cString: strerror(errno)))")
             }
         }
+    }
+
+    /// Hands `work` to the bus thread and wakes it.
+    func onBusThread(_ work: @escaping @Sendable (SecretServiceProvider) -> Void) {
+        busWork.withLock { $0.append(work) }
+        var one: UInt8 = 1
+        _ = write(wake.write, &one, 1)
+    }
+
+    /// Runs what other threads handed over; whether there was any.
+    private func runBusWork() -> Bool {
+        var drained = [UInt8](repeating: 0, count: 64)
+        while read(wake.read, &drained, drained.count) > 0 {}
+        let work = busWork.withLock { w -> [@Sendable (SecretServiceProvider) -> Void] in
+            defer { w.removeAll() }
+            return w
+        }
+        for item in work { item(self) }
+        return !work.isEmpty
+    }
+
+    /// A client left the bus (NameOwnerChanged with no new owner): its sessions, prompts and
+    /// presence grants go with it.
+    func clientLeft(_ message: OpaquePointer) -> Int32 {
+        let reader = MessageReader(message: message)
+        guard let name = try? reader.string(), name.hasPrefix(":"), (try? reader.string()) != nil,
+            let newOwner = try? reader.string(), newOwner.isEmpty
+        else { return 0 }
+        let closedSessions = sessions.withLock { s -> Int in
+            let before = s.open.count
+            s.open = s.open.filter { $0.value.owner != name }
+            return before - s.open.count
+        }
+        let closedPrompts = prompts.withLock { p -> Int in
+            let before = p.open.count
+            p.open = p.open.filter { $0.value.owner != name }
+            return before - p.open.count
+        }
+        let hadPresence = presenceGrants.withLock { $0.byClient.removeValue(forKey: name) != nil }
+        if closedSessions + closedPrompts > 0 || hadPresence {
+            Log.info(
+                "secret service: client \(name) left: closed \(closedSessions) session(s) and \(closedPrompts) prompt(s)"
+                    + (hadPresence ? ", forgot the presence it gave" : ""))
+        }
+        return 0
+    }
+
+    /// How many sessions and prompts are open, and for how many clients presence was given:
+    /// for tests of reaping and for the log.
+    public var openState: (sessions: Int, prompts: Int, presenceClients: Int) {
+        (
+            sessions.withLock { $0.open.count }, prompts.withLock { $0.open.count },
+            presenceGrants.withLock { $0.byClient.count }
+        )
     }
 
     // MARK: Dispatch
@@ -248,6 +365,20 @@ public final class SecretServiceProvider: Sendable {
         return 1
     }
 
+    /// org.freedesktop.DBus.Properties.PropertiesChanged naming the properties that changed,
+    /// with no values: what a property says depends on who asks (the access groups, the
+    /// presence a client gave), and a signal goes to every client.
+    func propertiesChanged(_ path: String, _ interface: String, _ names: [String]) {
+        emit(path, Introspection.properties, "PropertiesChanged") { w throws(BusError) in
+            try w.string(interface)
+            try w.open("a", "{sv}")
+            try w.close()
+            try w.open("a", "s")
+            for name in names { try w.string(name) }
+            try w.close()
+        }
+    }
+
     func emit(_ path: String, _ interface: String, _ member: String, _ body: (MessageWriter) throws(BusError) -> Void) {
         guard let pointer = bus.withLock({ $0?.pointer }) else { return }
         var signal: OpaquePointer?
@@ -261,8 +392,9 @@ public final class SecretServiceProvider: Sendable {
 
     /// The caller of a bus message: the sender's pid from the bus (GetConnectionUnixProcessID),
     /// its executable and groups through the access layer, as the mount identifies a FUSE
-    /// request's process. It is never prompted (no Prompt objects yet): an item that needs user
-    /// presence answers IsLocked.
+    /// request's process. A call never prompts: an item that needs user presence is Locked to
+    /// a caller until its Unlock prompt (a Prompt object) was answered, or its executable was
+    /// told "Always allow".
     func caller(of call: Call) throws -> Caller {
         var creds: OpaquePointer?
         var pid: pid_t = 0
@@ -279,8 +411,28 @@ public final class SecretServiceProvider: Sendable {
         }
         caller.authenticationUI = .fail
         caller.presence = nil
+        caller.presenceGrants.formUnion(grants(for: call.sender))
         if caller.processDescription.isEmpty { caller.processDescription = "pid \(pid)" }
         return caller
+    }
+
+    /// The items a client gave presence for in this unlock of the keychain.
+    func grants(for client: String) -> Set<Int64> {
+        guard case .unlocked(let since) = keychain.lockState else { return [] }
+        return presenceGrants.withLock { g in
+            guard let given = g.byClient[client], given.unlockedSince == since else { return [] }
+            return given.items
+        }
+    }
+
+    func grant(_ items: Set<Int64>, to client: String) {
+        guard case .unlocked(let since) = keychain.lockState, !items.isEmpty else { return }
+        presenceGrants.withLock { g in
+            var given = g.byClient[client] ?? (since, [])
+            if given.unlockedSince != since { given = (since, []) }
+            given.items.formUnion(items)
+            g.byClient[client] = given
+        }
     }
 
     func audit(_ caller: Caller, _ item: Int64?, _ op: AuditOperation, _ allowed: Bool, _ why: String? = nil) {
@@ -338,7 +490,7 @@ public final class SecretServiceProvider: Sendable {
         var unlocked: [String] = []
         var locked: [String] = []
         for item in found {
-            if SecretServiceMapping.isLocked(item, in: keychain) {
+            if SecretServiceMapping.isLocked(item, in: keychain, for: caller) {
                 locked.append(ObjectPath.item(item))
             } else {
                 unlocked.append(ObjectPath.item(item))
@@ -423,7 +575,7 @@ public final class SecretServiceProvider: Sendable {
             let caller = try self.caller(of: call)
             let item = try visibleItem(caller, itemClass, id)
             return [
-                "Locked": .bool(SecretServiceMapping.isLocked(item, in: keychain)),
+                "Locked": .bool(SecretServiceMapping.isLocked(item, in: keychain, for: caller)),
                 "Attributes": .map(SecretServiceMapping.attributes(of: item)),
                 "Label": .string(SecretServiceMapping.label(of: item)),
                 "Created": .uint64(UInt64(max(0, item.creationDate?.timeIntervalSince1970 ?? 0))),
@@ -467,6 +619,7 @@ public final class SecretServiceProvider: Sendable {
         emit(ObjectPath.collectionPath, Introspection.collection, "ItemChanged") { w throws(BusError) in
             try w.objectPath(ObjectPath.item(item))
         }
+        propertiesChanged(ObjectPath.item(item), Introspection.item, [name, "Modified"])
     }
 
     // MARK: Interfaces
@@ -539,42 +692,55 @@ public final class SecretServiceProvider: Sendable {
             }
         case "Unlock":
             let paths = try call.reader.objectPaths()
+            let caller = try caller(of: call)
+            var unlocksVault = false
             if collectionLocked {
                 do { try unlock() } catch let refusal as BusError {
-                    // No passphrase to read again: a Prompt object that asks the caller through
-                    // pinentry, if it has a terminal or display to ask on; else the refusal, at
-                    // once, saying why.
-                    let caller = try caller(of: call)
-                    guard let prompter else { throw refusal }
-                    if let why = prompter.whyNoPrompt(for: caller) {
-                        throw BusError(
-                            "org.freedesktop.Secret.Error.IsLocked",
-                            "the keychain is locked and \(why) (or start the provider with --passphrase-file)")
+                    // No passphrase to read again: the Prompt object asks the caller's user.
+                    guard prompter != nil else { throw refusal }
+                    unlocksVault = true
+                }
+                access.invalidatePolicy()
+            }
+            // Unlocked now (the keychain, and items that need no presence or had it given), and
+            // the items whose presence the prompt is to ask for.
+            var unlocked: [String] = []
+            var needPresence = false
+            for path in paths {
+                switch ObjectPath(path) {
+                case .collection?: if !collectionLocked { unlocked.append(path) }
+                case .item(let itemClass, let id)?:
+                    if unlocksVault { continue }
+                    let item = try visibleItem(caller, itemClass, id)
+                    if !SecretServiceMapping.isLocked(item, in: keychain, for: caller) {
+                        unlocked.append(path)
+                    } else if SecretServiceMapping.needsPresence(item, from: caller) {
+                        needPresence = true
                     }
-                    let n = prompts.withLock { p -> Int in
-                        defer { p.next += 1 }
-                        p.open[p.next] = (call.sender, caller, paths)
-                        return p.next
-                    }
-                    try reply(call) { w throws(BusError) in
-                        try w.objectPaths([])
-                        try w.objectPath(ObjectPath.prompt(n))
-                    }
-                    return
+                default: continue
                 }
             }
-            let unlocked = try paths.filter { path in
-                switch ObjectPath(path) {
-                case .collection?: return !collectionLocked
-                case .item(let itemClass, let id)?:
-                    let item = try visibleItem(try caller(of: call), itemClass, id)
-                    return !SecretServiceMapping.isLocked(item, in: keychain)
-                default: return false
+            guard unlocksVault || needPresence else {
+                try reply(call) { w throws(BusError) in
+                    try w.objectPaths(unlocked)
+                    try w.objectPath("/")
                 }
+                return
+            }
+            if let why = prompter?.whyNoPrompt(for: caller) {
+                let what = unlocksVault ? "the keychain is locked" : "the item needs user presence"
+                let remedy = unlocksVault ? " (or start the provider with --passphrase-file)" : ""
+                throw BusError("org.freedesktop.Secret.Error.IsLocked", "\(what) and \(why)\(remedy)")
+            }
+            let pending = PendingPrompt(owner: call.sender, caller: caller, paths: paths, unlocksVault: unlocksVault)
+            let n = prompts.withLock { p -> Int in
+                defer { p.next += 1 }
+                p.open[p.next] = pending
+                return p.next
             }
             try reply(call) { w throws(BusError) in
                 try w.objectPaths(unlocked)
-                try w.objectPath("/")
+                try w.objectPath(ObjectPath.prompt(n))
             }
         case "Lock":
             let paths = try call.reader.objectPaths()
@@ -583,6 +749,7 @@ public final class SecretServiceProvider: Sendable {
                 try w.objectPaths(paths.filter { ObjectPath($0) != nil })
                 try w.objectPath("/")
             }
+            propertiesChanged(ObjectPath.collectionPath, Introspection.collection, ["Locked"])
         case "ReadAlias":
             let alias = try call.reader.string()
             try reply(call) { w throws(BusError) in
@@ -649,6 +816,7 @@ public final class SecretServiceProvider: Sendable {
             emit(ObjectPath.collectionPath, Introspection.collection, "ItemCreated") { w throws(BusError) in
                 try w.objectPath(path)
             }
+            propertiesChanged(ObjectPath.collectionPath, Introspection.collection, ["Items"])
         case "Delete":
             throw BusError(
                 "org.freedesktop.DBus.Error.AccessDenied", "the login collection is the vault: it cannot be deleted")
@@ -683,6 +851,10 @@ public final class SecretServiceProvider: Sendable {
                     attributes: SecretServiceMapping.isKept(item) ? changes : [:], data: value, caller: caller)
             }
             try reply(call) { _ throws(BusError) in }
+            emit(ObjectPath.collectionPath, Introspection.collection, "ItemChanged") { w throws(BusError) in
+                try w.objectPath(ObjectPath.item(item))
+            }
+            propertiesChanged(ObjectPath.item(item), Introspection.item, ["Modified"])
         case "Delete":
             let caller = try self.caller(of: call)
             let item = try visibleItem(caller, itemClass, id)
@@ -693,55 +865,101 @@ public final class SecretServiceProvider: Sendable {
             emit(ObjectPath.collectionPath, Introspection.collection, "ItemDeleted") { w throws(BusError) in
                 try w.objectPath(ObjectPath.item(item))
             }
+            propertiesChanged(ObjectPath.collectionPath, Introspection.collection, ["Items"])
         default:
             throw BusError.unknownMethod("no method \(Introspection.item).\(member)")
         }
     }
 
-    /// Prompt.Prompt asks for the vault's passphrase through pinentry on the caller's terminal
-    /// or display, then says Completed (dismissed or not, and the objects now unlocked);
-    /// Prompt.Dismiss ends it unanswered. Only the client that got the prompt may use it. The
-    /// provider answers one message at a time, so other clients wait while the prompt is up (at
-    /// most its timeout).
+    /// Prompt.Prompt runs the prompt on a thread of its own (the bus thread goes on answering
+    /// other clients) and says Completed when it ends; Prompt.Dismiss ends it unanswered. Only
+    /// the client that got the prompt may use it, once.
     private func prompt(_ call: Call, _ n: Int, interface: String, member: String) throws {
         guard accepts(interface, Introspection.prompt), member == "Prompt" || member == "Dismiss" else {
             throw BusError.unknownMethod("no method \(interface).\(member)")
         }
-        let pending = prompts.withLock { p -> (owner: String, caller: Caller, paths: [String])? in
+        let started = prompts.withLock { p -> (pending: PendingPrompt, runs: Bool)? in
             guard let open = p.open[n], open.owner == call.sender else { return nil }
             p.open[n] = nil
-            return open
+            guard member == "Prompt", p.running < Self.maxRunningPrompts else { return (open, false) }
+            p.running += 1
+            return (open, true)
         }
-        guard let pending else {
+        guard let started else {
             throw BusError("org.freedesktop.Secret.Error.NoSuchObject", "no prompt \(n) of this client")
         }
         if member == "Prompt" { try call.reader.skip("s") }  // the window id: pinentry finds its own
         try reply(call) { _ throws(BusError) in }
-        var dismissed = true
-        if member == "Prompt", let prompter {
-            do {
-                try prompter.unlockVault(caller: pending.caller, purpose: "read its secrets through the Secret Service")
+        guard started.runs else {
+            if member == "Prompt" {
+                Log.info("secret service: \(Self.maxRunningPrompts) prompts are up; prompt \(n) completes dismissed")
+            }
+            completed(n, dismissed: true, unlocked: [])
+            return
+        }
+        Thread.detachNewThread { [self] in
+            defer { prompts.withLock { $0.running -= 1 } }
+            let (dismissed, unlocked) = run(started.pending)
+            onBusThread { $0.completed(n, dismissed: dismissed, unlocked: unlocked) }
+        }
+    }
+
+    /// A prompt's work, off the bus thread: the vault's passphrase if the keychain was locked,
+    /// then a presence confirmation for each item that needs one from this caller ("Always
+    /// allow" also asks for the passphrase, which signs the decision into the policy). Returns
+    /// whether it was dismissed (cancelled, denied, timed out, or a wrong passphrase three
+    /// times) and the objects it unlocked.
+    func run(_ pending: PendingPrompt) -> (dismissed: Bool, unlocked: [String]) {
+        guard let prompter else { return (true, []) }
+        var caller = pending.caller
+        do {
+            if pending.unlocksVault {
+                try prompter.unlockVault(caller: caller, purpose: "read its secrets through the Secret Service")
                 access.invalidatePolicy()
-                dismissed = false
-            } catch {
-                Log.info("secret service: the unlock prompt for \(pending.caller.processDescription) ended: \(error)")
+            }
+            caller.presenceGrants.formUnion(grants(for: pending.owner))
+            var given: Set<Int64> = []
+            for path in pending.paths {
+                guard case .item(let itemClass, let id)? = ObjectPath(path),
+                    let item = try? visibleItem(caller, itemClass, id),
+                    SecretServiceMapping.needsPresence(item, from: caller)
+                else { continue }
+                let answer = try prompter.confirm(item: item, caller: caller) { passphrase in
+                    guard let executable = caller.executable else { return }
+                    try self.keychain.rememberPresence(executable: executable, itemID: id, passphrase: passphrase)
+                }
+                audit(caller, id, .dbusPresence, true, answer.auditNote)
+                if case .remembered = answer { access.invalidatePolicy() }
+                given.insert(id)
+                caller.presenceGrants.insert(id)
+            }
+            grant(given, to: pending.owner)
+        } catch {
+            Log.info("secret service: the prompt for \(caller.processDescription) ended: \(error)")
+            audit(caller, nil, .dbusPresence, false, (error as? KeychainError)?.status.name)
+            return (true, [])
+        }
+        let unlocked = pending.paths.filter { path in
+            switch ObjectPath(path) {
+            case .collection?: return !collectionLocked
+            case .item(let itemClass, let id)?:
+                guard let item = try? visibleItem(caller, itemClass, id) else { return false }
+                return !SecretServiceMapping.isLocked(item, in: keychain, for: caller)
+            default: return false
             }
         }
-        let unlocked =
-            dismissed
-            ? []
-            : pending.paths.filter { path in
-                switch ObjectPath(path) {
-                case .collection?: return !collectionLocked
-                case .item(let itemClass, let id)?:
-                    guard let item = try? visibleItem(pending.caller, itemClass, id) else { return false }
-                    return !SecretServiceMapping.isLocked(item, in: keychain)
-                default: return false
-                }
-            }
+        return (false, unlocked)
+    }
+
+    /// Prompt.Completed, and PropertiesChanged for what it unlocked (on the bus thread).
+    func completed(_ n: Int, dismissed: Bool, unlocked: [String]) {
         emit(ObjectPath.prompt(n), Introspection.prompt, "Completed") { w throws(BusError) in
             try w.bool(dismissed)
             try w.variant("ao") { () throws(BusError) in try w.objectPaths(unlocked) }
+        }
+        for path in unlocked {
+            let interface = path == ObjectPath.collectionPath ? Introspection.collection : Introspection.item
+            propertiesChanged(path, interface, ["Locked"])
         }
     }
 
@@ -767,4 +985,23 @@ private func providerHandler(
 ) -> Int32 {
     guard let message, let userdata else { return 0 }
     return Unmanaged<SecretServiceProvider>.fromOpaque(userdata).takeUnretainedValue().handle(message)
+}
+
+/// sd-bus's callback for NameOwnerChanged: a client may have left.
+private func nameOwnerChangedHandler(
+    _ message: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ error: UnsafeMutablePointer<sd_bus_error>?
+) -> Int32 {
+    guard let message, let userdata else { return 0 }
+    return Unmanaged<SecretServiceProvider>.fromOpaque(userdata).takeUnretainedValue().clientLeft(message)
+}
+
+extension PresenceAnswer {
+    /// What the audit line says of an allowed presence prompt.
+    var auditNote: String {
+        switch self {
+        case .allowedOnce: return "allowed once"
+        case .remembered: return "always allowed (remembered in the policy)"
+        case .allowedNotRemembered(let why): return "allowed once; not remembered: \(why)"
+        }
+    }
 }
