@@ -20,6 +20,8 @@ struct VaultHeader {
     /// index (the `attr_index` table, store schema 2), its rows covered by the manifest's
     /// accumulator; format-1 and format-2 vaults get it at their first unlock.
     static let formatVersion: Int64 = 3
+    /// The first format whose manifest is authenticated (formats 2 and 3 share its layout).
+    static let authenticatedManifestFormat: Int64 = 2
 
     var format: Int64
     var vaultID: [UInt8]

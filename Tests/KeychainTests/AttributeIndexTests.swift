@@ -190,6 +190,23 @@ struct AttributeIndexTamperTests {
         }
     }
 
+    @Test("verify makes every item's tags again: a wrong tag written with a consistent manifest is named")
+    func verifyRecomputesTags() throws {
+        try withVault { v throws in
+            let kc = v.keychain
+            let item = try addSecretServiceItem(kc, ["application": "a", "tier": "gold"])
+            #expect(try kc.verify(passphrase: try secure(testPassphrase)).isClean)
+            // Through the core's own writer, so the manifest follows: only the recomputation sees it.
+            try kc.writeTransaction(keys: try kc.currentKeys().manifest) {
+                try $0.setAttributeTags([[UInt8](repeating: 7, count: 32)], itemID: item.id)
+            }
+            _ = try v.openUnlocked()
+            let report = try kc.verify(passphrase: try secure(testPassphrase))
+            #expect(report.damaged.map(\.id) == [item.id])
+            #expect(report.damaged.first?.reason == "its attribute-index entries do not match its attributes")
+        }
+    }
+
     @Test("a forged index row met while unlocked never shows an item that does not match")
     func forgedRowOnlyNarrows() throws {
         try withVault { v throws in

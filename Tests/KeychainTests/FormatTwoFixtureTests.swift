@@ -106,6 +106,20 @@ struct FormatTwoFixtureTests {
         }
     }
 
+    @Test("verify checks the format-2 fixture as format 2, changing nothing")
+    func verifyBeforeMigration() throws {
+        try withTempDir { dir throws in
+            let (vault, deviceKey) = try FormatTwoFixture.copy(into: dir)
+            let before = try FormatTwoFixture.preserved(RawDB(vault))
+            let report = try Keychain.open(at: vault, deviceKeyPath: deviceKey).verify(
+                passphrase: try secure(FormatTwoFixture.passphrase))
+            #expect(report.isClean, "\(report.failures) \(report.damaged)")
+            #expect(report.format == 2)
+            #expect(try RawDB(vault).meta("format") == le64(2))
+            #expect(try FormatTwoFixture.preserved(RawDB(vault)) == before)
+        }
+    }
+
     @Test("a tampered format-2 vault is refused, not migrated: the file keeps format 2 and schema 1")
     func damagedFixtureIsNotMigrated() throws {
         try withTempDir { dir throws in
