@@ -56,4 +56,31 @@ struct AttributeIndexSearchTests {
             #expect(itemPaths(gone).isEmpty, "\(gone.summary)")
         }
     }
+
+    @Test("items made and renamed through the mount are found by their mapped attributes, at once")
+    func mountMadeAndRenamed() throws {
+        try withSecretService(setup: { box in
+            try box.addGeneric("mnt-svc", "old-name", "mount-secret")
+        }) { box, bus in
+            try box.mount()
+            let g = box.mnt + "/genp"
+            // Made through the mount (a new file is a new item).
+            #expect(
+                try box.sh("mkdir \(q(g + "/made-svc")) && printf made-secret > \(q(g + "/made-svc/maker"))").status
+                    == 0)
+            let made = try box.secretTool(bus.address, ["search", "--all", "service", "made-svc", "username", "maker"])
+            #expect(itemPaths(made).count == 1 && made.stdout.contains("secret = made-secret"), "\(made.summary)")
+            // mv within a service changes the account a client sees; mv of the directory the service.
+            #expect(try box.sh("mv \(q(g + "/mnt-svc/old-name")) \(q(g + "/mnt-svc/new-name"))").status == 0)
+            let renamed = try box.secretTool(bus.address, ["search", "--all", "username", "new-name"])
+            #expect(
+                itemPaths(renamed).count == 1 && renamed.stdout.contains("secret = mount-secret"), "\(renamed.summary)")
+            #expect(itemPaths(try box.secretTool(bus.address, ["search", "--all", "username", "old-name"])).isEmpty)
+            #expect(try box.sh("mv \(q(g + "/mnt-svc")) \(q(g + "/moved-svc"))").status == 0)
+            let moved = try box.secretTool(
+                bus.address, ["search", "--all", "service", "moved-svc", "username", "new-name"])
+            #expect(itemPaths(moved).count == 1, "\(moved.summary)")
+            #expect(itemPaths(try box.secretTool(bus.address, ["search", "--all", "service", "mnt-svc"])).isEmpty)
+        }
+    }
 }
