@@ -5,7 +5,8 @@ import KeychainStore
 /// The vault's key hierarchy (docs/security.md draws it):
 ///
 ///     passphrase ──Argon2id(salt, params)──► KEK ──wraps──► master key
-///     master key ──crypto_kdf──► metadata key, index key, manifest entry key, manifest tag key
+///     master key ──crypto_kdf──► metadata key, index key, attribute-index key, manifest entry key,
+///                                manifest tag key
 ///     master key ──wraps──► class key per accessibility class
 ///     master key + device key ──BLAKE2b──► wrap key of the …ThisDeviceOnly class keys
 ///     class key ──wraps──► per-item key ──seals──► the item's secret data
@@ -15,8 +16,12 @@ import KeychainStore
 struct VaultHeader {
     /// 1: the manifest was a count and an accumulator, unauthenticated. 2: the manifest is
     /// authenticated and carries a commit counter (Manifest.swift); format-1 vaults are
-    /// migrated at their first unlock (`Keychain.migrate`).
-    static let formatVersion: Int64 = 2
+    /// migrated at their first unlock (`Keychain.migrate`). 3: the Secret Service attribute
+    /// index (the `attr_index` table, store schema 2), its rows covered by the manifest's
+    /// accumulator; format-1 and format-2 vaults get it at their first unlock.
+    static let formatVersion: Int64 = 3
+    /// The first format whose manifest is authenticated (formats 2 and 3 share its layout).
+    static let authenticatedManifestFormat: Int64 = 2
 
     var format: Int64
     var vaultID: [UInt8]
@@ -183,6 +188,8 @@ enum Subkey: UInt64 {
     case policySigning = 4
     /// The manifest's tag (format 2), used for nothing else.
     case manifestTag = 5
+    /// The attribute index's tags (format 3), used for nothing else.
+    case attributeIndex = 6
     static let context = "kcfsvlt1"
 }
 

@@ -144,43 +144,82 @@ extension Keychain {
         rollbackMark.raise(to: counter)
     }
 
-    // MARK: Migration from format 1
+    // MARK: Migration from formats 1 and 2
 
-    /// Format 1 → 2 in one write transaction: the format-1 manifest is checked as format 1
-    /// checked it (count and accumulator), the master key is re-wrapped under the format-2
-    /// associated data with the same KEK and salt, and the authenticated manifest is written.
-    /// Rows, class keys and the policy are kept byte for byte. Returns the new header (or the
-    /// one another process migrated to first).
-    func migrate(master: SecureBytes, kek: SecureBytes, metadataKey: SecureBytes) throws -> VaultHeader {
+    /// Format 1 or 2 → 3 in one write transaction. The stored manifest is checked as its own
+    /// format checks it (format 1: count and accumulator; format 2: tag, table, policy and the
+    /// device's rollback mark), then the store gets the attribute index (`upgradeSchema`) and
+    /// every password item its tags (`buildAttributeIndex`), whose entries join the manifest's
+    /// accumulator; the master key is re-wrapped under the new format's associated data with
+    /// the same KEK and salt, and the authenticated manifest is written. Rows, class keys and
+    /// the policy are kept byte for byte. Returns the new header (or the one another process
+    /// migrated to first).
+    func migrate(master: SecureBytes, kek: SecureBytes, metadataKey: SecureBytes, acceptRollback: Bool = false)
+        throws -> VaultHeader
+    {
         let keys = try ManifestKeys(master: master)
-        let header = try storeCall {
-            try store.write { vault -> VaultHeader in
+        let indexKey = try KeyDerivation.subkey(of: master, id: Subkey.attributeIndex.rawValue, context: Subkey.context)
+        let (header, counter) = try storeCall {
+            try store.write { vault -> (VaultHeader, Int64?) in
                 var header = try VaultHeader.read(from: vault)
-                guard header.format < VaultHeader.formatVersion else { return header }
-                let found = try Manifest.tally(vault, key: keys.entry)
-                guard let stored = try vault.meta("manifest"), let old = Manifest.formatOne(stored),
-                    old.count == found.count, Sodium.constantTimeEqual(old.accumulator, found.formatOneAccumulator)
-                else {
-                    let damaged = try damagedRows(in: vault, metadataKey: metadataKey)
-                    throw KeychainError(
-                        .decode,
-                        "vault integrity check failed: the item table does not match its format-1 manifest, so it is not migrated; \(Self.describe(damaged))"
-                    )
-                }
+                guard header.format < VaultHeader.formatVersion else { return (header, nil) }
+                try vault.upgradeSchema()
+                var manifest =
+                    try header.format == 1
+                    ? formatOneManifest(vault, keys: keys, metadataKey: metadataKey)
+                    : formatTwoManifest(vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback)
+                try buildAttributeIndex(
+                    in: vault, metadataKey: metadataKey, indexKey: indexKey, entryKey: keys.entry, manifest: &manifest)
                 header.format = VaultHeader.formatVersion
                 header.wrappedMaster = try master.withUnsafeBytes {
                     try AEAD.seal($0, associatedData: header.masterAssociatedData, key: kek)
                 }
                 try header.write(to: vault)
-                var manifest = found
-                manifest.counter = 1
-                manifest.highestID = max(found.highestID, try vault.nextItemID() - 1)
                 try vault.setMeta("manifest", try AuthenticatedState.read(from: vault).encode(manifest, keys: keys))
-                return header
+                return (header, manifest.counter)
             }
         }
+        if let counter { noteCounter(counter) }
         state.withLock { $0.header = header }
         return header
+    }
+
+    /// The manifest a format-1 vault's table stands for, once it matches its (unauthenticated)
+    /// format-1 manifest: counter 1, ids never reused.
+    private func formatOneManifest(_ vault: any ItemStoreWriter, keys: ManifestKeys, metadataKey: SecureBytes) throws
+        -> Manifest
+    {
+        let found = try Manifest.tally(vault, key: keys.entry)
+        guard let stored = try vault.meta("manifest"), let old = Manifest.formatOne(stored),
+            old.count == found.count, Sodium.constantTimeEqual(old.accumulator, found.formatOneAccumulator)
+        else {
+            let damaged = try damagedRows(in: vault, metadataKey: metadataKey)
+            throw KeychainError(
+                .decode,
+                "vault integrity check failed: the item table does not match its format-1 manifest, so it is not migrated; \(Self.describe(damaged))"
+            )
+        }
+        var manifest = found
+        manifest.counter = 1
+        manifest.highestID = max(found.highestID, try vault.nextItemID() - 1)
+        return manifest
+    }
+
+    /// A format-2 vault's manifest, verified as unlock verifies it, with the counter moved on
+    /// by this write.
+    private func formatTwoManifest(
+        _ vault: any ItemStoreWriter, keys: ManifestKeys, metadataKey: SecureBytes, acceptRollback: Bool
+    ) throws -> Manifest {
+        let expected = try AuthenticatedState.read(from: vault).verified(try vault.meta("manifest"), keys: keys)
+        if let problem = Manifest.mismatch(found: try Manifest.tally(vault, key: keys.entry), expected: expected) {
+            let damaged = try damagedRows(in: vault, metadataKey: metadataKey)
+            throw KeychainError(
+                .decode, "vault integrity check failed: \(problem), so it is not migrated; \(Self.describe(damaged))")
+        }
+        try refuseRollback(expected.counter, accepting: acceptRollback)
+        var manifest = expected
+        manifest.counter += 1
+        return manifest
     }
 }
 
@@ -190,6 +229,7 @@ extension Manifest {
     static func tally(_ vault: any ItemStoreReader, key: SecureBytes) throws -> Manifest {
         var found = Manifest.empty
         try vault.forEachItem { found.insert($0, key: key) }
+        try vault.forEachAttributeTag { found.toggleTag(itemID: $0, $1, key: key) }
         found.policy = policyEntry(try vault.meta("access_policy"), key: key)
         return found
     }
@@ -212,7 +252,8 @@ extension Manifest {
             found.count < expected.count
             ? "rows were deleted"
             : found.count > expected.count
-                ? "rows were added" : "rows were altered, swapped, or replayed or recombined from older copies"
+                ? "rows were added"
+                : "rows were altered, swapped, or replayed or recombined from older copies, or attribute-index entries were deleted, added or moved"
         return
             "the item table does not match its authenticated manifest (\(found.count) rows found, \(expected.count) expected): \(what)"
     }

@@ -67,8 +67,8 @@ extension Keychain {
     }
 
     /// Unlocks with the passphrase: unwraps the class keys, verifies the manifest, and checks
-    /// the commit counter against this device's rollback mark. A format-1 vault is migrated
-    /// first, in one transaction. `acceptRollback`: a vault older than the mark is accepted
+    /// the commit counter against this device's rollback mark. A vault of an older format is
+    /// migrated first, in one transaction. `acceptRollback`: a vault older than the mark is accepted
     /// (restored from a backup on purpose) and the mark reset to it.
     public func unlock(passphrase: SecureBytes, acceptRollback: Bool = false) throws {
         var header = try refreshedHeader()
@@ -77,8 +77,9 @@ extension Keychain {
         if header.format < VaultHeader.formatVersion {
             header = try migrate(
                 master: master, kek: kek,
-                metadataKey: try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context)
-            )
+                metadataKey: try KeyDerivation.subkey(
+                    of: master, id: Subkey.metadata.rawValue, context: Subkey.context),
+                acceptRollback: acceptRollback)
         }
         try unlock(master: master, header: header, acceptRollback: acceptRollback)
     }
@@ -113,6 +114,8 @@ extension Keychain {
         let newKeys = Keys(
             metadata: metadata,
             index: try KeyDerivation.subkey(of: master, id: Subkey.index.rawValue, context: Subkey.context),
+            attributeIndex: try KeyDerivation.subkey(
+                of: master, id: Subkey.attributeIndex.rawValue, context: Subkey.context),
             manifest: manifestKeys, classKeys: classKeys, deviceMismatch: !deviceMatches,
             policyPublicKey: try Self.policyKeyPair(master: master).0)
         state.withLock {

@@ -136,6 +136,8 @@ extension Keychain {
         Keys(
             metadata: try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context),
             index: try KeyDerivation.subkey(of: master, id: Subkey.index.rawValue, context: Subkey.context),
+            attributeIndex: try KeyDerivation.subkey(
+                of: master, id: Subkey.attributeIndex.rawValue, context: Subkey.context),
             manifest: try ManifestKeys(master: master), classKeys: given ?? [:], deviceMismatch: false,
             policyPublicKey: try policyKeyPair(master: master).0)
     }

@@ -121,7 +121,8 @@ extension Keychain {
             itemClass: itemClass, attributes: attributes, keys: keys)
     }
 
-    /// A new row version with new attributes and indexes; data and item key unchanged.
+    /// A new row version with new attributes and indexes (the attribute index's tags too); data
+    /// and item key unchanged.
     /// Key: the metadata key (kept while locked, so names can change while the data is
     /// unreadable); fresh nonce; AD from `attributesAD` with the new version, so the previous
     /// box of this row no longer opens in it. Only for changes that leave the protection class
@@ -137,6 +138,7 @@ extension Keychain {
         row.secondaryIndex = secondaryIndex(
             itemClass, group: group,
             attributes[Schema.groupingAttribute(of: itemClass)] ?? .string(""), keys: keys)
+        row.attributeTags = Self.attributeTags(itemClass, attributes, key: keys.attributeIndex)
         row.sealedAttributes = try AEAD.seal(
             AttributeCodec.encode(attributes),
             associatedData: attributesAD(id: old.id, itemClass: itemClass, version: row.version),
@@ -166,9 +168,9 @@ extension Keychain {
 
     /// The row under new keys, for a master-key rotation: the item key unwrapped with the old
     /// class key and wrapped with the new one, the attributes sealed under the new metadata key
-    /// and the indexes made with the new index key. The ADs are the row's own as before (same
-    /// id, class, version, generation): only the keys change. The data box is kept: its item key
-    /// is what was re-wrapped.
+    /// and the indexes (the attribute index's tags too) made with the new index keys. The ADs
+    /// are the row's own as before (same id, class, version, generation): only the keys change.
+    /// The data box is kept: its item key is what was re-wrapped.
     func rekeyed(
         _ row: StoredItem, itemClass: ItemClass, attributes: Attributes, oldClassKey: SecureBytes,
         newClassKey: SecureBytes, newKeys: Keys
@@ -185,6 +187,7 @@ extension Keychain {
         out.primaryIndex = primaryIndex(itemClass, attributes, keys: newKeys)
         out.secondaryIndex = secondaryIndex(
             itemClass, group: group, attributes[Schema.groupingAttribute(of: itemClass)] ?? .string(""), keys: newKeys)
+        out.attributeTags = Self.attributeTags(itemClass, attributes, key: newKeys.attributeIndex)
         out.sealedAttributes = try AEAD.seal(
             AttributeCodec.encode(attributes),
             associatedData: attributesAD(id: row.id, itemClass: itemClass, version: row.version), key: newKeys.metadata)

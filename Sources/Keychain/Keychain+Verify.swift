@@ -37,18 +37,20 @@ public struct BackupSummary: Sendable {
 extension Keychain {
     // MARK: verify
 
-    /// The full check, changing nothing (a format-1 vault is checked as format 1, not
+    /// The full check, changing nothing (a format-1 or format-2 vault is checked as its format, not
     /// migrated): the passphrase unwraps the master key; the class keys open (the
     /// ThisDeviceOnly ones when the device key is the one they were bound to); the manifest's
     /// tag verifies over the header and class keys and the table and policy match it; the
     /// policy's signature verifies; and every row passes its own check (attributes, and item
-    /// key and data where the class key is held). A wrong passphrase throws; everything else
-    /// is reported.
+    /// key and data where the class key is held, and in format 3 its attribute-index tags made
+    /// again from its attributes). A wrong passphrase throws; everything else is reported.
     public func verify(passphrase: SecureBytes) throws -> VerificationReport {
         let master = try refreshedHeader().unwrapMaster(passphrase: passphrase)
         let manifestKeys = try ManifestKeys(master: master)
         let metadata = try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context)
         let policyKey = try Self.policyKeyPair(master: master).0
+        let indexKey = try KeyDerivation.subkey(
+            of: master, id: Subkey.attributeIndex.rawValue, context: Subkey.context)
         let device = try DeviceKey.load(at: deviceKeyPath)
         var report = VerificationReport()
         report.deviceMark = rollbackMark.read()
@@ -82,6 +84,11 @@ extension Keychain {
                     case .damaged(let reason):
                         report.damaged.append(DamagedRow(id: row.id, itemClass: row.itemClass, reason: reason))
                     }
+                    if state.header.format >= VaultHeader.formatVersion,
+                        let reason = try attributeIndexProblem(row, vault, metadataKey: metadata, indexKey: indexKey)
+                    {
+                        report.damaged.append(DamagedRow(id: row.id, itemClass: row.itemClass, reason: reason))
+                    }
                 }
             }
         }
@@ -93,7 +100,7 @@ extension Keychain {
         _ vault: any ItemStoreReader, _ state: AuthenticatedState, found: Manifest, keys: ManifestKeys,
         into report: inout VerificationReport
     ) throws -> String? {
-        guard state.header.format >= VaultHeader.formatVersion else {
+        guard state.header.format >= VaultHeader.authenticatedManifestFormat else {
             guard let stored = try vault.meta("manifest"), let old = Manifest.formatOne(stored),
                 old.count == found.count, Sodium.constantTimeEqual(old.accumulator, found.formatOneAccumulator)
             else { return "vault integrity check failed: the item table does not match its format-1 manifest" }
@@ -104,6 +111,21 @@ extension Keychain {
             report.counter = expected.counter
             return Manifest.mismatch(found: found, expected: expected).map { "vault integrity check failed: \($0)" }
         } catch let e as KeychainError { return e.message }
+    }
+
+    /// Whether a row's attribute-index tags are the ones its attributes give (format 3): made
+    /// again from the decrypted attributes and compared. The manifest already covers the index;
+    /// this names the item whose entries a writer got wrong. nil when they agree, or when the
+    /// attributes do not open (reported by `checkRow`).
+    private func attributeIndexProblem(
+        _ row: StoredItem, _ vault: any ItemStoreReader, metadataKey: SecureBytes, indexKey: SecureBytes
+    ) throws -> String? {
+        guard let itemClass = ItemClass(rawValue: row.itemClass),
+            let attributes = try? openAttributes(row, itemClass: itemClass, metadataKey: metadataKey)
+        else { return nil }
+        let expected = Self.attributeTags(itemClass, attributes, key: indexKey)
+        guard Set(try vault.attributeTags(itemID: row.id)) != Set(expected) else { return nil }
+        return "its attribute-index entries do not match its attributes"
     }
 
     enum RowCheck: Equatable {
@@ -169,7 +191,7 @@ extension Keychain {
                 let header = try VaultHeader.read(from: vault)
                 let rows = try vault.itemCount()
                 guard let stored = try vault.meta("manifest") else { throw failed("it has no manifest") }
-                if header.format >= VaultHeader.formatVersion {
+                if header.format >= VaultHeader.authenticatedManifestFormat {
                     guard let (manifest, _) = Manifest.decode(stored), manifest.count == Int64(rows) else {
                         throw failed("its manifest does not count its \(rows) rows")
                     }

@@ -38,6 +38,8 @@ public final class Keychain: Sendable {
     struct Keys: Sendable {
         let metadata: SecureBytes
         let index: SecureBytes
+        /// Keys the attribute index's tags (Keychain+AttributeIndex.swift), used for nothing else.
+        let attributeIndex: SecureBytes
         let manifest: ManifestKeys
         var classKeys: [Accessibility: SecureBytes]
         /// ThisDeviceOnly class keys could not be opened because the device key differs.

@@ -7,7 +7,8 @@ import KeychainStore
 ///     counter ‖ count ‖ highestID ‖ accumulator ‖ policy ‖ tag        (8+8+8+32+32+32 bytes)
 ///
 /// - `accumulator`: the XOR of `entry(row)` over every row, a keyed BLAKE2b of the row's id,
-///   version and every stored column (MSet-XOR-Hash; updatable in O(1) per change);
+///   version and every stored column (MSet-XOR-Hash; updatable in O(1) per change), and from
+///   format 3 of `tagEntry` over every attribute-index row (item id, tag);
 /// - `policy`: the keyed entry of the stored access policy (zeros when there is none);
 /// - `counter`: incremented by every write transaction (rollback detection);
 /// - `highestID`: the highest item id ever issued, so ids are never reused even if SQLite's
@@ -56,6 +57,19 @@ struct Manifest: Equatable {
         return KeyedHash.hash(
             Framing.frame([Framing.text("kcfs/manifest/v1"), Framing.int(row.id), Framing.int(row.version), digest]),
             key: key)
+    }
+
+    /// An attribute-index row's entry (format 3): keyed BLAKE2b under the entry key over the
+    /// domain `kcfs/manifest-attr/v1` (never a row entry's), the item id and the tag. XORed
+    /// into the same accumulator as the rows, so deleting, adding or moving an index row makes
+    /// the table disagree with its manifest exactly as a deleted row does.
+    static func tagEntry(itemID: Int64, _ tag: [UInt8], key: SecureBytes) -> [UInt8] {
+        KeyedHash.hash(Framing.frame([Framing.text("kcfs/manifest-attr/v1"), Framing.int(itemID), tag]), key: key)
+    }
+
+    /// Adds or removes (the same XOR) one attribute-index row.
+    mutating func toggleTag(itemID: Int64, _ tag: [UInt8], key: SecureBytes) {
+        xor(Manifest.tagEntry(itemID: itemID, tag, key: key))
     }
 
     /// The access policy's entry.

@@ -36,6 +36,11 @@ final class ManifestedWriter: ItemStoreWriter {
     func itemCount() throws -> Int { try inner.itemCount() }
     func meta(_ name: String) throws -> [UInt8]? { try inner.meta(name) }
     func classKeys() throws -> [String: [UInt8]] { try inner.classKeys() }
+    func attributeTags(itemID: Int64) throws -> [[UInt8]] { try inner.attributeTags(itemID: itemID) }
+    func forEachAttributeTag(_ body: (Int64, [UInt8]) throws -> Void) throws { try inner.forEachAttributeTag(body) }
+    func itemIDs(withAllAttributeTags tags: [[UInt8]]) throws -> [Int64] {
+        try inner.itemIDs(withAllAttributeTags: tags)
+    }
 
     // MARK: Writes, with the manifest
 
@@ -48,21 +53,39 @@ final class ManifestedWriter: ItemStoreWriter {
         var row = item
         row.id = id
         manifest.insert(row, key: key)
+        for tag in item.attributeTags ?? [] { manifest.toggleTag(itemID: id, tag, key: key) }
     }
 
     func replace(_ item: StoredItem) throws {
         guard let old = try inner.item(id: item.id, withData: true) else {
             throw KeychainError(.decode, "item \(item.id) disappeared from the vault during a write")
         }
+        let oldTags = item.attributeTags == nil ? [] : try inner.attributeTags(itemID: item.id)
         try inner.replace(item)
         manifest.remove(old, key: key)
         manifest.insert(item, key: key)
+        if let tags = item.attributeTags { toggle(item.id, oldTags + tags) }
     }
 
     func delete(id: Int64) throws {
         guard let old = try inner.item(id: id, withData: true) else { return }
+        let oldTags = try inner.attributeTags(itemID: id)
         try inner.delete(id: id)
         manifest.remove(old, key: key)
+        toggle(id, oldTags)
+    }
+
+    func upgradeSchema() throws { try inner.upgradeSchema() }
+
+    func setAttributeTags(_ tags: [[UInt8]], itemID: Int64) throws {
+        let oldTags = try inner.attributeTags(itemID: itemID)
+        try inner.setAttributeTags(tags, itemID: itemID)
+        toggle(itemID, oldTags + tags)
+    }
+
+    /// XORs each tag's entry in or out (the same operation): old tags out, new ones in.
+    private func toggle(_ itemID: Int64, _ tags: [[UInt8]]) {
+        for tag in tags { manifest.toggleTag(itemID: itemID, tag, key: key) }
     }
 
     func setMeta(_ name: String, _ value: [UInt8]) throws {

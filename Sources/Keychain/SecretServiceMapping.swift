@@ -145,20 +145,6 @@ public enum SecretServiceMapping {
         return query.allSatisfy { k, v in have[k].map { $0.utf8.elementsEqual(v.utf8) } ?? false }
     }
 
-    /// Which core attributes a search can be narrowed by before matching the rest (the core's
-    /// blind indexes answer them without decrypting every item): genp's service and inet's
-    /// server when the query names them the way `attributes(of:)` and `newItem` agree on.
-    public static func narrowing(_ query: [String: String], for itemClass: ItemClass) -> Attributes {
-        switch itemClass {
-        case .genericPassword:
-            if let service = query["service"] { return [Schema.service: .string(service)] }
-        case .internetPassword:
-            if let server = query["server"], !server.contains("://") { return [Schema.server: .string(server)] }
-        default: break
-        }
-        return [:]
-    }
-
     /// The attribute changes that set an item's Secret Service attributes (the `Attributes`
     /// property): the kept map is replaced; service, account and server stay as they are (a
     /// rename is the mount's or the CLI's business).

@@ -5,8 +5,9 @@
 /// `VaultStore` (one SQLite file) is the only implementation today. A sync backend would
 /// implement the same three protocols over its own storage, and feed rows it receives from
 /// elsewhere through `write`:
-/// - reads by id, by primary index (unique), by secondary index, by class, and a walk over
-///   every row for the unlock-time manifest check;
+/// - reads by id, by primary index (unique), by secondary index, by class, by attribute-index
+///   tags (item ids carrying every tag asked), and walks over every row and every tag for the
+///   unlock-time manifest check;
 /// - `insert` under an id from `nextItemID` (ids are never reused; a row's id is bound into its
 ///   ciphertext, so a synced row keeps the id it was sealed with), `replace`, `delete`, and
 ///   `StoreError.duplicate` when a primary index is taken;
@@ -46,6 +47,13 @@ public protocol ItemStoreReader {
     func meta(_ name: String) throws -> [UInt8]?
     /// Wrapped class keys by protection class code.
     func classKeys() throws -> [String: [UInt8]]
+    /// The attribute-index tags of one item (none when it has none, or the store has no index yet).
+    func attributeTags(itemID: Int64) throws -> [[UInt8]]
+    /// Visits every attribute-index row (item id, tag) in (item id, tag) order; none when the
+    /// store's schema has no attribute index yet (a vault not migrated).
+    func forEachAttributeTag(_ body: (Int64, [UInt8]) throws -> Void) throws
+    /// The ids of the items that carry every one of `tags` (at least one), in id order.
+    func itemIDs(withAllAttributeTags tags: [[UInt8]]) throws -> [Int64]
 }
 
 /// Writes, valid only inside the `write` that handed them out.
@@ -61,4 +69,10 @@ public protocol ItemStoreWriter: ItemStoreReader {
     func delete(id: Int64) throws
     func setMeta(_ name: String, _ value: [UInt8]) throws
     func setClassKey(_ protection: String, wrapped: [UInt8]) throws
+    /// Brings the file's tables to this build's schema (idempotent), inside the caller's write:
+    /// the one-time migration at first unlock calls it before it fills the new tables.
+    func upgradeSchema() throws
+    /// Replaces the attribute-index tags of one item (`insert` and `replace` call it for a row
+    /// whose `attributeTags` are set; `delete` removes them).
+    func setAttributeTags(_ tags: [[UInt8]], itemID: Int64) throws
 }

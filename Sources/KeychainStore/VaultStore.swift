@@ -20,6 +20,10 @@ public struct StoredItem: Sendable, Equatable {
     public var sealedData: [UInt8]
     /// Length of the sealed data column, known even when the data itself was not loaded.
     public var sealedDataLength: Int
+    /// Keyed hashes of the item's Secret Service attribute pairs (the `attr_index` rows), set
+    /// by the core whenever it seals the attributes. nil: not read, and on `replace` the
+    /// stored tags are kept (they change only with the attributes or the index key).
+    public var attributeTags: [[UInt8]]?
 
     public init(
         id: Int64 = 0, itemClass: String, primaryIndex: [UInt8], secondaryIndex: [UInt8],
@@ -61,8 +65,11 @@ public final class VaultStore: ItemStore {
 
     /// `PRAGMA application_id` of a keychainfs vault: 'KCFS'. Identifies the file as ours.
     public static let applicationID: Int32 = 0x4B43_4653
-    /// The SQL schema version this build reads and writes.
-    public static let schemaVersion = 1
+    /// The SQL schema version this build reads and writes. 1: meta, class_keys, items.
+    /// 2: and attr_index (the Secret Service attribute index); a schema-1 file gets it in the
+    /// core's migration at first unlock (`upgradeSchema`), and schema-1 code refuses the file
+    /// as newer (`user_version`).
+    public static let schemaVersion = 2
 
     private init(path: String, connection: Connection) {
         self.path = path
@@ -107,6 +114,9 @@ public final class VaultStore: ItemStore {
                     data BLOB NOT NULL);
                 CREATE INDEX items_by_sidx ON items(sidx);
                 CREATE INDEX items_by_class ON items(class, id);
+                CREATE TABLE attr_index(
+                    tag BLOB NOT NULL, item_id INTEGER NOT NULL, PRIMARY KEY(tag, item_id)) WITHOUT ROWID;
+                CREATE INDEX attr_index_by_item ON attr_index(item_id);
                 COMMIT;
                 """)
             return VaultStore(path: path, connection: connection)
@@ -291,6 +301,7 @@ private struct Statements: ItemStoreWriter {
                 .integer(item.version), .integer(item.dataGeneration), .blob(item.sealedAttributes),
                 .blob(item.wrappedItemKey), .blob(item.sealedData),
             ])
+        if let tags = item.attributeTags { try setAttributeTags(tags, itemID: id) }
     }
 
     func replace(_ item: StoredItem) throws {
@@ -304,10 +315,12 @@ private struct Statements: ItemStoreWriter {
                 .integer(item.version), .integer(item.dataGeneration), .blob(item.sealedAttributes),
                 .blob(item.wrappedItemKey), .blob(item.sealedData), .integer(item.id),
             ])
+        if let tags = item.attributeTags { try setAttributeTags(tags, itemID: item.id) }
     }
 
     func delete(id: Int64) throws {
         try connection.run("DELETE FROM items WHERE id = ?", [.integer(id)])
+        if try hasAttributeIndex() { try setAttributeTags([], itemID: id) }
     }
 
     func item(id: Int64, withData: Bool) throws -> StoredItem? {
@@ -362,5 +375,61 @@ private struct Statements: ItemStoreWriter {
         var n = 0
         try connection.run("SELECT count(*) FROM items") { n = Int($0.int(0)) }
         return n
+    }
+
+    // MARK: Attribute index
+
+    func upgradeSchema() throws {
+        try connection.execute(
+            """
+            CREATE TABLE IF NOT EXISTS attr_index(
+                tag BLOB NOT NULL, item_id INTEGER NOT NULL, PRIMARY KEY(tag, item_id)) WITHOUT ROWID;
+            CREATE INDEX IF NOT EXISTS attr_index_by_item ON attr_index(item_id);
+            PRAGMA user_version = \(VaultStore.schemaVersion);
+            """)
+    }
+
+    /// Whether the file has the attribute index yet (a vault of schema 1 not yet migrated has not).
+    private func hasAttributeIndex() throws -> Bool {
+        var found = false
+        try connection.run("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'attr_index'") { _ in
+            found = true
+        }
+        return found
+    }
+
+    func setAttributeTags(_ tags: [[UInt8]], itemID: Int64) throws {
+        try connection.run("DELETE FROM attr_index WHERE item_id = ?", [.integer(itemID)])
+        for tag in tags {
+            try connection.run(
+                "INSERT OR IGNORE INTO attr_index(tag, item_id) VALUES(?, ?)", [.blob(tag), .integer(itemID)])
+        }
+    }
+
+    func attributeTags(itemID: Int64) throws -> [[UInt8]] {
+        guard try hasAttributeIndex() else { return [] }
+        var tags: [[UInt8]] = []
+        try connection.run("SELECT tag FROM attr_index WHERE item_id = ? ORDER BY tag", [.integer(itemID)]) {
+            tags.append($0.blob(0))
+        }
+        return tags
+    }
+
+    func forEachAttributeTag(_ body: (Int64, [UInt8]) throws -> Void) throws {
+        guard try hasAttributeIndex() else { return }
+        try connection.run("SELECT item_id, tag FROM attr_index ORDER BY item_id, tag") {
+            try body($0.int(0), $0.blob(1))
+        }
+    }
+
+    /// One index range scan per tag, intersected by SQLite.
+    func itemIDs(withAllAttributeTags tags: [[UInt8]]) throws -> [Int64] {
+        guard !tags.isEmpty else { return [] }
+        let sql =
+            Array(repeating: "SELECT item_id FROM attr_index WHERE tag = ?", count: tags.count)
+            .joined(separator: " INTERSECT ") + " ORDER BY 1"
+        var ids: [Int64] = []
+        try connection.run(sql, tags.map { .blob($0) }) { ids.append($0.int(0)) }
+        return ids
     }
 }

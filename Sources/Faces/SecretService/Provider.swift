@@ -453,23 +453,11 @@ public final class SecretServiceProvider: Sendable {
 
     // MARK: Items
 
-    /// Every password item the caller may see (attributes only), or IsLocked when the keychain
-    /// cannot read attributes at all.
+    /// Every password item the caller may see (attributes only) whose Secret Service attributes
+    /// include every pair of `query` (the core narrows through its attribute index), or IsLocked
+    /// when the keychain cannot read attributes at all.
     func visibleItems(_ caller: Caller, narrowedBy query: [String: String] = [:]) throws -> [KeychainItem] {
-        var out: [KeychainItem] = []
-        for itemClass in ObjectPath.itemClasses {
-            let narrowing = SecretServiceMapping.narrowing(query, for: itemClass)
-            do {
-                out += try keychain.copyMatching(
-                    Query(itemClass, narrowing, matchLimit: .all, returnAttributes: true, synchronizableAny: true),
-                    caller: caller)
-            } catch KeychainStatus.itemNotFound {
-                continue
-            }
-        }
-        return out.filter { SecretServiceMapping.matches($0, query) }.sorted {
-            ($0.itemClass.rawValue, $0.id) < ($1.itemClass.rawValue, $1.id)
-        }
+        try keychain.secretServiceItems(matching: query, caller: caller)
     }
 
     /// The item an object path names, if the caller may see it; else NoSuchObject (audited:
