@@ -15,35 +15,7 @@ public struct DamagedRow: Sendable, Equatable, CustomStringConvertible {
 }
 
 extension Keychain {
-    // MARK: Write transactions
-
-    /// Runs `body` in one write transaction that also commits the next manifest: the stored
-    /// manifest is authenticated first (a manifest altered while the vault is in use is
-    /// refused, never re-signed), the counter must not have gone back, every row change made
-    /// through the writer adjusts the manifest, and the counter goes up by one. After the
-    /// commit the device's rollback mark is raised to the new counter.
-    func writeTransaction<R>(keys: ManifestKeys, _ body: (any ItemStoreWriter) throws -> R) throws -> R {
-        let (result, counter) = try storeCall {
-            try store.write { vault -> (R, Int64) in
-                let before = try AuthenticatedState.read(from: vault)
-                guard before.header.format >= VaultHeader.formatVersion else {
-                    throw KeychainError(
-                        .decode, "vault \(path) is in format \(before.header.format): unlock it once to migrate it")
-                }
-                let manifest = try before.verified(try vault.meta("manifest"), keys: keys)
-                try refuseRollback(manifest.counter, accepting: false)
-                let writer = ManifestedWriter(vault, manifest: manifest, entryKey: keys.entry)
-                let result = try body(writer)
-                var next = writer.manifest
-                next.counter = manifest.counter + 1
-                let after = writer.authenticatedStateChanged ? try AuthenticatedState.read(from: vault) : before
-                try vault.setMeta("manifest", after.encode(next, keys: keys))
-                return (result, next.counter)
-            }
-        }
-        noteCounter(counter)
-        return result
-    }
+    // MARK: Write transactions: `writeTransaction` and the group commit are in CommitQueue.swift.
 
     // MARK: Unlock-time check
 

@@ -64,6 +64,8 @@ public final class Keychain: Sendable {
     }
 
     let state: Mutex<State>
+    /// Write transactions waiting to be committed together (group commit).
+    let commitQueue = CommitQueue()
 
     /// The caller assumed when a call names none: `default` unless the front end says
     /// otherwise (the CLI, holding the passphrase, acts in every group of the policy).

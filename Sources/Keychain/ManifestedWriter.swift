@@ -77,6 +77,18 @@ final class ManifestedWriter: ItemStoreWriter {
 
     func upgradeSchema() throws { try inner.upgradeSchema() }
 
+    /// The savepoint undoes the rows; the working manifest is put back with them.
+    func savepoint<R>(_ body: () throws -> R) throws -> R {
+        let (savedManifest, savedChanged) = (manifest, authenticatedStateChanged)
+        do {
+            return try inner.savepoint(body)
+        } catch {
+            manifest = savedManifest
+            authenticatedStateChanged = savedChanged
+            throw error
+        }
+    }
+
     func setAttributeTags(_ tags: [[UInt8]], itemID: Int64) throws {
         let oldTags = try inner.attributeTags(itemID: itemID)
         try inner.setAttributeTags(tags, itemID: itemID)

@@ -75,4 +75,8 @@ public protocol ItemStoreWriter: ItemStoreReader {
     /// Replaces the attribute-index tags of one item (`insert` and `replace` call it for a row
     /// whose `attributeTags` are set; `delete` removes them).
     func setAttributeTags(_ tags: [[UInt8]], itemID: Int64) throws
+    /// Runs `body` under a savepoint of the current transaction: if it throws, its changes are
+    /// undone and the transaction goes on without them (one member of a group commit failing
+    /// leaves the others' changes in).
+    func savepoint<R>(_ body: () throws -> R) throws -> R
 }

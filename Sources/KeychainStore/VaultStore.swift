@@ -240,6 +240,19 @@ public final class VaultStore: ItemStore {
 private struct Statements: ItemStoreWriter {
     let connection: Connection
 
+    func savepoint<R>(_ body: () throws -> R) throws -> R {
+        try connection.execute("SAVEPOINT member")
+        do {
+            let result = try body()
+            try connection.execute("RELEASE member")
+            return result
+        } catch {
+            try? connection.execute("ROLLBACK TO member")
+            try? connection.execute("RELEASE member")
+            throw error
+        }
+    }
+
     // MARK: Meta and class keys
 
     func meta(_ name: String) throws -> [UInt8]? {

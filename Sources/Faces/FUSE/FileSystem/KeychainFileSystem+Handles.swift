@@ -106,7 +106,7 @@ extension KeychainFileSystem {
     /// is the one recorded with it), the snapshot is what is stored and is not read back: that
     /// read was 8% of a durable write. The update re-checks visibility and lock state itself.
     private func commitEdits(_ edits: [FileEdit], of file: OpenFile, itemClass c: ItemClass, id: Int64) throws {
-        let stored = try commits.withLock { _ -> [UInt8] in
+        let stored = try commits.withLock(item: id) { () -> [UInt8] in
             let before = try? keychain.changeStamp()
             let (snapshot, snapshotStamp) = file.state.withLock { ($0.snapshot, $0.snapshotStamp) }
             var content: [UInt8]

@@ -23,9 +23,8 @@ public final class KeychainFileSystem: Sendable {
     let memoryFiles = MemoryFiles()
     let openFiles = OpenFiles()
     let aliases = InodeAliases()
-    /// Held while a handle's edits are replayed onto the stored item (read, apply, update), so
-    /// two handles' commits cannot interleave and lose one's edits.
-    let commits = Mutex(())
+    /// Held per item while a handle's edits are replayed onto it (ItemCommitLocks.swift).
+    let commits = ItemCommitLocks()
 
     private struct Hooks {
         var invalidate: (@Sendable (Invalidation) -> Void)?

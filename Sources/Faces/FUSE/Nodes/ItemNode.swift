@@ -59,7 +59,7 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
     }
 
     func truncate(to size: Int, in fs: KeychainFileSystem, caller: Caller) throws {
-        try fs.commits.withLock { _ in
+        try fs.commits.withLock(item: id) {
             var data =
                 size == 0
                 ? []

@@ -1,0 +1,176 @@
+import Dispatch
+import Foundation
+import KeychainCrypto
+import KeychainStore
+import Synchronization
+
+/// Group commit: write transactions that arrive while another is committing wait, and are
+/// then committed together, each under a savepoint of one SQLite transaction, with one
+/// manifest update and one fsync for all of them. A member whose body throws is rolled back
+/// to its savepoint alone and gets its own error; the others commit. Every member returns only
+/// after the commit that holds its change is durable, so "durable when close returns" still
+/// holds for each writer.
+///
+/// Why it is safe: the members run one after another on the leader's thread inside one
+/// transaction, in queue order, so the result is the same as running them as separate
+/// transactions in that order (each sees the ones before it); the manifest is verified once
+/// before the first and written once after the last, exactly as for one transaction that made
+/// all their changes.
+///
+/// Leadership: the first writer to arrive with no group in progress commits the batch it
+/// finds (itself and whoever queued meanwhile, at most `maxBatch`), then hands the lead to the
+/// first member still waiting, so no writer commits other writers' batches indefinitely.
+final class CommitQueue: Sendable {
+    /// One queued write transaction.
+    final class Member: @unchecked Sendable {
+        // @unchecked: `error` and `leads` are written by the leader's thread while the member's
+        // own thread waits on `done`, and read by that thread only after `done` is signalled:
+        // the semaphore orders every access.
+        let keys: ManifestKeys
+        /// The member's body; dropped as soon as it has run (or its batch failed), because the
+        /// caller's closure must not outlive the call (`withoutActuallyEscaping` checks).
+        var run: ((any ItemStoreWriter) throws -> Void)?
+        var error: (any Error)?
+        /// Set when the member is woken to lead the next batch rather than because it is done.
+        var leads = false
+        let done = DispatchSemaphore(value: 0)
+
+        init(keys: ManifestKeys, run: @escaping (any ItemStoreWriter) throws -> Void) {
+            self.keys = keys
+            self.run = run
+        }
+    }
+
+    static let maxBatch = 64
+
+    private struct State {
+        var pending: [Member] = []
+        var leaderActive = false
+    }
+    private let state = Mutex(State())
+
+    /// Members queued and not yet taken into a batch (for tests and the log).
+    var waiting: Int { state.withLock { $0.pending.count } }
+
+    /// Queues a member; true when its caller must lead now (no batch is being committed).
+    func enqueue(_ member: Member) -> Bool {
+        state.withLock { s in
+            s.pending.append(member)
+            if s.leaderActive { return false }
+            s.leaderActive = true
+            return true
+        }
+    }
+
+    /// The batch the leader commits: the queue's head (the leader itself) and the members
+    /// behind it that use the same keys (a key rotation in between starts a batch of its own).
+    func takeBatch() -> [Member] {
+        state.withLock { s in
+            guard let first = s.pending.first else { return [] }
+            var batch: [Member] = []
+            var rest: [Member] = []
+            for member in s.pending {
+                if batch.count < Self.maxBatch && member.keys.entry === first.keys.entry {
+                    batch.append(member)
+                } else {
+                    rest.append(member)
+                }
+            }
+            s.pending = rest
+            return batch
+        }
+    }
+
+    /// After a batch: the member that leads the next one (already marked), or nil when nobody
+    /// waits and leadership ends.
+    func nextLeader() -> Member? {
+        state.withLock { s in
+            guard let next = s.pending.first else {
+                s.leaderActive = false
+                return nil
+            }
+            next.leads = true
+            return next
+        }
+    }
+}
+
+/// What a member's body returned, for its own thread.
+final class CommitResult<R>: @unchecked Sendable {
+    // @unchecked: written by whichever thread runs the member, read by the member's own thread
+    // after the member's semaphore says it ran.
+    var value: R?
+}
+
+extension Keychain {
+    /// Runs `body` in a write transaction that also commits the next manifest (see
+    /// `commitBatch`), grouped with the write transactions of other threads that arrive
+    /// meanwhile (CommitQueue). Returns once the commit holding its change is durable.
+    func writeTransaction<R>(keys: ManifestKeys, _ body: (any ItemStoreWriter) throws -> R) throws -> R {
+        let result = CommitResult<R>()
+        return try withoutActuallyEscaping(body) { body in
+            let member = CommitQueue.Member(keys: keys) { writer in result.value = try body(writer) }
+            if !commitQueue.enqueue(member) {
+                member.done.wait()
+                if !member.leads {
+                    if let error = member.error { throw error }
+                    return result.value!
+                }
+            }
+            // Leading: commit the batch this member heads, wake its members, pass the lead on.
+            let batch = commitQueue.takeBatch()
+            commitBatch(batch, keys: keys)
+            let next = commitQueue.nextLeader()
+            for other in batch where other !== member { other.done.signal() }
+            next?.done.signal()
+            if let error = member.error { throw error }
+            return result.value!
+        }
+    }
+
+    /// Commits a batch in one transaction: the stored manifest is authenticated first (a
+    /// manifest altered while the vault is in use is refused, never re-signed), the counter
+    /// must not have gone back, each member runs under its own savepoint, every row change made
+    /// through the writer adjusts the manifest, and the counter goes up by one. After the
+    /// commit the device's rollback mark is raised to the new counter. Each member's error (its
+    /// own, or the whole transaction's) is left in the member.
+    private func commitBatch(_ batch: [CommitQueue.Member], keys: ManifestKeys) {
+        do {
+            let counter = try storeCall {
+                try store.write { vault -> Int64? in
+                    let before = try AuthenticatedState.read(from: vault)
+                    guard before.header.format >= VaultHeader.formatVersion else {
+                        throw KeychainError(
+                            .decode, "vault \(path) is in format \(before.header.format): unlock it once to migrate it")
+                    }
+                    let manifest = try before.verified(try vault.meta("manifest"), keys: keys)
+                    try refuseRollback(manifest.counter, accepting: false)
+                    let writer = ManifestedWriter(vault, manifest: manifest, entryKey: keys.entry)
+                    var committed = 0
+                    for member in batch {
+                        guard let run = member.run else { continue }
+                        member.run = nil
+                        do {
+                            try storeCall { try writer.savepoint { try run(writer) } }
+                            committed += 1
+                        } catch {
+                            member.error = error
+                        }
+                    }
+                    // Every member failed: their savepoints left nothing to commit.
+                    guard committed > 0 else { return nil }
+                    var next = writer.manifest
+                    next.counter = manifest.counter + 1
+                    let after = writer.authenticatedStateChanged ? try AuthenticatedState.read(from: vault) : before
+                    try vault.setMeta("manifest", after.encode(next, keys: keys))
+                    return next.counter
+                }
+            }
+            if let counter { noteCounter(counter) }
+        } catch {
+            // The transaction itself failed (verification, the disk): nothing of it committed.
+            for member in batch where member.error == nil { member.error = error }
+        }
+        for member in batch { member.run = nil }
+    }
+}
