@@ -32,6 +32,8 @@ struct FSSizeFigures {
     var hasLarge = false
     /// Durable-commit floor: a raw SQLite autocommit update of one row at this size.
     var rawUpdate = Samples()
+    /// Closes/s of one writer and of 8 at once through the keychainfs mount (FSBenchWriters.swift).
+    var concurrentWrites = ConcurrentWriteFigures()
     var cpus = ""
 }
 
@@ -223,6 +225,9 @@ final class FSBench {
                 throw BenchError("a written item did not read back")
             }
         }
+
+        Out.progress("  concurrent durable writers")
+        r.concurrentWrites = try measureConcurrentWrites(root: roots[1])
 
         r.kc.rssAfterWork = kc.rss
         r.kc.peakRSS = kc.peakRSS

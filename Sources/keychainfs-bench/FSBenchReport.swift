@@ -65,6 +65,12 @@ extension FSBench {
             "  vs raw SQLite durable update", Fmt.rate(r.rawUpdate.rate), Fmt.rate(k.writes.rate),
             Fmt.ratio(r.rawUpdate.rate / k.writes.rate), "durable-commit floor (alternated)",
         ])
+        let cw = r.concurrentWrites
+        rows.append([
+            "  \(ConcurrentWriteFigures.writers) writers at once, closes/s (each durable)", "",
+            Fmt.rate(cw.manyRate), Fmt.ratio(cw.manyRate / cw.oneRate),
+            "≥ 3.00× one writer (\(Fmt.rate(cw.oneRate))) " + verdict(3, cw.manyRate / cw.oneRate),
+        ])
         rows.append([
             "mount+unlock (spawn → live) p50", Fmt.duration(f.startup.p50), Fmt.duration(k.startup.p50),
             Fmt.ratio(k.startup.p50 / f.startup.p50), "flat 1k→100k",
