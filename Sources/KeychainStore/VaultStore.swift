@@ -45,22 +45,25 @@ public struct StoredItem: Sendable, Equatable {
 
 /// The vault file: one SQLite database in WAL mode with `synchronous=FULL` (every commit is
 /// durable when it returns) and `secure_delete=ON` (freed pages are zeroed, so deleted
-/// ciphertext does not linger). All access goes through one connection held in a mutex;
-/// writes run in `BEGIN IMMEDIATE` transactions so concurrent processes serialise instead of
-/// deadlocking on a lock upgrade.
+/// ciphertext does not linger). Two connections, each held in a mutex: writes (and the
+/// maintenance calls) on one, in `BEGIN IMMEDIATE` transactions so concurrent processes
+/// serialise instead of deadlocking on a lock upgrade; reads on the other, so that a read does
+/// not wait for a commit's fsync (WAL readers see the last committed state, never a write in
+/// progress, and see a commit as soon as it has returned).
 public final class VaultStore: ItemStore {
     /// Used only inside `state.withLock` (it is opened SQLITE_OPEN_NOMUTEX): the mutex is what
     /// serialises it. Held outside the mutex's value because the bodies of `lookup`, `read`
     /// and `write` are the caller's closures, and they must be handed the connection.
     private let connection: Connection
-    private struct State {
-        /// Write transactions this connection committed (PRAGMA data_version counts only the
-        /// commits of *other* connections).
-        var localCommits: Int64 = 0
-    }
+    /// The reading connection, used only inside `reading.withLock`.
+    private let readerConnection: Connection
+    private let reading = Mutex(())
+    /// Write transactions the writing connection committed (part of `changeStamp`; an atomic,
+    /// so reading it never waits for a commit in progress).
+    private let localCommits = Atomic<Int64>(0)
 
-    /// Also serialises every use of `connection`: each statement runs inside `withLock`.
-    private let state = Mutex(State())
+    /// Serialises every use of `connection`: each statement runs inside `withLock`.
+    private let state = Mutex(())
     public let path: String
 
     /// `PRAGMA application_id` of a keychainfs vault: 'KCFS'. Identifies the file as ours.
@@ -71,9 +74,11 @@ public final class VaultStore: ItemStore {
     /// as newer (`user_version`).
     public static let schemaVersion = 2
 
-    private init(path: String, connection: Connection) {
+    private init(path: String, connection: Connection) throws {
         self.path = path
         self.connection = connection
+        readerConnection = try Connection(path: path, create: false)
+        try Self.configure(readerConnection)
     }
 
     /// Creates a new vault file (mode 0600; its directory 0700 if it has to be made).
@@ -119,7 +124,7 @@ public final class VaultStore: ItemStore {
                 CREATE INDEX attr_index_by_item ON attr_index(item_id);
                 COMMIT;
                 """)
-            return VaultStore(path: path, connection: connection)
+            return try VaultStore(path: path, connection: connection)
         } catch {
             // Leave nothing half-made behind.
             for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
@@ -149,7 +154,7 @@ public final class VaultStore: ItemStore {
             throw StoreError.newerFormat(found: Int(version), supported: schemaVersion)
         }
         try configure(connection)
-        return VaultStore(path: path, connection: connection)
+        return try VaultStore(path: path, connection: connection)
     }
 
     private static func configure(_ connection: Connection) throws {
@@ -166,21 +171,21 @@ public final class VaultStore: ItemStore {
     // MARK: Transactions
 
     public func lookup<R>(_ body: (any ItemStoreReader) throws -> R) throws -> R {
-        try state.withLock { _ in try body(Statements(connection: connection)) }
+        try reading.withLock { _ in try body(Statements(connection: readerConnection)) }
     }
 
     public func read<R>(_ body: (any ItemStoreReader) throws -> R) throws -> R {
-        try state.withLock { _ in
-            try connection.execute("BEGIN")
-            defer { try? connection.execute("COMMIT") }
-            return try body(Statements(connection: connection))
+        try reading.withLock { _ in
+            try readerConnection.execute("BEGIN")
+            defer { try? readerConnection.execute("COMMIT") }
+            return try body(Statements(connection: readerConnection))
         }
     }
 
     /// On any thrown error the whole transaction rolls back: nothing half-written is ever
     /// committed.
     public func write<R>(_ body: (any ItemStoreWriter) throws -> R) throws -> R {
-        try state.withLock { state in
+        try state.withLock { _ in
             try connection.execute("BEGIN IMMEDIATE")
             let result: R
             do {
@@ -190,18 +195,21 @@ public final class VaultStore: ItemStore {
                 try? connection.execute("ROLLBACK")
                 throw error
             }
-            state.localCommits += 1
+            localCommits.add(1, ordering: .sequentiallyConsistent)
             return result
         }
     }
 
-    /// Changes whenever the vault changes, through this connection or any other process's:
-    /// (PRAGMA data_version, this connection's commits). For caches of derived views.
+    /// Changes whenever the vault changes, through this store's writing connection or any
+    /// other process's: (the reading connection's PRAGMA data_version, which counts the commits
+    /// of every other connection, the writing one included; this store's commits). Read on the
+    /// reading connection, so it never waits for a commit in progress. For caches of derived views.
     public func changeStamp() throws -> [Int64] {
-        try state.withLock { state in
+        let local = localCommits.load(ordering: .sequentiallyConsistent)
+        return try reading.withLock { _ in
             var version: Int64 = 0
-            try connection.run("PRAGMA data_version") { version = $0.int(0) }
-            return [version, state.localCommits]
+            try readerConnection.run("PRAGMA data_version") { version = $0.int(0) }
+            return [version, local]
         }
     }
 

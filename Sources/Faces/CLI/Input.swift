@@ -7,8 +7,10 @@ import SystemPackage
 
 /// A CLI failure that is not a keychain status: bad usage (exit 2) or an environment
 /// problem (exit 1). Messages never contain secrets.
-struct CLIError: Error {
+struct CLIError: Error, CustomStringConvertible {
     let message: String
+    /// What ArgumentParser prints when a `validate()` throws one.
+    var description: String { message }
     let exitCode: Int32
     /// The POSIX failure behind it, if a system call failed.
     var cause: Errno? = nil

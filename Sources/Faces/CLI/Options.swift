@@ -3,6 +3,7 @@ import Foundation
 import Keychain
 import KeychainAccess
 import KeychainCrypto
+import SystemPackage
 
 /// Which vault and how to unlock it; shared by every command that opens a vault.
 struct VaultOptions: ParsableArguments {
@@ -44,6 +45,11 @@ struct VaultOptions: ParsableArguments {
     func validate() throws {
         if [passphraseFile != nil, passphraseFd != nil, passphraseProgram != nil].filter({ $0 }).count > 1 {
             throw ValidationError("give one of --passphrase-file, --passphrase-fd and --passphrase-program")
+        }
+        // Checked now, before anything is opened: a descriptor the caller did not open would
+        // otherwise be read once the vault's own files have taken its number.
+        if let fd = passphraseFd, fcntl(fd, F_GETFD) == -1 {
+            throw CLIError.system("cannot read passphrase descriptor \(fd)", Errno(rawValue: errno))
         }
     }
 
