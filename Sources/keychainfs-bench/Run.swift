@@ -174,13 +174,17 @@ enum Runner {
                     vault.close()
                     Out.line()
                     Out.line(
-                        "Vault of \(Fmt.grouped(size)) items populated in \(Fmt.seconds(vault.populateSeconds)) (\(Fmt.rate(Double(vault.populateCount) / vault.populateSeconds)) durable adds)"
+                        "Vault of \(Fmt.grouped(size)) items populated in \(Fmt.seconds(vault.populateSeconds)) (\(Fmt.rate(Double(vault.populateCount) / vault.populateSeconds)) items, \(Fmt.grouped(BenchVault.populateBatch)) per durable transaction)"
                     )
                 }
                 Out.progress("fs: measuring at \(Fmt.grouped(size)) items")
                 let r = try bench.measure(vault)
                 FSBench.printFigures(r, kdf: crypto.argon2Interactive)
                 fs.append(r)
+                if let cli = o.keychainfs {
+                    Out.progress("fs: mount until usable at \(Fmt.grouped(size)) items (5 mounts)")
+                    MountUsable.print(try MountUsable.measure(vault, cli: cli, directory: root), size: size)
+                }
             }
             try bench.stopFloor()
             FSBench.printFlatness(fs)
