@@ -63,6 +63,35 @@ struct MountUnlockTests {
         }
     }
 
+    @Test("a rolled-back vault: mount is refused naming --accept-rollback; with it the daemon accepts it and serves")
+    func rollbackThroughMount() throws {
+        try withSandbox { box in
+            try box.addGeneric("svc", "a", "old")
+            // The file as it is now, with its WAL (a copy of the main file alone is an older state).
+            let older = box.root + "/older.vault"
+            for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: box.vault + suffix) {
+                try FileManager.default.copyItem(atPath: box.vault + suffix, toPath: older + suffix)
+            }
+            try box.addGeneric("svc", "b", "newer")
+            for suffix in ["", "-wal", "-shm"] { unlink(box.vault + suffix) }
+            for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: older + suffix) {
+                try FileManager.default.copyItem(atPath: older + suffix, toPath: box.vault + suffix)
+            }
+
+            let refused = try box.cli(
+                ["mount", box.vault, box.mnt, "--passphrase-file", box.passphraseFile], timeout: 20)
+            #expect(refused.status == Self.decodeExit, "\(refused.summary)")
+            #expect(refused.stderr.contains("rolled back") && refused.stderr.contains("--accept-rollback"))
+            #expect(!box.isMounted)
+            #expect(waitUntil(5) { box.ownDaemons().isEmpty }, "a daemon outlived the refusal")
+
+            try box.mount(extra: ["--accept-rollback"])
+            let a = try box.sh("cat '\(box.mnt)/genp/svc/a'")
+            #expect(a.stdout == "old", "\(a.summary)\nlog: \(box.daemonLog.suffix(600))")
+            #expect(try box.sh("cat '\(box.mnt)/genp/svc/b'").status != 0, "the rolled-back vault has no item b")
+        }
+    }
+
     /// Fills the sandbox vault to `count` items through the core's batch add (1,000 per
     /// transaction), as `keychainfs-bench` does: `/genp/s<k>/acct<i>` holding `secret-<i>`.
     static func populate(_ box: TestSandbox, count: Int) throws {
