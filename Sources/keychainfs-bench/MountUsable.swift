@@ -10,18 +10,24 @@ struct MountUsableFigures {
     var usable = Samples()  // spawn of `keychainfs mount` → its exit → `cat` of an item exits 0
     var commandReturned = Samples()  // spawn → `keychainfs mount` exits 0
     var kdf = Samples()  // Argon2id INTERACTIVE alone, alternated with the mounts
+    /// The same figure for `--baseline-keychainfs` (another build, e.g. main's), alternated too.
+    var baselineUsable = Samples()
+    var baselineCommandReturned = Samples()
+    var baseline: String?
     var rounds: Int { usable.count }
 }
 
 enum MountUsable {
     static let target = 0.100
 
-    /// `rounds` mounts and as many KDFs, alternating (KDF first in even rounds, the mount
-    /// first in odd ones). Each mount is unmounted and its daemon gone before the next.
-    static func measure(_ vault: BenchVault, cli: String, directory: String, rounds: Int = 5) throws
-        -> MountUsableFigures
-    {
+    /// `rounds` mounts and as many KDFs (and as many mounts with `baseline`, another build's
+    /// CLI), in an order that rotates each round, so drift hits every side alike. Each mount is
+    /// unmounted and its daemon gone before the next.
+    static func measure(
+        _ vault: BenchVault, cli: String, baseline: String? = nil, directory: String, rounds: Int = 5
+    ) throws -> MountUsableFigures {
         var f = MountUsableFigures()
+        f.baseline = baseline
         let mp = directory + "/mnt-usable-\(vault.size)"
         try FileManager.default.createDirectory(atPath: mp, withIntermediateDirectories: true)
         Cleanup.shared.addMountpoint(mp)
@@ -36,7 +42,7 @@ enum MountUsable {
                     _ = try KeyDerivation.passwordKey(passphrase: passphrase, salt: salt, parameters: .interactive)
                 })
         }
-        func mount() throws {
+        func mount(_ cli: String, isBaseline: Bool) throws {
             var secret: [Int32] = [0, 0]
             guard pipe(&secret) == 0 else { throw BenchError("pipe: \(String(cString: strerror(errno)))") }
             for fd in secret { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -73,8 +79,13 @@ enum MountUsable {
                 MountTable.lazyUnmount(mp)
                 throw BenchError("cat \(item) on the fresh mount exited \(catStatus)")
             }
-            f.commandReturned.add(returned)
-            f.usable.add(usable)
+            if isBaseline {
+                f.baselineCommandReturned.add(returned)
+                f.baselineUsable.add(usable)
+            } else {
+                f.commandReturned.add(returned)
+                f.usable.add(usable)
+            }
             let u = try Spawn.start(cli, ["unmount", mp], stdout: nil, stderr: log, environment: environment)
             if Spawn.wait(u) != 0 { MountTable.lazyUnmount(mp) }
             // The next mount needs the vault's daemon lock: wait for this daemon to end.
@@ -84,12 +95,10 @@ enum MountUsable {
             }
             if MountTable.isMounted(mp) { throw BenchError("\(mp) is still mounted after unmount") }
         }
+        var steps: [() throws -> Void] = [kdf, { try mount(cli, isBaseline: false) }]
+        if let baseline { steps.append { try mount(baseline, isBaseline: true) } }
         for round in 0..<rounds {
-            if round % 2 == 0 {
-                try kdf(); try mount()
-            } else {
-                try mount(); try kdf()
-            }
+            for k in 0..<steps.count { try steps[(round + k) % steps.count]() }
         }
         return f
     }
@@ -100,7 +109,7 @@ enum MountUsable {
         Out.line(
             "Mount until usable at \(Fmt.grouped(size)) items (`keychainfs mount --passphrase-fd 3`, then the first `cat` of an item; \(f.rounds) mounts alternated with Argon2id INTERACTIVE alone):"
         )
-        Out.table([
+        var rows = [
             ["figure", "p50", "p99", "max", "target"],
             [
                 "mount until usable", Fmt.duration(f.usable.p50), Fmt.duration(f.usable.p99),
@@ -119,6 +128,21 @@ enum MountUsable {
                 "mount until usable − KDF", Fmt.duration(f.usable.p50 - f.kdf.p50), "", "",
                 "≤ 100 ms \(f.usable.p50 - f.kdf.p50 <= Self.target ? "(within)" : "(over)")",
             ],
-        ])
+        ]
+        if f.baseline != nil {
+            rows += [
+                [
+                    "baseline: mount until usable", Fmt.duration(f.baselineUsable.p50),
+                    Fmt.duration(f.baselineUsable.p99), Fmt.duration(f.baselineUsable.max),
+                    "baseline ÷ this \(Fmt.ratio(f.baselineUsable.p50 / f.usable.p50))",
+                ],
+                [
+                    "baseline: usable − KDF", Fmt.duration(f.baselineUsable.p50 - f.kdf.p50), "", "",
+                    "baseline ÷ this \(Fmt.ratio((f.baselineUsable.p50 - f.kdf.p50) / (f.usable.p50 - f.kdf.p50)))",
+                ],
+            ]
+        }
+        Out.table(rows)
+        if let baseline = f.baseline { Out.line("  baseline: \(baseline)") }
     }
 }
