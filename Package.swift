@@ -143,7 +143,9 @@ let package = Package(
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]),
         // Tests/FSTests/posix: the python check scripts the FS wrappers run (issue 14), not sources.
-        .testTarget(name: "FSTests", dependencies: ["keychainfs", "TestSupport"], exclude: ["posix"]),
+        .testTarget(
+            name: "FSTests", dependencies: ["keychainfs", "Keychain", "KeychainCrypto", "TestSupport"],
+            exclude: ["posix"]),
         .testTarget(name: "AccessTests", dependencies: ["keychainfs", "TestSupport"]),
         // Key pairs made in the vault and the ssh agent, driven by real ssh-add, ssh-keygen and sshd.
         .testTarget(name: "SSHTests", dependencies: ["keychainfs", "KeychainSSHAgent", "Keychain", "TestSupport"]),

@@ -40,7 +40,7 @@ extension Keychain {
     /// The attributes and data an add stores for `given`: checked against the class, with
     /// everything the system sets filled in (derived certificate and key attributes, the key
     /// tag, access group, protection class, dates, primary-key defaults). Touches no row.
-    private func newItem(
+    func newItem(
         _ itemClass: ItemClass, _ given: Attributes, data: [UInt8],
         caller: Caller
     ) throws -> (attributes: Attributes, data: [UInt8]) {

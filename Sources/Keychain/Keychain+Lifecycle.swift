@@ -71,17 +71,48 @@ extension Keychain {
     /// migrated first, in one transaction. `acceptRollback`: a vault older than the mark is accepted
     /// (restored from a backup on purpose) and the mark reset to it.
     public func unlock(passphrase: SecureBytes, acceptRollback: Bool = false) throws {
-        var header = try refreshedHeader()
+        let master = try masterKey(passphrase: passphrase, acceptRollback: acceptRollback)
+        try unlock(master: master, header: state.withLock { $0.header }, acceptRollback: acceptRollback)
+    }
+
+    /// Bytes of the master key `masterKey(passphrase:)` returns and `unlock(masterKey:)` takes.
+    public static let masterKeyBytes = 32
+
+    /// The one Argon2id of an unlock, on its own: derives the key-encryption key, unwraps the
+    /// master key (a wrong passphrase is errSecAuthFailed, as `unlock` says it), and migrates a
+    /// vault of an older format (which needs the KEK). Checks nothing else and keeps nothing:
+    /// `mount` calls it in the CLI and hands the key to its daemon (`unlock(masterKey:)`), so
+    /// the passphrase is stretched once per mount. The key is in guarded memory; the caller
+    /// drops it as soon as it has handed it on.
+    public func masterKey(passphrase: SecureBytes, acceptRollback: Bool = false) throws -> SecureBytes {
+        let header = try refreshedHeader()
         let kek = try header.keyEncryptionKey(passphrase: passphrase)
         let master = try header.openMaster(kek: kek)
         if header.format < VaultHeader.formatVersion {
-            header = try migrate(
+            _ = try migrate(
                 master: master, kek: kek,
                 metadataKey: try KeyDerivation.subkey(
                     of: master, id: Subkey.metadata.rawValue, context: Subkey.context),
                 acceptRollback: acceptRollback)
         }
-        try unlock(master: master, header: header, acceptRollback: acceptRollback)
+        return master
+    }
+
+    /// Unlocks with a master key `masterKey(passphrase:)` returned (in this process or the
+    /// mount's CLI): everything `unlock(passphrase:)` checks but the Argon2id. A key that is
+    /// not this vault's fails the manifest's tag and is refused as the integrity check's
+    /// failure; a vault of an older format is refused (the passphrase path migrates it first).
+    public func unlock(masterKey: SecureBytes, acceptRollback: Bool = false) throws {
+        guard masterKey.count == Self.masterKeyBytes else {
+            throw KeychainError(.param, "a master key is \(Self.masterKeyBytes) bytes, not \(masterKey.count)")
+        }
+        let header = try refreshedHeader()
+        guard header.format >= VaultHeader.formatVersion else {
+            throw KeychainError(
+                .decode, "vault \(path) is in format \(header.format): unlock it with the passphrase once to migrate it"
+            )
+        }
+        try unlock(master: masterKey, header: header, acceptRollback: acceptRollback)
     }
 
     /// Reads the header from the file again (a passphrase change by another process

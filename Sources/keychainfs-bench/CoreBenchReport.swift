@@ -13,7 +13,7 @@ extension CoreBench {
         let population =
             f.populateCount == 0
             ? "every add timed"
-            : "\(Fmt.grouped(f.populateCount)) items populated in \(Fmt.seconds(f.populateSeconds)) (\(Fmt.rate(Double(f.populateCount) / f.populateSeconds)) durable adds), then the last \(Fmt.grouped(f.add.count)) timed"
+            : "\(Fmt.grouped(f.populateCount)) items populated in \(Fmt.seconds(f.populateSeconds)) (\(Fmt.rate(Double(f.populateCount) / f.populateSeconds)) items, \(Fmt.grouped(BenchVault.populateBatch)) per durable transaction), then the last \(Fmt.grouped(f.add.count)) timed"
         Out.line(
             "Core at \(Fmt.grouped(f.size)) items (vault created in \(Fmt.duration(f.createSeconds)); \(population))")
         var rows: [[String]] = [

@@ -69,15 +69,7 @@ final class Daemon {
                 "--pdeathsig", "TERM", "--", cli, "mount", v.path, mountpoint, "-f", "--passphrase-fd", "3",
                 "--ready-fd", "4",
             ]
-            // Its state (device key, audit log, control socket) in the run's temp directory.
-            environment =
-                ProcessInfo.processInfo.environment
-                .filter { !$0.key.hasPrefix("XDG_") && $0.key != "KEYCHAINFS_VAULT" }
-                .map { "\($0.key)=\($0.value)" }
-                + [
-                    "XDG_STATE_HOME=\(state)", "XDG_RUNTIME_DIR=\(state)/run", "XDG_DATA_HOME=\(state)/data",
-                    "XDG_CONFIG_HOME=\(state)/config",
-                ]
+            environment = cliEnvironment(state: state)
         case .keychainfs(let v, nil, let state):
             args = ["_serve-keychainfs", v.path, mountpoint, v.deviceKeyPath, state + "/keychainfs/audit.log"]
         }
@@ -124,6 +116,18 @@ final class Daemon {
         }
         return Daemon(
             kind: kind, pid: pid, mountpoint: mountpoint, startupSeconds: startup, reported: reported, log: log)
+    }
+
+    /// The environment the `keychainfs` CLI runs in: its state (device key, audit log,
+    /// control socket) in the run's temp directory.
+    static func cliEnvironment(state: String) -> [String] {
+        ProcessInfo.processInfo.environment
+            .filter { !$0.key.hasPrefix("XDG_") && $0.key != "KEYCHAINFS_VAULT" }
+            .map { "\($0.key)=\($0.value)" }
+            + [
+                "XDG_STATE_HOME=\(state)", "XDG_RUNTIME_DIR=\(state)/run", "XDG_DATA_HOME=\(state)/data",
+                "XDG_CONFIG_HOME=\(state)/config",
+            ]
     }
 
     private static func readLine(fd: Int32, timeout: Double) -> String? {

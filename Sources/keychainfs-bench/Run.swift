@@ -19,9 +19,13 @@ struct Options {
         return access(besideUs, X_OK) == 0 ? besideUs : nil
     }()
 
+    /// Another build's `keychainfs` whose mount-until-usable is measured alternately beside it.
+    var baselineKeychainfs: String?
+
     static let usage = """
         usage: keychainfs-bench core|fs|all [--items N,N,…] [--cpu N] [--tmpdir DIR]
                                             [--keychainfs PATH | --builtin-daemon]
+                                            [--baseline-keychainfs PATH]
 
           core   the keychain core: add, find, update ops/s, unlock time, bytes per item,
                  against raw SQLite and libsodium baselines measured in the same run
@@ -39,6 +43,9 @@ struct Options {
           --builtin-daemon
                     mount with this binary's own copy of the daemon set-up instead
                     (FuseSession + KeychainFileSystem + audit log, no CLI around it)
+          --baseline-keychainfs PATH
+                    another build's keychainfs (say main's): its `mount` until usable is
+                    measured in the same rounds, alternated, and divided by this one's
 
         Prints figures and ratios; never fails on a timing. Everything it mounts or creates
         is removed on exit, on errors and on SIGINT/SIGTERM.
@@ -87,6 +94,13 @@ struct Options {
                 o.keychainfs = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
             case "--builtin-daemon":
                 o.keychainfs = nil
+            case "--baseline-keychainfs":
+                let path = try next()
+                guard access(path, X_OK) == 0 else {
+                    throw BenchError("--baseline-keychainfs \(path): not an executable")
+                }
+                o.baselineKeychainfs =
+                    path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
             default:
                 throw BenchError("unknown option '\(arg)'")
             }
@@ -174,13 +188,19 @@ enum Runner {
                     vault.close()
                     Out.line()
                     Out.line(
-                        "Vault of \(Fmt.grouped(size)) items populated in \(Fmt.seconds(vault.populateSeconds)) (\(Fmt.rate(Double(vault.populateCount) / vault.populateSeconds)) durable adds)"
+                        "Vault of \(Fmt.grouped(size)) items populated in \(Fmt.seconds(vault.populateSeconds)) (\(Fmt.rate(Double(vault.populateCount) / vault.populateSeconds)) items, \(Fmt.grouped(BenchVault.populateBatch)) per durable transaction)"
                     )
                 }
                 Out.progress("fs: measuring at \(Fmt.grouped(size)) items")
                 let r = try bench.measure(vault)
                 FSBench.printFigures(r, kdf: crypto.argon2Interactive)
                 fs.append(r)
+                if let cli = o.keychainfs {
+                    Out.progress("fs: mount until usable at \(Fmt.grouped(size)) items (5 mounts)")
+                    let figures = try MountUsable.measure(
+                        vault, cli: cli, baseline: o.baselineKeychainfs, directory: root)
+                    MountUsable.print(figures, size: size)
+                }
             }
             try bench.stopFloor()
             FSBench.printFlatness(fs)

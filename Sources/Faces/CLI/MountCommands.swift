@@ -112,6 +112,8 @@ struct Mount: ParsableCommand {
         help: ArgumentHelp("Mount options, comma-separated (the table above); may be repeated.", valueName: "options"))
     var options: [String] = []
     @Option(name: .long, help: .hidden) var readyFd: Int32?
+    /// The daemon `spawnDaemon` starts reads the vault's master key here (`MasterKeyPipe`).
+    @Option(name: .long, help: .hidden) var masterKeyFd: Int32?
 
     func validate() throws {
         guard (1...2).contains(paths.count) else { throw ValidationError("expected [VAULT] MOUNTPOINT") }
@@ -171,7 +173,11 @@ struct Mount: ParsableCommand {
             defer { lock?.release() }
 
             let keychain = try Keychain.open(at: vaultPath)
-            if !parsed.fuse.startLocked {
+            if let masterKeyFd {
+                // The CLI that started this daemon ran the Argon2id (spawnDaemon).
+                try keychain.unlock(
+                    masterKey: try MasterKeyPipe.receive(fd: masterKeyFd), acceptRollback: vault.acceptRollback)
+            } else if !parsed.fuse.startLocked {
                 try keychain.unlock(
                     passphrase: passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): "),
                     acceptRollback: vault.acceptRollback)
@@ -256,17 +262,17 @@ struct Mount: ParsableCommand {
         return dir + name
     }
 
-    /// Background: start `mount -f` in a new session with the passphrase on a pipe (never
-    /// argv), logs to a file, and return once it says the mount is live.
+    /// Background: start `mount -f` in a new session with the vault's master key on a pipe
+    /// (never argv, env or a file), logs to a file, and return once it says the mount is live.
+    /// The passphrase is stretched here, once (a wrong one fails here, with the message and
+    /// exit code every command gives); the daemon unlocks with the key and runs the integrity
+    /// check, so a mount costs one Argon2id and one scan (docs/security.md, "Mounting").
     func spawnDaemon(_ parsed: ParsedMountOptions) throws {
         let keychain = try Keychain.open(at: vaultPath)
-        let passphrase: SecureBytes
-        if parsed.fuse.startLocked {
-            passphrase = try SecureBytes(copying: [])
-        } else {
-            passphrase = try passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): ")
-            // Fail early on a wrong passphrase, with the same message the CLI gives.
-            try keychain.unlock(passphrase: passphrase, acceptRollback: vault.acceptRollback)
+        var masterKey: SecureBytes?
+        if !parsed.fuse.startLocked {
+            let passphrase = try passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): ")
+            masterKey = try keychain.masterKey(passphrase: passphrase, acceptRollback: vault.acceptRollback)
         }
         let logPath = parsed.log ?? (KeychainPaths.stateDirectory() + "/daemon.log")
         try makeDirectories(KeychainPaths.parent(of: logPath), mode: 0o700)
@@ -278,7 +284,9 @@ struct Mount: ParsableCommand {
         }
         for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
 
-        var args = ["keychainfs", "mount", vaultPath, mountpoint, "-f", "--passphrase-fd", "3", "--ready-fd", "4"]
+        var args = ["keychainfs", "mount", vaultPath, mountpoint, "-f", "--ready-fd", "4"]
+        if masterKey != nil { args += ["--master-key-fd", "3"] }
+        if vault.acceptRollback { args.append("--accept-rollback") }
         for o in options { args += ["-o", o] }
         let pid: pid_t
         do {
@@ -294,7 +302,8 @@ struct Mount: ParsableCommand {
             throw CLIError.system("cannot start the daemon", error)
         }
         close(secretPipe[0]); close(readyPipe[1])
-        passphrase.withUnsafeBytes { _ = write(secretPipe[1], $0.baseAddress, $0.count) }
+        if let masterKey { MasterKeyPipe.send(masterKey, fd: secretPipe[1]) }
+        masterKey = nil  // wiped (sodium_free) now that it is in the pipe
         close(secretPipe[1])
 
         var reply = [UInt8]()
