@@ -103,7 +103,11 @@ struct GroupDirectory: ItemFileDirectory {
     private func validListing(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing? {
         // The groups are compared first: the change stamp costs a store read.
         guard let cached = fs.listings.listing(ino), cached.groups == caller.accessGroups else { return nil }
-        return cached.stamp == (try fs.keychain.changeStamp()) ? cached : nil
+        guard cached.stamp == (try fs.keychain.changeStamp()) else {
+            fs.listings.evict(ino)
+            return nil
+        }
+        return cached
     }
 
     /// The directory's items as (name, stat), from the cache when nothing in the vault changed
