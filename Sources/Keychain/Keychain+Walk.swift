@@ -11,6 +11,35 @@ extension Keychain {
     /// Rows read per page of a walk.
     static let walkPageRows = 1_000
 
+    /// Calls `body` with each item whose grouping attribute (service, server, label) is `value`
+    /// that the caller can see, found through the secondary index per access group, in id
+    /// order: a directory listing without holding every item's attributes at once. Visibility
+    /// and damaged rows as in `forEachItem(_:caller:_:)`.
+    public func forEachItem(
+        _ itemClass: ItemClass, grouping value: AttributeValue, caller callerArgument: Caller? = nil,
+        _ body: (KeychainItem) throws -> Void
+    ) throws {
+        guard itemClass != .identity else { return }
+        let call = callContext(callerArgument)
+        let caller = call.caller
+        let keys = try call.unlockedKeys()
+        var rows = try storeCall {
+            try store.lookup { vault in
+                try caller.accessGroups.flatMap {
+                    try vault.items(
+                        secondaryIndex: secondaryIndex(itemClass, group: $0, value, keys: keys), withData: false)
+                }
+            }
+        }
+        rows.sort { $0.id < $1.id }
+        let grouping = Schema.groupingAttribute(of: itemClass)
+        try visit(rows, itemClass, caller: caller, keys: keys) { item in
+            // The index is a keyed hash of the value: confirm it, as copyMatching does.
+            guard item.attributes[grouping]?.matches(value, caseInsensitive: false) == true else { return }
+            try body(item)
+        }
+    }
+
     /// Calls `body` with each item of `itemClass` the caller can see (either synchronizable
     /// state; attributes, no data), in id order. The visibility rules are copyMatching's with
     /// kSecAttrSynchronizableAny and every access group of the caller; a row whose attributes
@@ -32,24 +61,31 @@ extension Keychain {
                         itemClass: itemClass.rawValue, afterID: after, limit: Self.walkPageRows, withData: false)
                 }
             }
-            for row in page {
-                let attributes: Attributes
-                do {
-                    attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
-                } catch {
-                    reportDamaged(
-                        DamagedRow(id: row.id, itemClass: row.itemClass, reason: "its attributes do not authenticate"))
-                    continue
-                }
-                guard case .string(let group)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: group)
-                else { continue }
-                try body(
-                    KeychainItem(
-                        id: row.id, itemClass: itemClass, attributes: attributes, data: nil,
-                        dataLength: Self.readableLength(itemClass, attributes, stored: row.sealedDataLength)))
-            }
+            try visit(page, itemClass, caller: caller, keys: keys, body)
             guard page.count == Self.walkPageRows, let last = page.last else { return }
             after = last.id
+        }
+    }
+
+    /// Opens each row's attributes and hands the visible items to `body`, one at a time.
+    private func visit(
+        _ rows: [StoredItem], _ itemClass: ItemClass, caller: Caller, keys: Keys, _ body: (KeychainItem) throws -> Void
+    ) throws {
+        for row in rows where row.itemClass == itemClass.rawValue {
+            let attributes: Attributes
+            do {
+                attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
+            } catch {
+                reportDamaged(
+                    DamagedRow(id: row.id, itemClass: row.itemClass, reason: "its attributes do not authenticate"))
+                continue
+            }
+            guard case .string(let group)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: group)
+            else { continue }
+            try body(
+                KeychainItem(
+                    id: row.id, itemClass: itemClass, attributes: attributes, data: nil,
+                    dataLength: Self.readableLength(itemClass, attributes, stored: row.sealedDataLength)))
         }
     }
 }

@@ -117,8 +117,7 @@ struct GroupDirectory: ItemFileDirectory {
         if let cached = fs.listings.listing(ino), cached.isValid(stamp: stamp, groups: caller.accessGroups) {
             return cached
         }
-        let entries = try fs.items(inDirectory: itemClass, spelling, caller: caller)
-            .map { (name: PathCodec.leaf(of: itemClass, $0.attributes), stat: fs.itemStat($0)) }
+        let entries = try fs.listItems(inDirectory: itemClass, spelling, caller: caller)
         let made = ListingCache.Listing(stamp: stamp, groups: caller.accessGroups, entries: entries)
         fs.listings.store(made, for: ino)
         return made
