@@ -138,7 +138,8 @@ struct FlatClassDirectory: TopLevelDirectory, ItemFileDirectory {
     func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
         var seen = Set<[UInt8]>()  // bytes: NFC and NFD labels are two names
         var out: [DirectoryEntry] = []
-        for item in try fs.allItems(itemClass, caller: caller) {
+        // A page of rows at a time, each item's attributes dropped once its name is spelled.
+        try fs.keychain.forEachItem(itemClass, caller: caller) { item in
             let leaf = PathCodec.leaf(of: itemClass, item.attributes)
             if seen.insert(Array(leaf.utf8)).inserted {
                 out.append(DirectoryEntry(name: leaf, ino: Inode.item(itemClass, id: item.id), isDirectory: false))
