@@ -67,7 +67,7 @@ let package = Package(
         .target(
             name: "KeychainFS",
             dependencies: [
-                "Keychain", "KeychainAccess", "CFuse",
+                "Keychain", "KeychainAccess", "CFuse", "CPlatform",
                 .product(name: "SystemPackage", package: "swift-system"),
             ], path: "Sources/Faces/FUSE"),
         // Credentials for other tools (docs/credentials.md): git's and docker's helper protocols

@@ -28,4 +28,17 @@ static inline int kcfs_session_loop_mt(struct fuse_session *se, unsigned int max
     fuse_loop_cfg_destroy(config);
     return rc;
 }
+/* The same loop with idle workers bounded: past max_idle_threads, a worker that finishes a
+   request and finds enough others idle exits, so a burst's threads do not stay for the mount's life. */
+static inline int kcfs_session_loop_mt_bounded(struct fuse_session *se, unsigned int max_threads,
+                                               unsigned int max_idle_threads) {
+    struct fuse_loop_config *config = fuse_loop_cfg_create();
+    if (!config) return -1;
+    fuse_loop_cfg_set_max_threads(config, max_threads);
+    fuse_loop_cfg_set_idle_threads(config, max_idle_threads);
+    fuse_loop_cfg_set_clone_fd(config, 0);
+    int rc = fuse_session_loop_mt(se, config);
+    fuse_loop_cfg_destroy(config);
+    return rc;
+}
 #endif

@@ -9,6 +9,7 @@
 #include <spawn.h>
 #include <sys/xattr.h>
 #include <sys/syscall.h>
+#include <malloc.h>
 
 /* prctl is variadic, so Swift cannot call it directly. */
 static inline int kcfs_set_dumpable(int on) { return prctl(PR_SET_DUMPABLE, on ? 1 : 0, 0, 0, 0); }
@@ -19,4 +20,6 @@ static const short kcfs_posix_spawn_setsid = 0x80;
 static inline int kcfs_pidfd_open(pid_t pid, unsigned int flags) { return (int)syscall(SYS_pidfd_open, pid, flags); }
 /* PIDFD_THREAD (Linux 6.9): a pidfd of one thread, readable when that thread exits. */
 static const unsigned int kcfs_pidfd_thread = 0x80; /* O_EXCL */
+/* mallopt's option numbers are macros in <malloc.h>, which Swift's Glibc module leaves out. */
+static inline int kcfs_malloc_arena_max(int arenas) { return mallopt(M_ARENA_MAX, arenas); }
 #endif

@@ -97,6 +97,8 @@ enum AttributeCodec {
         guard bytes.first == version else { throw bad }
         var i = 1
         var out: Attributes = [:]
+        // Items carry 10–20 attributes: growing the dictionary 1, 2, 4, 8, 16 cost a tenth of a decode.
+        out.reserveCapacity(16)
         func take(_ n: Int) throws -> ArraySlice<UInt8> {
             guard n >= 0, i + n <= bytes.count else { throw bad }
             defer { i += n }
@@ -108,18 +110,18 @@ enum AttributeCodec {
         }
         while i < bytes.count {
             let codeLen = Int(try take(1).first!)
-            // The standard library's validating decode: Foundation's String(bytes:encoding:) was
-            // half of this function (6% of a getxattr) and dropped a leading U+FEFF that the
-            // encoder had stored, so such a value did not read back as written.
-            guard let code = String(validating: try take(codeLen), as: UTF8.self) else { throw bad }
+            let code = try take(codeLen)
             let tag = try take(1).first!
             let lenBytes = try take(4)
             let len = Int(lenBytes.reversed().reduce(UInt32(0)) { ($0 << 8) | UInt32($1) })
             let v = try take(len)
-            guard let attribute = Schema.attribute(code: code, in: itemClass) else { throw bad }
+            guard let attribute = Schema.attribute(codeBytes: code, in: itemClass) else { throw bad }
             let value: AttributeValue
             switch tag {
             case 1:
+                // The standard library's validating decode: Foundation's String(bytes:encoding:) was
+                // half of this function (6% of a getxattr) and dropped a leading U+FEFF that the
+                // encoder had stored, so such a value did not read back as written.
                 guard let s = String(validating: v, as: UTF8.self) else { throw bad }
                 value = .string(s)
             case 2: value = .data(Array(v))

@@ -32,6 +32,9 @@ final class ManifestedWriter: ItemStoreWriter {
     func items(itemClass: String, withData: Bool) throws -> [StoredItem] {
         try inner.items(itemClass: itemClass, withData: withData)
     }
+    func items(itemClass: String, afterID: Int64, limit: Int, withData: Bool) throws -> [StoredItem] {
+        try inner.items(itemClass: itemClass, afterID: afterID, limit: limit, withData: withData)
+    }
     func forEachItem(_ body: (StoredItem) throws -> Void) throws { try inner.forEachItem(body) }
     func itemCount() throws -> Int { try inner.itemCount() }
     func meta(_ name: String) throws -> [UInt8]? { try inner.meta(name) }

@@ -9,6 +9,17 @@ public enum ItemClass: String, CaseIterable, Sendable, CustomStringConvertible {
     case identity = "idnt"
 
     public var description: String { rawValue }
+
+    /// The class's place in `allCases`, for per-class tables kept in arrays.
+    var tableIndex: Int {
+        switch self {
+        case .genericPassword: 0
+        case .internetPassword: 1
+        case .certificate: 2
+        case .key: 3
+        case .identity: 4
+        }
+    }
 }
 
 /// Accessibility (`kSecAttrAccessible`, code `pdmn`): when an item's data can be read.
@@ -145,8 +156,12 @@ public struct Attribute: Hashable, Sendable, CustomStringConvertible, Comparable
     let order: Int
 
     public var description: String { name }
-    public static func == (a: Attribute, b: Attribute) -> Bool { a.name == b.name }
-    public func hash(into h: inout Hasher) { h.combine(name) }
+    /// Equal and hashed by schema order, which is one per name (every attribute is made from its
+    /// schema row; the class pseudo-attribute has -1): comparing and hashing an Int instead of
+    /// the name's characters was a fifth of decoding an attribute set, which a listing does for
+    /// every item.
+    public static func == (a: Attribute, b: Attribute) -> Bool { a.order == b.order }
+    public func hash(into h: inout Hasher) { h.combine(order) }
     public static func < (a: Attribute, b: Attribute) -> Bool { a.order < b.order }
 }
 
@@ -263,6 +278,28 @@ public enum Schema {
 
     /// The attribute with a four-character code in a class.
     static func attribute(code: String, in itemClass: ItemClass) -> Attribute? { classCodes[itemClass]![code] }
+
+    /// The attribute whose code is these bytes in a class, without making a String of them
+    /// (the decoder's lookup, once per attribute of every item read). Codes are ASCII, so
+    /// bytes that are not UTF-8 find nothing, as with `attribute(code:in:)`.
+    static func attribute(codeBytes: ArraySlice<UInt8>, in itemClass: ItemClass) -> Attribute? {
+        guard codeBytes.count == 4 else {
+            return String(validating: codeBytes, as: UTF8.self).flatMap { attribute(code: $0, in: itemClass) }
+        }
+        return classPackedCodes[itemClass.tableIndex][packed(codeBytes)]
+    }
+
+    private static func packed<C: Collection<UInt8>>(_ bytes: C) -> UInt32 {
+        bytes.reduce(UInt32(0)) { ($0 << 8) | UInt32($1) }
+    }
+
+    /// `classCodes` for four-byte codes, keyed by the code's bytes packed into an integer, in
+    /// an array by class.
+    private static let classPackedCodes: [[UInt32: Attribute]] = ItemClass.allCases.map { c in
+        Dictionary(
+            classAttributes[c]!.filter { $0.code.utf8.count == 4 }.map { (packed($0.code.utf8), $0) },
+            uniquingKeysWith: { first, _ in first })
+    }
 
     public static func isPrimaryKey(_ attribute: Attribute, in itemClass: ItemClass) -> Bool {
         rows[attribute.order].key.contains(itemClass)

@@ -41,6 +41,9 @@ public protocol ItemStoreReader {
     /// Whether any row has this secondary index, without reading rows.
     func exists(secondaryIndex: [UInt8]) throws -> Bool
     func items(itemClass: String, withData: Bool) throws -> [StoredItem]
+    /// At most `limit` rows of a class with ids above `afterID`, in id order: a walk over a
+    /// large class a page at a time, so no caller holds every row at once.
+    func items(itemClass: String, afterID: Int64, limit: Int, withData: Bool) throws -> [StoredItem]
     /// Visits every row with its full contents, in id order.
     func forEachItem(_ body: (StoredItem) throws -> Void) throws
     func itemCount() throws -> Int

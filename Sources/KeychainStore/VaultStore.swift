@@ -388,6 +388,17 @@ private struct Statements: ItemStoreWriter {
         return found
     }
 
+    func items(itemClass: String, afterID: Int64, limit: Int, withData: Bool) throws -> [StoredItem] {
+        var found: [StoredItem] = []
+        try connection.run(
+            "SELECT \(Self.columns(withData: withData)) FROM items WHERE class = ? AND id > ? ORDER BY id LIMIT ?",
+            [.text(itemClass), .integer(afterID), .integer(Int64(limit))]
+        ) {
+            found.append(Self.item($0))
+        }
+        return found
+    }
+
     func forEachItem(_ body: (StoredItem) throws -> Void) throws {
         try connection.run("SELECT \(Self.columns) FROM items ORDER BY id") { try body(Self.item($0)) }
     }

@@ -11,6 +11,7 @@ struct FSFigures {
     var xattrAbsent = Samples()  // getxattr security.selinux (ENODATA: what ls -l asks)
     var readdirSmall = Samples()  // opendir + getdents to the end + closedir, 1,000 entries
     var readdirLarge = Samples()  // … 10,000 entries
+    var readdirLargeFirst = Samples()  // … 10,000 entries, the first listing after a write elsewhere in the vault
     var lsSmallCold = Samples(), lsSmallWarm = Samples()
     var lsLargeCold = Samples(), lsLargeWarm = Samples()
     var lookupSmallCold = Samples()  // stat of /genp/d1k after the entry timeout expired
@@ -164,6 +165,24 @@ final class FSBench {
             }
             if r.hasLarge {
                 r[keyPath: figures(w)].readdirLarge.add(try readdirTimed(large(root), expect: Layout.largeCount))
+            }
+        }
+        // The first listing after the vault changed (keychainfs's listing cache is keyed on the
+        // change stamp, so this is a listing made from the store): an item of the 1,000-entry
+        // directory is overwritten through the mount, untimed, on both sides, then the 10,000-entry
+        // directory is listed.
+        if r.hasLarge {
+            Out.progress("  first readdir after a change")
+            var changes = 0
+            try alternate(6) { w, root in
+                for _ in 0..<2 {
+                    changes += 1
+                    _ = try writeTimed(
+                        root + "/" + "genp/\(Layout.service(7))/\(Layout.account(7))",
+                        Layout.secret(changes, tag: "chg"))
+                    r[keyPath: figures(w)].readdirLargeFirst.add(
+                        try readdirTimed(large(root), expect: Layout.largeCount))
+                }
             }
         }
 

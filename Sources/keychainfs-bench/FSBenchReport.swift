@@ -44,6 +44,9 @@ extension FSBench {
             lat(
                 "readdir 10,000 entries p50", f.readdirLarge, k.readdirLarge,
                 target: "≤ 2.00× " + verdict(k.readdirLarge.p50 / f.readdirLarge.p50, 2))
+            lat(
+                "readdir 10,000 entries, first after a change, p50", f.readdirLargeFirst, k.readdirLargeFirst,
+                target: "≤ 2.00× " + verdict(k.readdirLargeFirst.p50 / f.readdirLargeFirst.p50, 2))
         }
         lat("ls -l 1,000 entries, cold p50", f.lsSmallCold, k.lsSmallCold)
         lat("ls -l 1,000 entries, warm p50", f.lsSmallWarm, k.lsSmallWarm)

@@ -30,20 +30,35 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
     }
 
     func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
-        var out: [DirectoryEntry] = []
-        var seen = Set<[UInt8]>()  // bytes: NFC and NFD services are two directories
-        for item in try fs.allItems(itemClass, caller: caller) {
-            guard let spelling = PathCodec.directory(of: itemClass, item.attributes),
-                seen.insert(Array(spelling.utf8)).inserted
-            else { continue }
-            out.append(
-                DirectoryEntry(name: spelling, ino: fs.directories.inode(itemClass, spelling), isDirectory: true))
-        }
-        for (spelling, ino) in fs.directories.emptyDirectories(of: itemClass)
-        where !seen.contains(Array(spelling.utf8)) {
+        let listed = try directoriesWithItems(in: fs, caller: caller)
+        var out = listed.entries.map { DirectoryEntry(name: $0.name, ino: $0.stat.ino, isDirectory: true) }
+        for (spelling, ino) in fs.directories.emptyDirectories(of: itemClass) where listed.stat(named: spelling) == nil
+        {
             out.append(DirectoryEntry(name: spelling, ino: ino, isDirectory: true))
         }
         return out
+    }
+
+    /// The directories that hold an item the caller can see, from the listing cache while the
+    /// vault is unchanged. Made by walking the class a page at a time and keeping only the
+    /// distinct spellings: a 100,000-item class is never held in memory at once.
+    private func directoriesWithItems(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing {
+        let ino = Inode.classDirectory(itemClass)
+        let stamp = try fs.keychain.changeStamp()
+        if let cached = fs.listings.listing(ino), cached.isValid(stamp: stamp, groups: caller.accessGroups) {
+            return cached
+        }
+        var entries: [(name: String, stat: NodeStat)] = []
+        var seen = Set<[UInt8]>()  // bytes: NFC and NFD services are two directories
+        try fs.keychain.forEachItem(itemClass, caller: caller) { item in
+            guard let spelling = PathCodec.directory(of: itemClass, item.attributes),
+                seen.insert(Array(spelling.utf8)).inserted
+            else { return }
+            entries.append((name: spelling, stat: fs.directoryStat(fs.directories.inode(itemClass, spelling))))
+        }
+        let made = ListingCache.Listing(stamp: stamp, groups: caller.accessGroups, entries: entries)
+        fs.listings.store(made, for: ino)
+        return made
     }
 
     func mkdir(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {

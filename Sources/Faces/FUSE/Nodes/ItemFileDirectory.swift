@@ -103,7 +103,11 @@ struct GroupDirectory: ItemFileDirectory {
     private func validListing(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing? {
         // The groups are compared first: the change stamp costs a store read.
         guard let cached = fs.listings.listing(ino), cached.groups == caller.accessGroups else { return nil }
-        return cached.stamp == (try fs.keychain.changeStamp()) ? cached : nil
+        guard cached.stamp == (try fs.keychain.changeStamp()) else {
+            fs.listings.evict(ino)
+            return nil
+        }
+        return cached
     }
 
     /// The directory's items as (name, stat), from the cache when nothing in the vault changed
@@ -113,8 +117,7 @@ struct GroupDirectory: ItemFileDirectory {
         if let cached = fs.listings.listing(ino), cached.isValid(stamp: stamp, groups: caller.accessGroups) {
             return cached
         }
-        let entries = try fs.items(inDirectory: itemClass, spelling, caller: caller)
-            .map { (name: PathCodec.leaf(of: itemClass, $0.attributes), stat: fs.itemStat($0)) }
+        let entries = try fs.listItems(inDirectory: itemClass, spelling, caller: caller)
         let made = ListingCache.Listing(stamp: stamp, groups: caller.accessGroups, entries: entries)
         fs.listings.store(made, for: ino)
         return made
@@ -135,7 +138,8 @@ struct FlatClassDirectory: TopLevelDirectory, ItemFileDirectory {
     func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
         var seen = Set<[UInt8]>()  // bytes: NFC and NFD labels are two names
         var out: [DirectoryEntry] = []
-        for item in try fs.allItems(itemClass, caller: caller) {
+        // A page of rows at a time, each item's attributes dropped once its name is spelled.
+        try fs.keychain.forEachItem(itemClass, caller: caller) { item in
             let leaf = PathCodec.leaf(of: itemClass, item.attributes)
             if seen.insert(Array(leaf.utf8)).inserted {
                 out.append(DirectoryEntry(name: leaf, ino: Inode.item(itemClass, id: item.id), isDirectory: false))

@@ -20,6 +20,27 @@ extension KeychainFileSystem {
         } catch KeychainStatus.itemNotFound { return [] }
     }
 
+    /// A service/server directory's entries (name, stat), each item's attributes dropped as soon
+    /// as its name is spelled: a 10,000-item directory never holds 10,000 attribute sets. A
+    /// directory whose spelling names no grouping value (a long name) is listed as `items` does.
+    func listItems(inDirectory itemClass: ItemClass, _ spelling: String, caller: Caller) throws
+        -> [(name: String, stat: NodeStat)]
+    {
+        let grouping = Schema.groupingAttribute(of: itemClass)
+        guard let value = PathCodec.parseDirectory(itemClass, spelling)?[grouping] else {
+            return try items(inDirectory: itemClass, spelling, caller: caller)
+                .map { (name: PathCodec.leaf(of: itemClass, $0.attributes), stat: itemStat($0)) }
+        }
+        var out: [(name: String, stat: NodeStat)] = []
+        try keychain.forEachItem(itemClass, grouping: value, caller: caller) { item in
+            guard let directory = PathCodec.directory(of: itemClass, item.attributes),
+                PathCodec.same(directory, spelling)
+            else { return }
+            out.append((name: PathCodec.leaf(of: itemClass, item.attributes), stat: itemStat(item)))
+        }
+        return out
+    }
+
     /// Every item of a class the caller can see.
     func allItems(_ itemClass: ItemClass, caller: Caller) throws -> [KeychainItem] {
         guard itemClass != .identity else { return [] }

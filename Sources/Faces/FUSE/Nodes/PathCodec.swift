@@ -20,7 +20,13 @@ public enum PathCodec {
     /// Percent-escapes `%`, `/`, NUL and `extra` bytes, and spells the empty string `%`.
     /// Escapes are uppercase `%XX`. (A whole component is also kept from looking like `.`,
     /// `..` or an editor's scratch file: `component`.)
-    static func escape(_ text: String, extra: Set<UInt8> = []) -> String {
+    static func escape(_ text: String, extra: [UInt8] = []) -> String {
+        // Most names need no escape: return them as they are, without copying their bytes.
+        if !text.utf8.isEmpty
+            && !text.utf8.contains(where: { $0 == 0x25 || $0 == 0x2F || $0 == 0 || extra.contains($0) })
+        {
+            return text
+        }
         let bytes = Array(text.utf8)
         if bytes.isEmpty { return "%" }
         var out = [UInt8]()
@@ -124,8 +130,8 @@ public enum PathCodec {
 
     // MARK: Directory components
 
-    static let leafExtra: Set<UInt8> = [UInt8(ascii: ";")]
-    static let hostExtra: Set<UInt8> = [UInt8(ascii: ":"), UInt8(ascii: "["), UInt8(ascii: "]")]
+    static let leafExtra: [UInt8] = [UInt8(ascii: ";")]
+    static let hostExtra: [UInt8] = [UInt8(ascii: ":"), UInt8(ascii: "["), UInt8(ascii: "]")]
 
     /// The directory an item lives in under its class directory (genp: service,
     /// inet: protocol/server/port), or nil for classes whose items sit in the class directory.

@@ -7,6 +7,10 @@ import Synchronization
 /// change stamp and the caller's access groups are the ones they were made for. Spelling
 /// 10,000 names means decrypting 10,000 attribute sets, and `ls -l` then looks each name up
 /// again: the second look is answered from here.
+///
+/// Bounded by entries, least recently used first out: a daemon that walked every directory of
+/// a 100,000-item vault keeps at most `maxEntries` names (with their stats), not all of them.
+/// A listing found stale is dropped at once (`evict`), not kept until pushed out.
 final class ListingCache: Sendable {
     struct Listing: Sendable {
         let stamp: [Int64]
@@ -28,18 +32,62 @@ final class ListingCache: Sendable {
         func isValid(stamp: [Int64], groups: [String]) -> Bool { self.stamp == stamp && self.groups == groups }
     }
 
-    /// Listings kept at most; past it the cache starts over (a listing is cheap to make again
-    /// compared with the memory of a daemon that walked 100,000 directories).
-    static let capacity = 256
+    /// Entries kept at most over all listings. An entry (its name, stat and by-name key) costs
+    /// about 200 bytes, so this is a few MiB; it holds the largest directory the benchmark
+    /// lists (10,000) with room for the directories around it. A listing larger than this is
+    /// made for its request and not kept.
+    static let defaultMaxEntries = 32_768
 
-    private let listings = Mutex<[UInt64: Listing]>([:])
+    let maxEntries: Int
 
-    func listing(_ directory: UInt64) -> Listing? { listings.withLock { $0[directory] } }
+    private struct Kept {
+        var listing: Listing
+        var lastUse: UInt64
+    }
 
-    func store(_ listing: Listing, for directory: UInt64) {
-        listings.withLock {
-            if $0.count >= Self.capacity { $0.removeAll() }
-            $0[directory] = listing
+    private struct State {
+        var kept: [UInt64: Kept] = [:]
+        var entries = 0
+        var clock: UInt64 = 0
+
+        mutating func remove(_ directory: UInt64) {
+            if let old = kept.removeValue(forKey: directory) { entries -= old.listing.entries.count }
         }
     }
+
+    private let state = Mutex(State())
+
+    init(maxEntries: Int = ListingCache.defaultMaxEntries) { self.maxEntries = maxEntries }
+
+    func listing(_ directory: UInt64) -> Listing? {
+        state.withLock { s in
+            guard s.kept[directory] != nil else { return nil }
+            s.clock += 1
+            s.kept[directory]!.lastUse = s.clock
+            return s.kept[directory]!.listing
+        }
+    }
+
+    func store(_ listing: Listing, for directory: UInt64) {
+        state.withLock { s in
+            s.remove(directory)
+            guard listing.entries.count <= maxEntries else { return }
+            // Least recently used out until the new listing fits. Listings are few (one per
+            // directory walked), so a scan for the oldest is cheaper than keeping an order.
+            while s.entries + listing.entries.count > maxEntries,
+                let oldest = s.kept.min(by: { $0.value.lastUse < $1.value.lastUse })?.key
+            {
+                s.remove(oldest)
+            }
+            s.clock += 1
+            s.kept[directory] = Kept(listing: listing, lastUse: s.clock)
+            s.entries += listing.entries.count
+        }
+    }
+
+    /// Drops a directory's listing (found stale: the vault changed since it was made).
+    func evict(_ directory: UInt64) { state.withLock { $0.remove(directory) } }
+
+    /// Listings and entries kept now.
+    var size: (listings: Int, entries: Int) { state.withLock { ($0.kept.count, $0.entries) } }
 }
