@@ -49,7 +49,7 @@ struct SecretServicePromptTests {
             func client(_ modes: String) throws -> [String: String] {
                 let r = try box.python(
                     bus.address, presenceClient, [pinentry.modePath, modes], env: ["DISPLAY": ":99"])
-                #expect(r.status == 0, "python: \(r.summary)")
+                #expect(r.status == 0, "python: \(r.summary)\nPROVIDER: \(bus.provider.stderrSoFar.suffix(3000))")
                 return labelled(r)
             }
             // Denied, then allowed once, in one client.
