@@ -55,6 +55,9 @@ final class Connection: @unchecked Sendable {
         return .sqlite(code: rc, message: String(cString: sqlite3_errmsg(handle)))
     }
 
+    /// Rows changed by the last INSERT, UPDATE or DELETE on this connection.
+    var changes: Int32 { sqlite3_changes(handle) }
+
     func execute(_ sql: String) throws {
         let rc = sqlite3_exec(handle, sql, nil, nil, nil)
         guard rc == SQLITE_OK else { throw error(rc) }
