@@ -83,19 +83,7 @@ extension Keychain {
         for row in rows where seen.insert(row.id).inserted {
             guard let itemClass = ItemClass(rawValue: row.itemClass), Self.secretServiceClasses.contains(itemClass)
             else { continue }
-            let attributes: Attributes
-            do {
-                attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
-            } catch {
-                reportDamaged(
-                    DamagedRow(id: row.id, itemClass: row.itemClass, reason: "its attributes do not authenticate"))
-                continue
-            }
-            guard case .string(let group)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: group)
-            else { continue }
-            let item = KeychainItem(
-                id: row.id, itemClass: itemClass, attributes: attributes, data: nil,
-                dataLength: Self.readableLength(itemClass, attributes, stored: row.sealedDataLength))
+            guard let item = visibleAttributesOnly(row, itemClass, caller: caller, keys: keys) else { continue }
             if SecretServiceMapping.matches(item, query) { out.append(item) }
         }
         return out.sorted { ($0.itemClass.rawValue, $0.id) < ($1.itemClass.rawValue, $1.id) }

@@ -72,20 +72,27 @@ extension Keychain {
         _ rows: [StoredItem], _ itemClass: ItemClass, caller: Caller, keys: Keys, _ body: (KeychainItem) throws -> Void
     ) throws {
         for row in rows where row.itemClass == itemClass.rawValue {
-            let attributes: Attributes
-            do {
-                attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
-            } catch {
-                reportDamaged(
-                    DamagedRow(id: row.id, itemClass: row.itemClass, reason: "its attributes do not authenticate"))
-                continue
-            }
-            guard case .string(let group)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: group)
-            else { continue }
-            try body(
-                KeychainItem(
-                    id: row.id, itemClass: itemClass, attributes: attributes, data: nil,
-                    dataLength: Self.readableLength(itemClass, attributes, stored: row.sealedDataLength)))
+            if let item = visibleAttributesOnly(row, itemClass, caller: caller, keys: keys) { try body(item) }
         }
+    }
+
+    /// A row as an item without its data, if its attributes authenticate (else it is reported
+    /// damaged) and the caller's access groups include the item's: the one rule every listing
+    /// that opens rows itself follows (the walk, the Secret Service search).
+    func visibleAttributesOnly(_ row: StoredItem, _ itemClass: ItemClass, caller: Caller, keys: Keys) -> KeychainItem? {
+        let attributes: Attributes
+        do {
+            attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
+        } catch {
+            reportDamaged(
+                DamagedRow(id: row.id, itemClass: row.itemClass, reason: "its attributes do not authenticate"))
+            return nil
+        }
+        guard case .string(let group)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: group) else {
+            return nil
+        }
+        return KeychainItem(
+            id: row.id, itemClass: itemClass, attributes: attributes, data: nil,
+            dataLength: Self.readableLength(itemClass, attributes, stored: row.sealedDataLength))
     }
 }

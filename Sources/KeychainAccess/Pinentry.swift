@@ -54,6 +54,34 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
         return (pid, ProcessIdentity.terminal(of: pid), display)
     }
 
+    /// Where to ask this caller; errSecInteractionNotAllowed ("WHY, and pid 42 … has no terminal
+    /// or display to ask on") when there is nowhere.
+    static func askable(
+        _ caller: Caller, _ why: String, _ toAsk: String = "to ask on"
+    ) throws -> (pid: pid_t, tty: String?, display: String?) {
+        let target = promptTarget(caller)
+        guard target.tty != nil || target.display != nil else {
+            throw KeychainError(
+                .interactionNotAllowed,
+                "\(why), and \(caller.processDescription) has no terminal or display \(toAsk)")
+        }
+        return target
+    }
+
+    /// pinentry started on the caller's terminal or display (with its TERM), titled.
+    static func session(
+        _ program: String, at target: (pid: pid_t, tty: String?, display: String?), timeout: Int
+    ) throws -> AssuanSession {
+        let session = try AssuanSession(
+            program: program, tty: target.tty, display: target.display,
+            term: target.pid > 0 ? ProcessIdentity.environment(of: target.pid, "TERM") : nil, timeout: timeout)
+        do { try session.command("SETTITLE keychainfs") } catch {
+            session.finish()
+            throw error
+        }
+        return session
+    }
+
     /// Why no prompt can be shown to this caller (no pinentry program, or its process has no
     /// terminal or display), or nil when one can.
     public func whyNoPrompt(for caller: Caller) -> String? {
@@ -74,19 +102,9 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
                 throw KeychainError(
                     .interactionNotAllowed, "the vault is locked, and no pinentry program is installed to unlock it")
             }
-            let (pid, tty, display) = Self.promptTarget(caller)
-            guard tty != nil || display != nil else {
-                throw KeychainError(
-                    .interactionNotAllowed,
-                    "the vault is locked, and \(caller.processDescription) has no terminal or display to ask for its passphrase on"
-                )
-            }
-            let session = try AssuanSession(
-                program: program, tty: tty, display: display,
-                term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
-                timeout: 3 * timeoutSeconds + 5)
+            let target = try Self.askable(caller, "the vault is locked", "to ask for its passphrase on")
+            let session = try Self.session(program, at: target, timeout: 3 * timeoutSeconds + 5)
             defer { session.finish() }
-            try session.command("SETTITLE keychainfs")
             try session.command(
                 "SETDESC "
                     + AssuanSession.escape(
@@ -124,13 +142,7 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
             throw KeychainError(
                 .interactionNotAllowed, "\(item.summary) needs user presence, and no pinentry program is installed")
         }
-        let (pid, tty, display) = Self.promptTarget(caller)
-        guard tty != nil || display != nil else {
-            throw KeychainError(
-                .interactionNotAllowed,
-                "\(item.summary) needs user presence, and \(caller.processDescription) has no terminal or display to ask on"
-            )
-        }
+        let target = try Self.askable(caller, "\(item.summary) needs user presence")
         guard
             state.withLock({ s -> Bool in
                 guard s.activePrompts < Self.maxConcurrentPrompts else { return false }
@@ -144,13 +156,9 @@ public final class PinentryPresence: PresenceVerifier, Sendable {
         }
         defer { state.withLock { $0.activePrompts -= 1 } }
         let passcode = flags.contains(.devicePasscode) && !flags.contains(.userPresence)
-        let session = try AssuanSession(
-            program: program, tty: tty, display: display,
-            term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
-            timeout: timeoutSeconds + 5)
+        let session = try Self.session(program, at: target, timeout: timeoutSeconds + 5)
         defer { session.finish() }
         let what = passcode ? "Enter the vault passphrase to let" : "Allow"
-        try session.command("SETTITLE keychainfs")
         try session.command(
             "SETDESC " + AssuanSession.escape("\(what) \(caller.processDescription) to use \(item.summary)?"))
         try session.command("SETTIMEOUT \(timeoutSeconds)")
@@ -194,20 +202,10 @@ extension PinentryPresence {
             try verify(item: item, flags: flags, caller: caller)
             return .allowedOnce
         }
-        let (pid, tty, display) = Self.promptTarget(caller)
-        guard tty != nil || display != nil else {
-            throw KeychainError(
-                .interactionNotAllowed,
-                "\(item.summary) needs user presence, and \(caller.processDescription) has no terminal or display to ask on"
-            )
-        }
+        let target = try Self.askable(caller, "\(item.summary) needs user presence")
         let remember = caller.executable == nil ? nil : remember
-        let session = try AssuanSession(
-            program: program, tty: tty, display: display,
-            term: pid > 0 ? ProcessIdentity.environment(of: pid, "TERM") : nil,
-            timeout: 4 * timeoutSeconds + 5)
+        let session = try Self.session(program, at: target, timeout: 4 * timeoutSeconds + 5)
         defer { session.finish() }
-        try session.command("SETTITLE keychainfs")
         var description = "Allow \(caller.processDescription) to use \(item.summary)?"
         if remember != nil, let executable = caller.executable {
             description += " \"Always allow\" lets \(executable) use it from now on without asking."
