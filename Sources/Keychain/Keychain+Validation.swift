@@ -81,9 +81,9 @@ extension Keychain {
     }
 
     func checkPresence(_ item: KeychainItem, caller: Caller, ui: AuthenticationUI) throws {
-        guard let ac = item.accessControl, ac.requiresPresence else { return }
-        // Asked already (before this write transaction, or at open for a file handle).
-        if caller.presenceGrants.contains(item.id) { return }
+        // Not needed, or asked already (before this write transaction, or at open for a file
+        // handle).
+        guard caller.needsPresence(for: item), let ac = item.accessControl else { return }
         switch ui {
         case .skip: throw SkipItem.skip
         case .fail:

@@ -63,7 +63,13 @@ final class ManifestedWriter: ItemStoreWriter {
         guard let old = try inner.item(id: item.id, withData: true) else {
             throw KeychainError(.decode, "item \(item.id) disappeared from the vault during a write")
         }
+        var item = item
         let oldTags = item.attributeTags == nil ? [] : try inner.attributeTags(itemID: item.id)
+        // A secret rewritten keeps its attribute pairs: unchanged tags are left as stored (nil),
+        // which spares two index pages in that commit and toggles nothing in the manifest.
+        if let tags = item.attributeTags, tags.count == oldTags.count, Set(tags) == Set(oldTags) {
+            item.attributeTags = nil
+        }
         try inner.replace(item)
         manifest.remove(old, key: key)
         manifest.insert(item, key: key)

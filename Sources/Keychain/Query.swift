@@ -161,6 +161,15 @@ public struct Caller: Sendable {
         return copy
     }
 
+    /// Whether using this item's data needs a presence prompt for this caller: its access
+    /// control asks for user presence (or the passphrase), and this caller has not given it.
+    /// The one presence rule: the core checks it before a read or write, and the Secret
+    /// Service reports such an item Locked to this caller.
+    public func needsPresence(for item: KeychainItem) -> Bool {
+        guard let control = item.accessControl, control.requiresPresence else { return false }
+        return !presenceGrants.contains(item.id)
+    }
+
     /// The one visibility rule: a caller sees, reads and writes the items of its own access
     /// groups only; items of other groups are not found (never "permission denied").
     public func canSee(accessGroup: String) -> Bool {

@@ -179,12 +179,6 @@ public enum SecretServiceMapping {
     /// item's `Locked` property and in SearchItems' locked list.
     public static func isLocked(_ item: KeychainItem, in keychain: Keychain, for caller: Caller) -> Bool {
         do { try keychain.checkReadable(item.accessibility, itemID: item.id) } catch { return true }
-        return needsPresence(item, from: caller)
-    }
-
-    /// Whether reading the item would need a presence prompt for this caller.
-    public static func needsPresence(_ item: KeychainItem, from caller: Caller) -> Bool {
-        guard let control = item.accessControl, control.requiresPresence else { return false }
-        return !caller.presenceGrants.contains(item.id)
+        return caller.needsPresence(for: item)
     }
 }

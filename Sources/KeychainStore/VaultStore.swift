@@ -449,10 +449,6 @@ private struct Statements: ItemStoreWriter {
     }
 
     func setAttributeTags(_ tags: [[UInt8]], itemID: Int64) throws {
-        // A secret rewritten keeps its attribute pairs: the same tags are not written again
-        // (two index pages less in that commit).
-        let current = try attributeTags(itemID: itemID)
-        if current.count == tags.count && Set(current) == Set(tags) { return }
         try connection.run("DELETE FROM attr_index WHERE item_id = ?", [.integer(itemID)])
         for tag in tags {
             try connection.run(

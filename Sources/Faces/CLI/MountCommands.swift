@@ -186,11 +186,13 @@ struct Mount: ParsableCommand {
             fuseOptions.fsname = vaultPath
             let audit = try AuditLog(path: parsed.audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
             let fs = KeychainFileSystem(keychain: keychain, audit: audit)
-            fs.access.presence = PinentryPresence(
+            let pinentry = PinentryPresence(
                 keychain: keychain, program: parsed.pinentry,
                 reuseSeconds: parsed.presenceReuse, timeoutSeconds: parsed.presenceTimeout)
+            fs.access.presence = pinentry
             // Connected before the mount goes live: a name another provider owns fails the mount.
-            let secretService = try parsed.secretService ? connectSecretService(parsed, keychain, fs.access) : nil
+            let secretService =
+                try parsed.secretService ? connectSecretService(parsed, keychain, fs.access, pinentry) : nil
             let control = try ControlServer(path: controlSocketPath(), keychain: keychain)
             fs.controlSocketPath = control.path
             control.start()
@@ -234,12 +236,13 @@ struct Mount: ParsableCommand {
     }
 
     /// `-o secret_service`: the provider of `keychainfs secret-service` over the mount's vault,
-    /// access layer (policy, presence, audit) and pinentry, connected and owning its name.
+    /// access layer (policy, presence, audit) and pinentry (its timeout, and one vault-unlock
+    /// prompt at a time for both faces), connected and owning its name.
     func connectSecretService(
-        _ parsed: ParsedMountOptions, _ keychain: Keychain, _ access: AccessLayer
+        _ parsed: ParsedMountOptions, _ keychain: Keychain, _ access: AccessLayer, _ pinentry: PinentryPresence
     ) throws -> SecretServiceProvider {
         let provider = SecretServiceCommand.provider(
-            keychain: keychain, access: access, pinentry: parsed.pinentry,
+            keychain: keychain, access: access, prompter: pinentry,
             passphraseFile: vault.passphraseFile ?? parsed.passphraseFile)
         do {
             let described = try provider.connect(address: parsed.secretServiceAddress)

@@ -62,7 +62,9 @@ struct SecretServiceCommand: ParsableCommand {
         let log = try AuditLog(path: audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
         let access = AccessLayer(keychain: keychain, audit: log)
         let provider = Self.provider(
-            keychain: keychain, access: access, pinentry: pinentry, passphraseFile: vault.passphraseFile)
+            keychain: keychain, access: access,
+            prompter: PinentryPresence(keychain: keychain, program: pinentry, reuseSeconds: 0),
+            passphraseFile: vault.passphraseFile)
         let described: String
         do { described = try provider.connect(address: address) } catch { throw CLIError.failure(error.message) }
         Output.line(
@@ -73,12 +75,11 @@ struct SecretServiceCommand: ParsableCommand {
     /// The provider over an opened keychain, as `secret-service` and `mount -o secret_service`
     /// run it: Service.Unlock re-reads `passphraseFile` when there is one (a descriptor was read
     /// to its end, a terminal may be gone); otherwise a Prompt object asks the client's user
-    /// through pinentry.
+    /// through `prompter`.
     static func provider(
-        keychain: Keychain, access: AccessLayer, pinentry: String?, passphraseFile: String?
+        keychain: Keychain, access: AccessLayer, prompter: PinentryPresence, passphraseFile: String?
     ) -> SecretServiceProvider {
-        let prompter = PinentryPresence(keychain: keychain, program: pinentry, reuseSeconds: 0)
-        return SecretServiceProvider(keychain: keychain, access: access, prompter: prompter) {
+        SecretServiceProvider(keychain: keychain, access: access, prompter: prompter) {
             guard let file = passphraseFile else {
                 throw BusError(
                     "org.freedesktop.Secret.Error.IsLocked",

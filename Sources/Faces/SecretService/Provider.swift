@@ -253,15 +253,6 @@ public final class SecretServiceProvider: Sendable {
         return 0
     }
 
-    /// How many sessions and prompts are open, and for how many clients presence was given:
-    /// for tests of reaping and for the log.
-    public var openState: (sessions: Int, prompts: Int, presenceClients: Int) {
-        (
-            sessions.withLock { $0.open.count }, prompts.withLock { $0.open.count },
-            presenceGrants.withLock { $0.byClient.count }
-        )
-    }
-
     // MARK: Dispatch
 
     /// One method call to an object under /org/freedesktop/secrets: its reply, or an error reply.
@@ -694,18 +685,13 @@ public final class SecretServiceProvider: Sendable {
             // the items whose presence the prompt is to ask for.
             var unlocked: [String] = []
             var needPresence = false
-            for path in paths {
-                switch ObjectPath(path) {
-                case .collection?: if !collectionLocked { unlocked.append(path) }
-                case .item(let itemClass, let id)?:
-                    if unlocksVault { continue }
-                    let item = try visibleItem(caller, itemClass, id)
-                    if !SecretServiceMapping.isLocked(item, in: keychain, for: caller) {
-                        unlocked.append(path)
-                    } else if SecretServiceMapping.needsPresence(item, from: caller) {
-                        needPresence = true
-                    }
-                default: continue
+            for path in paths where !unlocksVault {
+                if try isUnlocked(path, for: caller) {
+                    unlocked.append(path)
+                } else if case .item(let itemClass, let id)? = ObjectPath(path),
+                    caller.needsPresence(for: try visibleItem(caller, itemClass, id))
+                {
+                    needPresence = true
                 }
             }
             guard unlocksVault || needPresence else {
@@ -910,7 +896,7 @@ public final class SecretServiceProvider: Sendable {
             for path in pending.paths {
                 guard case .item(let itemClass, let id)? = ObjectPath(path),
                     let item = try? visibleItem(caller, itemClass, id),
-                    SecretServiceMapping.needsPresence(item, from: caller)
+                    caller.needsPresence(for: item)
                 else { continue }
                 let answer = try prompter.confirm(item: item, caller: caller) { passphrase in
                     guard let executable = caller.executable else { return }
@@ -927,16 +913,19 @@ public final class SecretServiceProvider: Sendable {
             audit(caller, nil, .dbusPresence, false, (error as? KeychainError)?.status.name)
             return (true, [])
         }
-        let unlocked = pending.paths.filter { path in
-            switch ObjectPath(path) {
-            case .collection?: return !collectionLocked
-            case .item(let itemClass, let id)?:
-                guard let item = try? visibleItem(caller, itemClass, id) else { return false }
-                return !SecretServiceMapping.isLocked(item, in: keychain, for: caller)
-            default: return false
-            }
+        return (false, pending.paths.filter { (try? isUnlocked($0, for: caller)) ?? false })
+    }
+
+    /// Whether an object Unlock names is open to `caller` now: the collection when the keychain
+    /// is unlocked, an item it may see when its secret is in reach (Locked false); another
+    /// path never. An item the caller may not see is NoSuchObject.
+    func isUnlocked(_ path: String, for caller: Caller) throws -> Bool {
+        switch ObjectPath(path) {
+        case .collection?: return !collectionLocked
+        case .item(let itemClass, let id)?:
+            return !SecretServiceMapping.isLocked(try visibleItem(caller, itemClass, id), in: keychain, for: caller)
+        default: return false
         }
-        return (false, unlocked)
     }
 
     /// Prompt.Completed, and PropertiesChanged for what it unlocked (on the bus thread).
