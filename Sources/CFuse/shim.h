@@ -13,6 +13,8 @@ static inline struct fuse_args kcfs_fuse_args_init(int argc, char **argv) {
     return a;
 }
 static inline void kcfs_fi_set_direct_io(struct fuse_file_info *fi, int on) { fi->direct_io = on ? 1 : 0; }
+/* FOPEN_NOFLUSH: the kernel sends no FLUSH at close(2) (a handle with nothing to commit). */
+static inline void kcfs_fi_set_noflush(struct fuse_file_info *fi, int on) { fi->noflush = on ? 1 : 0; }
 static inline void kcfs_fi_set_keep_cache(struct fuse_file_info *fi, int on) { fi->keep_cache = on ? 1 : 0; }
 static inline void kcfs_fi_set_nonseekable(struct fuse_file_info *fi, int on) { fi->nonseekable = on ? 1 : 0; }
 static inline unsigned int kcfs_rename_noreplace(void) { return RENAME_NOREPLACE; }

@@ -86,28 +86,53 @@ public enum AuditOperation: Sendable, Equatable {
 /// under `flock` on `PATH.lock` and re-checks the size there, and a writer whose file was rotated
 /// by another process notices (its descriptor no longer names PATH, looked at once a second, or
 /// the file it still writes fills) and reopens; meanwhile its lines land whole in `PATH.1`.
+///
+/// **Buffered** (`buffered: true`, the mount daemon): lines collect in memory and are written
+/// together, one `write(2)` for all of them, at the latest one second after the first of them
+/// (`flushDelay`), at once when 64 KiB are waiting, and by `flush()`, which the daemon calls when
+/// its loop ends (SIGTERM, SIGINT, SIGHUP, unmount) and the control socket calls before answering
+/// `status` or `lock`. So nothing is lost at a clean stop, and at most the last second of lines at
+/// `kill -9` or a crash (docs/security.md). The lines of one flush still land whole in one file.
 public final class AuditLog: Sendable {
     public let path: String
     public let maxBytes: Int
     public let keep: Int
+    public let buffered: Bool
+    /// The longest a buffered line waits for its write.
+    public static let flushDelay: DispatchTimeInterval = .seconds(1)
+    /// Buffered bytes that are written at once, without waiting for the delay.
+    static let flushBytes = 64 << 10
     private struct State {
         var fd: Int32
         /// When (CLOCK_MONOTONIC, ns) PATH was last compared with the descriptor.
         var pathCheckedAt: UInt64 = 0
+        /// Buffered lines not yet written (whole lines only).
+        var pending: [UInt8] = []
+        /// Whether a delayed flush of `pending` is on its way.
+        var flushScheduled = false
     }
     private let state: Mutex<State>
 
-    public init(path: String, maxBytes: Int = 8 << 20, keep: Int = 4) throws {
+    public init(path: String, maxBytes: Int = 8 << 20, keep: Int = 4, buffered: Bool = false) throws {
         self.path = path
         self.maxBytes = maxBytes
         self.keep = max(1, keep)
+        self.buffered = buffered
         try FileManager.default.createDirectory(
             atPath: KeychainPaths.parent(of: path),
             withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         state = Mutex(State(fd: try Self.openLog(path)))
     }
 
-    deinit { state.withLock { close($0.fd) } }
+    deinit {
+        state.withLock { s in
+            writeOut(&s)
+            close(s.fd)
+        }
+    }
+
+    /// Writes every buffered line now.
+    public func flush() { state.withLock { writeOut(&$0) } }
 
     /// The log's files, oldest first: `PATH.keep` … `PATH.1`, `PATH` (those that exist).
     public static func files(of path: String, keep: Int = 4) -> [String] {
@@ -146,9 +171,38 @@ public final class AuditLog: Sendable {
         append(line)
     }
 
-    /// Appends one whole line, rotating first if the file is full.
+    /// Appends one whole line: written now, or buffered (see the type's comment).
     func append(_ line: [UInt8]) {
-        state.withLock { state in
+        guard buffered else {
+            state.withLock { s in
+                s.pending += line
+                writeOut(&s)
+            }
+            return
+        }
+        let scheduleFlush = state.withLock { s -> Bool in
+            s.pending += line
+            if s.pending.count >= min(Self.flushBytes, maxBytes / 4) {
+                writeOut(&s)
+                return false
+            }
+            if s.flushScheduled { return false }
+            s.flushScheduled = true
+            return true
+        }
+        if scheduleFlush {
+            DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + Self.flushDelay) { [weak self] in
+                self?.flush()
+            }
+        }
+    }
+
+    /// Writes the buffered lines in one write(2), rotating first if the file is full.
+    private func writeOut(_ state: inout State) {
+        state.flushScheduled = false
+        guard !state.pending.isEmpty else { return }
+        defer { state.pending.removeAll(keepingCapacity: state.pending.count <= Self.flushBytes) }
+        do {
             var st = stat()
             var rotatedElsewhere = fstat(state.fd, &st) != 0
             // Whether another process rotated PATH away from this descriptor, looked at once a
@@ -161,14 +215,14 @@ public final class AuditLog: Sendable {
                 rotatedElsewhere =
                     stat(path, &current) != 0 || st.st_ino != current.st_ino || st.st_dev != current.st_dev
             }
-            if rotatedElsewhere || Int(st.st_size) + line.count > maxBytes {
+            if rotatedElsewhere || Int(st.st_size) + state.pending.count > maxBytes {
                 if !rotatedElsewhere { rotate() }
                 if let fd = try? Self.openLog(path) {
                     close(state.fd)
                     state.fd = fd
                 }
             }
-            _ = line.withUnsafeBytes { write(state.fd, $0.baseAddress, $0.count) }
+            _ = state.pending.withUnsafeBytes { write(state.fd, $0.baseAddress, $0.count) }
         }
     }
 

@@ -222,7 +222,8 @@ enum DaemonMain {
             let t1 = Clock.now()
             try keychain.unlock(passphrase: passphrase)
             let t2 = Clock.now()
-            let audit = try AuditLog(path: args[3])
+            let audit = try AuditLog(path: args[3], buffered: true)  // as `keychainfs mount`
+            defer { audit.flush() }
             let session = FuseSession(
                 fs: KeychainFileSystem(keychain: keychain, audit: audit), mountpoint: args[1], options: MountOptions())
             try session.mount()

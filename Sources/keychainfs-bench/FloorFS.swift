@@ -4,7 +4,7 @@ import Foundation
 /// The floor: the least a FUSE filesystem with keychainfs's shape can cost. In memory,
 /// libfuse low-level API, the same operations table shape as `FuseSession` (same multithreaded
 /// loop and thread limit, same 1.0 s entry/attr timeouts, `direct_io` on every open,
-/// `access` and `flush` answered, getxattr answering ENODATA except for
+/// `access` and `flush` answered, FOPEN_NOFLUSH on read-only opens, getxattr answering ENODATA except for
 /// `user.keychain.account`), and the same layout depth and names:
 /// `/genp/<service>/<account>` holding 12-byte files, plus the empty `inet cert keys idnt`.
 /// Whatever keychainfs costs above this is its own work (store, crypto, path codec).
@@ -192,6 +192,8 @@ final class FloorFS: @unchecked Sendable {
             }
             fi.pointee.fh = ino
             kcfs_fi_set_direct_io(fi, 1)
+            // As keychainfs: no FLUSH for a read-only handle, so a cycle is the same requests.
+            if access == O_RDONLY && fi.pointee.flags & O_TRUNC == 0 { kcfs_fi_set_noflush(fi, 1) }
             fuse_reply_open(req, fi)
         }
         ops.read = { req, ino, size, off, _ in

@@ -75,4 +75,45 @@ struct AuditRotationTests {
         let items = all.compactMap { $0.firstMatch(of: #/item=(\d+) /#).flatMap { Int($0.output.1) } }
         #expect(items == Array((items.first ?? 0)...399))
     }
+
+    @Test("buffered: two writers, many rotations, every line once and whole after flush; nothing written before it")
+    func bufferedNoLineLost() throws {
+        let dir = try makeTempDirectory("kcfs-audit-buffered")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/audit.log"
+        let logs = [
+            try AuditLog(path: path, maxBytes: 16384, keep: 400, buffered: true),
+            try AuditLog(path: path, maxBytes: 16384, keep: 400, buffered: true),
+        ]
+        // One line, well under the 64 KiB that forces a write: still only in memory.
+        logs[0].record(Caller(processDescription: "pid 9 /bin/first"), item: 1, .openRead, allowed: true)
+        #expect(Self.lines(path, keep: 400).isEmpty, "a buffered line was written at once")
+        logs[0].flush()
+        #expect(Self.lines(path, keep: 400).count == 1)
+        let group = DispatchGroup()
+        for writer in 0..<4 {
+            group.enter()
+            Thread {
+                for i in 0..<3000 {
+                    logs[writer % 2].record(
+                        Caller(processDescription: "pid \(writer) /bin/test"), item: Int64(i), .openRead, allowed: true)
+                }
+                group.leave()
+            }.start()
+        }
+        group.wait()
+        for log in logs { log.flush() }
+        let all = Self.lines(path, keep: 400).filter { !$0.contains("/bin/first") }
+        #expect(all.count == 12000)
+        var seen = Set<String>()
+        for line in all {
+            guard let m = line.firstMatch(of: /pid (\d) \/bin\/test item=(\d+) op=open-read allow$/) else {
+                Issue.record("torn or foreign line: \(line)")
+                continue
+            }
+            seen.insert("\(m.output.1)-\(m.output.2)")
+        }
+        #expect(seen.count == 12000)
+        #expect(AuditLog.files(of: path, keep: 400).count > 10)
+    }
 }

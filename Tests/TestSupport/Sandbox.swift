@@ -64,7 +64,12 @@ open class TestSandbox: @unchecked Sendable {
     public var daemonLog: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
     public var log: String { daemonLog }
     public var auditPath: String { stateHome + "/keychainfs/audit.log" }
-    public var audit: String { (try? String(contentsOfFile: auditPath, encoding: .utf8)) ?? "" }
+    /// The audit log as the user reads it after `keychainfs status MNT` (the mount daemon
+    /// buffers its lines for up to a second; `status` writes them out before it answers).
+    public var audit: String {
+        if MountInfo.isKeychainMount(mnt) { _ = try? cli(["status", mnt], timeout: 10) }
+        return (try? String(contentsOfFile: auditPath, encoding: .utf8)) ?? ""
+    }
     /// `--vault VAULT --passphrase-file FILE`
     public var unlockArgs: [String] { ["--vault", vault, "--passphrase-file", passphraseFile] }
 

@@ -184,7 +184,11 @@ struct Mount: ParsableCommand {
             }
             var fuseOptions = parsed.fuse
             fuseOptions.fsname = vaultPath
-            let audit = try AuditLog(path: parsed.audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
+            // Buffered: one write(2) a second instead of one per open (AuditLog says what is
+            // kept at which stop); flushed when the loop ends and by `status`/`lock`.
+            let audit = try AuditLog(
+                path: parsed.audit ?? (KeychainPaths.stateDirectory() + "/audit.log"), buffered: true)
+            defer { audit.flush() }
             let fs = KeychainFileSystem(keychain: keychain, audit: audit)
             let pinentry = PinentryPresence(
                 keychain: keychain, program: parsed.pinentry,
@@ -193,7 +197,7 @@ struct Mount: ParsableCommand {
             // Connected before the mount goes live: a name another provider owns fails the mount.
             let secretService =
                 try parsed.secretService ? connectSecretService(parsed, keychain, fs.access, pinentry) : nil
-            let control = try ControlServer(path: controlSocketPath(), keychain: keychain)
+            let control = try ControlServer(path: controlSocketPath(), keychain: keychain, audit: audit)
             fs.controlSocketPath = control.path
             control.start()
             defer { control.stop() }
@@ -219,6 +223,7 @@ struct Mount: ParsableCommand {
             // A Type=notify unit (mount -f under systemd) is started now that the mount is live.
             SystemdNotify.send("READY=1")
             let rc = session.run()
+            audit.flush()
             SystemdNotify.send("STOPPING=1")
             Log.info("unmounted \(mountpoint)")
             // libfuse returns the number of the signal that ended the loop: SIGTERM, SIGINT and

@@ -6,8 +6,14 @@ import SystemPackage
 // Operations on open handles: read, write, commit (flush, fsync, release). The handle's state
 // machine is stated in State/OpenFiles.swift, a pending certificate's in State/MemoryFiles.swift.
 extension KeychainFileSystem {
-    public func read(handle: UInt64, offset: Int, size: Int) throws -> [UInt8] {
+    /// `fillsPageCache`: the kernel asked in order to fill its page cache, not for a read(2).
+    /// With `direct_io` that only happens for an `mmap` of the file (MAP_PRIVATE; the kernel
+    /// refuses MAP_SHARED), whose faults the kernel sends without a lock owner, while every
+    /// direct read carries its caller's (FUSE_READ_LOCKOWNER). Such a handle's release drops
+    /// the file's cached pages; any other release leaves the kernel alone.
+    public func read(handle: UInt64, offset: Int, size: Int, fillsPageCache: Bool = true) throws -> [UInt8] {
         let file = try openFiles.file(handle)
+        if fillsPageCache { file.state.withLock { $0.pageCacheFilled = true } }
         switch file.currentTarget() {
         case .memory(let memory):
             return memory.state.withLock { FileBytes.slice($0.data, offset: offset, size: size) }
@@ -186,15 +192,18 @@ extension KeychainFileSystem {
             Log.warning("release: a buffered write was not committed (\(errno))")
         }
         if let file = openFiles.remove(handle) {
-            // direct_io keeps read(2) out of the page cache, but an mmap of the file still goes
-            // through it: drop any such pages when the file is closed.
-            notify(.inode(file.ino))
             // The handle's copy of the secret goes with it.
-            file.state.withLock { s in
+            let pageCacheFilled = file.state.withLock { s in
                 FileBytes.wipe(&s.view)
                 FileBytes.wipe(&s.snapshot)
+                FileBytes.wipe(&s.original)
                 s.edits = []
+                return s.pageCacheFilled
             }
+            // direct_io keeps read(2) out of the page cache, but an mmap of the file still goes
+            // through it: drop such pages when the handle that filled them is released (its
+            // last mapping is gone by then). A handle that only read(2) sends nothing.
+            if pageCacheFilled { notify(.inode(file.ino)) }
         }
     }
 }

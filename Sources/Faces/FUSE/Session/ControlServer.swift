@@ -12,16 +12,21 @@ import KeychainCrypto
 ///
 /// Protocol: one request line, `status`, `lock`, or `unlock` followed by the passphrase
 /// bytes up to EOF; one reply line, `ok <state> <since>` or `error <OSStatus> <message>`.
+/// Every answer is given after the daemon's buffered audit lines are written, so once
+/// `keychainfs status MOUNTPOINT` returns, the log holds a line for every access answered
+/// before it.
 public final class ControlServer: Sendable {
     public let path: String
     let keychain: Keychain
+    let audit: AuditLog?
     let uid: uid_t
     /// The listening socket: made in init, closed once by stop().
     private let listener: Int32
 
-    public init(path: String, keychain: Keychain, uid: uid_t = getuid()) throws {
+    public init(path: String, keychain: Keychain, audit: AuditLog? = nil, uid: uid_t = getuid()) throws {
         self.path = path
         self.keychain = keychain
+        self.audit = audit
         self.uid = uid
         let dir = KeychainPaths.parent(of: path)
         try FileManager.default.createDirectory(
@@ -132,6 +137,7 @@ public final class ControlServer: Sendable {
     }
 
     private func reply(_ client: Int32, _ line: String) {
+        audit?.flush()
         _ = (line + "\n").withCString { write(client, $0, strlen($0)) }
     }
 

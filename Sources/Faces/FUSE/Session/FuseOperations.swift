@@ -115,16 +115,22 @@ extension FuseSession {
         ops.open = { req, ino, fi in
             FuseSession.serve(req, "open", ino) { s in
                 guard let fi else { throw Errno.invalidArgument }
-                fi.pointee.fh = try s.fs.open(ino, flags: fi.pointee.flags, caller: try s.caller(req, identify: true))
+                let flags = fi.pointee.flags
+                fi.pointee.fh = try s.fs.open(ino, flags: flags, caller: try s.caller(req, identify: true))
                 // Plaintext never enters the page cache; every read reaches the daemon.
                 kcfs_fi_set_direct_io(fi, 1)
+                // A read-only handle has nothing to commit at close(2): no FLUSH request for it
+                // (its RELEASE still comes, and does what a FLUSH would have).
+                if flags & O_ACCMODE == O_RDONLY && flags & O_TRUNC == 0 { kcfs_fi_set_noflush(fi, 1) }
                 if fuse_reply_open(req, fi) != 0 { s.fs.release(handle: fi.pointee.fh) }
             }
         }
         ops.read = { req, ino, size, off, fi in
             FuseSession.serve(req, "read", ino) { s in
                 guard let fi else { throw Errno.badFileDescriptor }
-                var bytes = try s.fs.read(handle: fi.pointee.fh, offset: Int(off), size: size)
+                // A read without a lock owner is the kernel filling its page cache (KeychainFileSystem.read).
+                var bytes = try s.fs.read(
+                    handle: fi.pointee.fh, offset: Int(off), size: size, fillsPageCache: fi.pointee.lock_owner == 0)
                 bytes.withUnsafeBytes {
                     _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count)
                 }

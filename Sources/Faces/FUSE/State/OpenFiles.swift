@@ -74,6 +74,9 @@ final class OpenFile: Sendable {
         var writers: Set<UInt64> = []
         /// Bumped by every change; a commit clears only the edits it stored.
         var generation = 0
+        /// Whether a read through this handle filled the kernel's page cache (an `mmap` of the
+        /// file: see `KeychainFileSystem.read`); its release then drops the file's cached pages.
+        var pageCacheFilled = false
 
         var dirty: Bool { !edits.isEmpty }
 
