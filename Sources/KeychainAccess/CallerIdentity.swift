@@ -28,14 +28,14 @@ public struct ProcessIdentity: Sendable {
     }
 
     /// The thread group of `tid`, and the thread's start time (the process's, when the thread
-    /// is the process's main thread: then the caller need not read it again).
-    static func threadGroup(of tid: pid_t) -> (pid_t, UInt64)? {
+    /// is the process's main thread: then the caller need not read it again). `isLeader`: the
+    /// caller already knows `tid` leads its thread group (a pidfd opened without PIDFD_THREAD
+    /// says so), which saves reading /proc/<tid>/status.
+    static func threadGroup(of tid: pid_t, isLeader: Bool = false) -> (pid_t, UInt64)? {
         guard let start = startTime(of: tid) else { return nil }
+        if isLeader { return (tid, start) }
         if let cached = threadCache.get(tid), cached.start == start { return (cached.tgid, start) }
-        guard let status = readSmall("/proc/\(tid)/status"),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Tgid:") }),
-            let tgid = pid_t(line.dropFirst(5).trimmingCharacters(in: .whitespaces))
-        else { return nil }
+        guard let tgid = readSmall(ProcPath.of(tid, "status"), { tgid(inStatus: $0) }) else { return nil }
         threadCache.set(tid, (start, tgid))
         return (tgid, start)
     }
@@ -51,35 +51,83 @@ public struct ProcessIdentity: Sendable {
         let (tgid, threadStart) = group
         // The executable is read every time (an execve keeps the pid and the start time).
         guard let before = tgid == tid ? threadStart : startTime(of: tgid) else { return nil }
-        let exe = readLink("/proc/\(tgid)/exe")
+        let exe = readLink(ProcPath.of(tgid, "exe"))
         guard let after = startTime(of: tgid), after == before else { return nil }
         return ProcessIdentity(pid: tgid, executable: exe, startTime: before)
     }
 
-    /// A small /proc file with plain read(2): Foundation's String(contentsOfFile:) cost a
-    /// third of the daemon's time per open.
-    static func readSmall(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+    /// A small /proc file with one read(2), handed to `parse` as bytes: Foundation's
+    /// String(contentsOfFile:), and then String splitting, were most of identifying a new
+    /// process (each `cat` is one).
+    static func readSmall<T>(_ path: [CChar], _ parse: (UnsafeBufferPointer<UInt8>) -> T?) -> T? {
+        let fd = path.withUnsafeBufferPointer { open($0.baseAddress!, O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else { return nil }
         defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        guard n > 0 else { return nil }
-        return String(decoding: buffer[0..<n], as: UTF8.self)
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 4096) { buffer -> T? in
+            let n = read(fd, buffer.baseAddress, buffer.count)
+            guard n > 0 else { return nil }
+            return parse(UnsafeBufferPointer(rebasing: buffer[0..<n]))
+        }
     }
 
-    static func startTime(of pid: pid_t) -> UInt64? {
-        guard let stat = readSmall("/proc/\(pid)/stat"), let close = stat.lastIndex(of: ")") else { return nil }
-        // Fields after the command name; starttime is field 22 overall, 20th after ")".
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        return fields.count > 19 ? UInt64(fields[19]) : nil
+    static func startTime(of pid: pid_t) -> UInt64? { readSmall(ProcPath.of(pid, "stat"), startTime(inStat:)) }
+
+    /// Field 22 of /proc/<pid>/stat (starttime): the 20th after the command name, which ends at
+    /// the last `)` (the name itself may hold spaces and parentheses).
+    static func startTime(inStat bytes: UnsafeBufferPointer<UInt8>) -> UInt64? {
+        guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+        var field = 0
+        var i = close + 1
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: " ") {
+                field += 1
+                i += 1
+                if field == 20 { return number(in: bytes, from: i) }
+                continue
+            }
+            i += 1
+        }
+        return nil
     }
 
-    static func readLink(_ path: String) -> String? {
-        var buffer = [CChar](repeating: 0, count: 4096)
-        let n = readlink(path, &buffer, buffer.count - 1)
-        guard n > 0 else { return nil }
-        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    /// The `Tgid:` line of /proc/<tid>/status.
+    static func tgid(inStatus bytes: UnsafeBufferPointer<UInt8>) -> pid_t? {
+        let key = Array("\nTgid:".utf8)
+        var i = 0
+        while i + key.count <= bytes.count {
+            if bytes[i] == key[0] && (0..<key.count).allSatisfy({ bytes[i + $0] == key[$0] }) {
+                var j = i + key.count
+                while j < bytes.count && (bytes[j] == UInt8(ascii: " ") || bytes[j] == UInt8(ascii: "\t")) { j += 1 }
+                return number(in: bytes, from: j).flatMap { pid_t(exactly: $0) }
+            }
+            i += 1
+        }
+        return nil
+    }
+
+    /// The decimal number at `start`, up to the first non-digit; nil if there is none.
+    private static func number(in bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> UInt64? {
+        var value: UInt64 = 0
+        var i = start
+        while i < bytes.count, bytes[i] >= UInt8(ascii: "0"), bytes[i] <= UInt8(ascii: "9") {
+            let (times, o1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times.addingReportingOverflow(UInt64(bytes[i] - UInt8(ascii: "0")))
+            if o1 || o2 { return nil }
+            value = sum
+            i += 1
+        }
+        return i > start ? value : nil
+    }
+
+    static func readLink(_ path: String) -> String? { readLink(Array(path.utf8CString)) }
+
+    static func readLink(_ path: [CChar]) -> String? {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 4096) { buffer -> String? in
+            let n = path.withUnsafeBufferPointer { readlink($0.baseAddress!, buffer.baseAddress!, buffer.count - 1) }
+            guard n > 0 else { return nil }
+            return String(
+                decoding: UnsafeRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(buffer)[0..<n]), as: UTF8.self)
+        }
     }
 
     /// The controlling terminal of a process, for a pinentry prompt on it, or nil.

@@ -59,10 +59,10 @@ public final class IdentityCache: Sendable {
     private func identify(tid: pid_t) -> ProcessIdentity? {
         // The pidfd first: whatever is read from /proc afterwards is of this process or of a
         // later one with the same id; in the second case the pidfd is already readable.
-        let pidfd = Self.openPidfd(tid)
+        let (pidfd, isLeader) = Self.openPidfd(tid)
         // The executable's stamp before its path: an execve in between leaves a stamp that no
         // longer matches, and the next request identifies the process again.
-        guard let group = ProcessIdentity.threadGroup(of: tid), let stamp = Self.stamp(of: group.0),
+        guard let group = ProcessIdentity.threadGroup(of: tid, isLeader: isLeader), let stamp = Self.stamp(of: group.0),
             let process = ProcessIdentity.of(tid: tid, group: group)
         else {
             if pidfd >= 0 { close(pidfd) }
@@ -100,12 +100,15 @@ public final class IdentityCache: Sendable {
         if removed { close(entry.pidfd) }
     }
 
-    /// A pidfd of the thread: with PIDFD_THREAD (Linux 6.9) any thread, else only a process's
-    /// leader (tid == pid). -1 when none can be had.
-    static func openPidfd(_ tid: pid_t) -> Int32 {
-        let fd = kcfs_pidfd_open(tid, kcfs_pidfd_thread)
-        if fd >= 0 { return fd }
-        return kcfs_pidfd_open(tid, 0)  // EINVAL before 6.9 for non-leaders: then none
+    /// A pidfd of the thread, and whether the thread leads its process (tid == pid). Without
+    /// PIDFD_THREAD a pidfd is only given for a thread-group leader (EINVAL otherwise, on every
+    /// kernel), so that open answers both at once: most callers (`cat`, `git`, one-threaded
+    /// tools) are leaders, and their /proc/<tid>/status need not be read. Other threads: with
+    /// PIDFD_THREAD (Linux 6.9), else none (-1).
+    static func openPidfd(_ tid: pid_t) -> (fd: Int32, isLeader: Bool) {
+        let fd = kcfs_pidfd_open(tid, 0)
+        if fd >= 0 { return (fd, true) }
+        return (kcfs_pidfd_open(tid, kcfs_pidfd_thread), false)
     }
 
     /// Whether the pidfd's process (thread) has exited: then its id may be someone else's now.
@@ -125,10 +128,12 @@ public final class IdentityCache: Sendable {
     }
 }
 
-/// `/proc/<pid>/exe` spelled into a C string without Foundation or string interpolation.
+/// `/proc/<pid>/<name>` spelled into a C string without Foundation or string interpolation.
 enum ProcPath {
-    static func exe(_ pid: pid_t) -> [CChar] {
-        var out: [CChar] = Array("/proc/".utf8CString.dropLast())
+    static func of(_ pid: pid_t, _ name: StaticString) -> [CChar] {
+        var out: [CChar] = []
+        out.reserveCapacity(32)
+        for byte in "/proc/".utf8 { out.append(CChar(bitPattern: byte)) }
         var digits: [CChar] = []
         var n = Int(pid)
         repeat {
@@ -136,7 +141,11 @@ enum ProcPath {
             n /= 10
         } while n > 0
         out += digits.reversed()
-        out += Array("/exe".utf8CString)
+        out.append(CChar(bitPattern: UInt8(ascii: "/")))
+        name.withUTF8Buffer { for byte in $0 { out.append(CChar(bitPattern: byte)) } }
+        out.append(0)
         return out
     }
+
+    static func exe(_ pid: pid_t) -> [CChar] { of(pid, "exe") }
 }

@@ -89,4 +89,32 @@ struct IdentityCacheTests {
         #expect(viaThread.pid == getpid() && viaThread.executable == me.executable)
         #expect(cache.process(tid: threadID)?.key == viaThread.key)
     }
+
+    @Test("a process whose name holds spaces and parentheses is identified with its own start time")
+    func awkwardCommandName() throws {
+        // The start time is field 22 of /proc/<pid>/stat, counted after the name's last `)`.
+        let script = """
+            import ctypes, sys, time
+            ctypes.CDLL(None).prctl(15, b'a) 1 2 (b) 3', 0, 0, 0)
+            stat = open('/proc/self/stat').read()
+            print(stat.rsplit(')', 1)[1].split()[19], flush=True)
+            time.sleep(30)
+            """
+        let dir = try makeTempDirectory("kcfs-identity-name")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let child = try spawnProcess("/usr/bin/python3", ["-c", script], env: childEnvironment(), ioDirectory: dir)
+        defer { child.kill(SIGKILL) }
+        var printed = ""
+        #expect(
+            Self.waitUntil(10) {
+                printed = child.stdoutSoFar
+                    .trimmingCharacters(in: .whitespacesAndNewlines)
+                return !printed.isEmpty
+            })
+        let cache = IdentityCache()
+        let found = try #require(cache.process(tid: child.pid))
+        #expect(found.pid == child.pid)
+        #expect(String(found.startTime) == printed, "start time \(found.startTime), /proc says \(printed)")
+        #expect(ProcessIdentity.of(tid: child.pid)?.startTime == found.startTime)
+    }
 }
