@@ -185,14 +185,23 @@ extension Keychain {
     /// Locks: drops the class keys of WhenUnlocked-type classes. Attributes and
     /// AfterFirstUnlock data stay available (Apple's behaviour after first unlock).
     public func lock() {
-        state.withLock {
-            guard var keys = $0.keys, case .unlocked = $0.lockState else { return }
+        let observers = state.withLock { s -> [@Sendable () -> Void] in
+            guard var keys = s.keys, case .unlocked = s.lockState else { return [] }
             for protection in Accessibility.allCases where !protection.readableWhileLocked {
                 keys.classKeys[protection] = nil
             }
-            $0.keys = keys
-            $0.lockState = .locked(since: Date())
+            s.keys = keys
+            s.lockState = .locked(since: Date())
+            return s.lockObservers
         }
+        for observer in observers { observer() }
+    }
+
+    /// `observer` is called (on the locking thread, after the class keys are gone) by every
+    /// lock that found the vault unlocked: a face that holds decrypted secrets of its own (the
+    /// mount's open handles) drops them there.
+    public func onLock(_ observer: @escaping @Sendable () -> Void) {
+        state.withLock { $0.lockObservers.append(observer) }
     }
 
     public var lockState: LockState { state.withLock { $0.lockState } }

@@ -184,5 +184,12 @@ extension Keychain {
     /// process): front ends key caches of derived views (directory listings) on it.
     public func changeStamp() throws -> [Int64] { try storeCall { try store.changeStamp() } }
 
+    /// Whether a row with this id exists at all, whoever may see it: for a face that holds an
+    /// open handle on the item and must tell "deleted" (the handle keeps its snapshot, as on
+    /// ext4) from "no longer visible to this caller" (the handle is revoked).
+    public func rowExists(id: Int64) throws -> Bool {
+        try storeCall { try store.lookup { try $0.item(id: id, withData: false) != nil } }
+    }
+
     public func itemCount() throws -> Int { try storeCall { try store.lookup { try $0.itemCount() } } }
 }

@@ -61,6 +61,8 @@ public final class Keychain: Sendable {
         var highestCounterSeen: Int64 = 0
         /// Told about each row skipped because it fails its own check (see `onDamagedRow`).
         var damagedRowObserver: (@Sendable (DamagedRow) -> Void)?
+        /// Told after each lock (see `onLock`).
+        var lockObservers: [@Sendable () -> Void] = []
     }
 
     let state: Mutex<State>

@@ -45,6 +45,22 @@ public final class AccessLayer: Sendable {
     /// or one process's lookup would answer another's.
     public var hasPolicy: Bool { (try? currentPolicy().isEmpty == false) ?? false }
 
+    /// `caller` (decided earlier, for an open handle) under the access policy as it is now: its
+    /// executable's access groups and remembered presence again; what it was granted for this
+    /// handle (presence given at open) stays.
+    public func reevaluated(_ caller: Caller) throws -> Caller {
+        guard let executable = caller.executable else { return caller }
+        let policy: AccessPolicy
+        do { policy = try currentPolicy() } catch let e as KeychainError {
+            Log.error("access policy: \(e.message)")
+            throw Errno.ioError
+        }
+        var now = caller
+        now.accessGroups = policy.accessGroups(forExecutable: executable)
+        now.presenceGrants.formUnion(policy.rememberedPresence[executable] ?? [])
+        return now
+    }
+
     /// The caller of a request from thread `tid`. With no policy, and unless the decision is
     /// audited, the process need not be identified at all (the fast path).
     public func caller(tid: pid_t, identify: Bool) throws -> Caller {

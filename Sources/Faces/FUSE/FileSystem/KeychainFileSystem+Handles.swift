@@ -19,13 +19,15 @@ extension KeychainFileSystem {
             return memory.state.withLock { FileBytes.slice($0.data, offset: offset, size: size) }
         case .generated(let bytes):
             return FileBytes.slice(bytes, offset: offset, size: size)
-        case .item(_, let id):
+        case .item(let c, let id):
             // The handle serves what it decrypted at open (a snapshot: one committed state,
-            // whole), while the item's class key is still held.
-            if let accessibility = file.accessibility {
-                try keychain.checkReadable(accessibility, itemID: id)
+            // whole), until it is revoked (Revocation.swift).
+            decideAgainIfDue(file, itemClass: c, id: id)
+            return try file.state.withLock { s in
+                if let revoked = s.revoked { throw revoked }
+                if let guarded = s.guarded { return guarded.slice(offset: offset, size: size) }
+                return FileBytes.slice(s.view, offset: offset, size: size)
             }
-            return file.state.withLock { FileBytes.slice($0.view, offset: offset, size: size) }
         }
     }
 
@@ -134,7 +136,7 @@ extension KeychainFileSystem {
         // too): the handle's next commit reads the item back. One commit per handle (open,
         // write, close) is the common case.
         file.state.withLock { $0.committed(stored, editCount: edits.count, stamp: nil) }
-        notify(.inode(file.ino))
+        itemChanged(file.ino, by: file)
     }
 
     /// A pending certificate becomes an item at the first commit that has bytes: SecItemAdd,
@@ -194,6 +196,7 @@ extension KeychainFileSystem {
         if let file = openFiles.remove(handle) {
             // The handle's copy of the secret goes with it.
             let pageCacheFilled = file.state.withLock { s in
+                s.guarded = nil
                 FileBytes.wipe(&s.view)
                 FileBytes.wipe(&s.snapshot)
                 FileBytes.wipe(&s.original)

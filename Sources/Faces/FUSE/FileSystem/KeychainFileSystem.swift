@@ -56,6 +56,7 @@ public final class KeychainFileSystem: Sendable {
         self.gid = gid
         self.access = AccessLayer(keychain: keychain, audit: audit)
         keychain.onDamagedRow { Log.warning("skipped a damaged row: \($0)") }
+        keychain.onLock { [weak self] in self?.revokeAfterLock() }
     }
 
     func notify(_ what: Invalidation) { invalidate?(what) }

@@ -63,7 +63,7 @@ extension KeychainFileSystem {
             // The kernel now holds the temp's inode under the item's name: it stands for the
             // item from here on, so `cat f` right after `sed -i` finds it.
             aliases.alias(Inode.item(itemClass, id: id), replacing: id, to: itemClass, id: existingID)
-            notify(.inode(existing.ino))
+            itemChanged(existing.ino)
             return
         }
         // A certificate or key is named by its label, which is not part of its primary key:
@@ -104,7 +104,7 @@ extension KeychainFileSystem {
             try keychain.update(
                 Query(target.itemClass, synchronizableAny: true, persistentReference: existingID), attributes: [:],
                 data: data, caller: caller)
-            notify(.inode(existing.ino))
+            itemChanged(existing.ino)
             id = existingID
         } else {
             id = try keychain.add(target.itemClass, key, data: data, caller: caller).id

@@ -126,7 +126,7 @@ extension KeychainFileSystem {
     public func setxattr(_ ino: UInt64, name: String, value: [UInt8], flags: Int32, caller: Caller) throws {
         guard let namespace = XattrNamespaces.claiming(name) else { throw Errno.notSupported }
         try namespace.set(name, to: value, flags: flags, on: try node(ino), in: self, caller: caller)
-        notify(.inode(ino))
+        itemChanged(ino)
     }
 
     /// Attributes are changed, never removed (Apple has no "remove" either). An attribute every

@@ -1,6 +1,7 @@
 import Foundation
 import Keychain
 import KeychainAccess
+import KeychainCrypto
 import SystemPackage
 
 /// `/idnt`: a read-only view of the identities (a certificate with its private key). An
@@ -76,14 +77,16 @@ struct IdentityNode: NodeOpener, NodeWithItemAttributes {
         }
         var granted = caller.granting(presenceFor: identity.certificate.id).granting(presenceFor: identity.key.id)
         granted.authenticationUI = .allow
-        // The bundle is the handle's snapshot; each read re-checks the certificate's class key.
+        // The bundle is the handle's snapshot, in guarded memory (the handle is read-only); it
+        // is revoked as an item handle is (Revocation.swift), by the key's protection class.
         let file = OpenFile(
             ino: ino, target: .item(.identity, certificateID), caller: granted, append: false,
             accessibility: identity.key.accessibility)
-        file.state.withLock {
-            $0.snapshot = CertificateData.pem(identity.certificate.data ?? []) + (identity.key.data ?? [])
-            $0.view = $0.snapshot
-        }
+        let bundle = CertificateData.pem(identity.certificate.data ?? []) + (identity.key.data ?? [])
+        let guarded = try GuardedBytes(copying: bundle)
+        FileBytes.wipeShared(bundle)
+        if let key = identity.key.data { FileBytes.wipeShared(key) }
+        file.state.withLock { $0.guarded = guarded }
         return file
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Keychain
 import KeychainAccess
+import KeychainCrypto
 import SystemPackage
 
 /// A file that is an item: `/genp/<service>/<account>`, `/inet/…/<account>`, `/cert/<label>`,
@@ -44,12 +45,23 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
         let file = OpenFile(
             ino: ino, target: .item(itemClass, id), caller: granted, append: flags & O_APPEND != 0,
             accessibility: item.accessibility, openedStat: fs.itemStat(item))
-        try file.state.withLock { s in
-            s.original = FileContent.of(itemClass, item.data ?? [])
-            s.snapshot = s.original
-            s.snapshotStamp = stamp
-            s.view = s.original
-            if truncating && !s.original.isEmpty { try s.truncateItem(to: 0) }
+        let content = FileContent.of(itemClass, item.data ?? [])
+        if writing {
+            try file.state.withLock { s in
+                s.original = content
+                s.snapshot = s.original
+                s.snapshotStamp = stamp
+                s.view = s.original
+                if truncating && !s.original.isEmpty { try s.truncateItem(to: 0) }
+            }
+        } else {
+            // A reader's copy lives in guarded memory for as long as the handle does; the
+            // arrays it came through are overwritten now (the PEM of a certificate is a second
+            // array, the plain data shares the decrypted one).
+            let guarded = try GuardedBytes(copying: content)
+            FileBytes.wipeShared(content)
+            if let data = item.data { FileBytes.wipeShared(data) }
+            file.state.withLock { $0.guarded = guarded }
         }
         return file
     }

@@ -24,6 +24,15 @@ enum FileBytes {
         return Array(data[offset..<min(data.count, offset + size)])
     }
 
+    /// Overwrites the storage of `bytes` itself, however many arrays share it (a decrypted
+    /// value handed out inside an immutable `KeychainItem`): `wipe` on a shared array would
+    /// copy it first and overwrite only the copy. Only for values nothing else still reads.
+    static func wipeShared(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { p in
+            if let base = p.baseAddress { memset(UnsafeMutableRawPointer(mutating: base), 0, p.count) }
+        }
+    }
+
     /// Overwrites a copy of a secret before letting it go.
     static func wipe(_ buffer: inout [UInt8]) {
         buffer.withUnsafeMutableBytes { p in

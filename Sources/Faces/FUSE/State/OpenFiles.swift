@@ -1,6 +1,7 @@
 import Foundation
 import Keychain
 import KeychainAccess
+import KeychainCrypto
 import SystemPackage
 import Synchronization
 
@@ -54,6 +55,10 @@ final class OpenFile: Sendable {
 
     struct State {
         var target: Target
+        /// Item handles opened read-only: the content decrypted at open, in guarded memory
+        /// (GuardedBytes); reads serve it, and `original`, `snapshot` and `view` stay empty.
+        /// Let go (wiped) at release or revocation.
+        var guarded: GuardedBytes?
         /// Item handles: the content when opened: what a refused handle puts back.
         var original: [UInt8] = []
         /// Item handles: the content as of open (or this handle's last commit).
@@ -77,11 +82,36 @@ final class OpenFile: Sendable {
         /// Whether a read through this handle filled the kernel's page cache (an `mmap` of the
         /// file: see `KeychainFileSystem.read`); its release then drops the file's cached pages.
         var pageCacheFilled = false
+        /// Item handles: set when the handle was revoked (the rule is `Revocation`'s): its copies
+        /// of the secret are wiped, and every later read, write and commit fails with this.
+        var revoked: Errno?
+        /// Item handles: when (CLOCK_MONOTONIC, ns) the open's decision was last known to hold,
+        /// and the vault's change stamp then (nil: not taken yet).
+        var decidedAt: UInt64 = 0
+        var decidedStamp: [Int64]?
+        /// Item handles: a change made through this mount touched the item: decide again at
+        /// the next read, whatever the time.
+        var mustDecideAgain = false
+
+        /// Revokes the handle: wipes what it holds of the secret. Edits it had not committed are
+        /// lost with it, which its next commit reports (close(2) fails with `errno`).
+        mutating func revoke(_ errno: Errno) {
+            guard revoked == nil else { return }
+            revoked = errno
+            if dirty && failed == nil { failed = errno }
+            guarded = nil
+            FileBytes.wipe(&view)
+            FileBytes.wipe(&snapshot)
+            FileBytes.wipe(&original)
+            edits = []
+            editBytes = 0
+        }
 
         var dirty: Bool { !edits.isEmpty }
 
         /// Applies a write to an item handle's view under the size rule.
         mutating func writeItem(_ bytes: UnsafeRawBufferPointer, at offset: Int, append: Bool) throws -> Int {
+            if let revoked { throw revoked }
             if let failed { throw failed }
             let start = append ? view.count : offset
             guard start + bytes.count <= Keychain.maxDataSize else {
@@ -95,6 +125,7 @@ final class OpenFile: Sendable {
         }
 
         mutating func truncateItem(to size: Int) throws {
+            if let revoked { throw revoked }
             if let failed { throw failed }
             FileBytes.resize(&view, to: size)
             record(.truncate(size), size: 0)
@@ -167,7 +198,9 @@ final class OpenFile: Sendable {
         self.append = append
         self.accessibility = accessibility
         self.openedStat = openedStat
-        self.state = Mutex(State(target: target))
+        var initial = State(target: target)
+        initial.decidedAt = KeychainFileSystem.monotonicNanoseconds()
+        self.state = Mutex(initial)
     }
 
     /// The target, after following a pending certificate that another handle on the same new
@@ -234,8 +267,22 @@ final class OpenFiles: Sendable {
             $0.open(on: ino).first { $0.openedStat != nil && $0.caller.accessGroups == caller.accessGroups }
         }
         guard let open, var stat = open.openedStat else { return nil }
-        stat.size = open.state.withLock { $0.view.count }
+        stat.size = open.state.withLock { $0.guarded?.count ?? $0.view.count }
         return stat
+    }
+
+    /// Every open item handle (for a lock, which revokes some of them).
+    func itemHandles() -> [OpenFile] {
+        let files = state.withLock { Array($0.files.values) }
+        return files.filter { if case .item = $0.state.withLock({ $0.target }) { true } else { false } }
+    }
+
+    /// Marks the handles open on `ino` (but `except`) to decide again at their next read: a
+    /// change through this mount touched the item.
+    func mustDecideAgain(on ino: UInt64, except: OpenFile? = nil) {
+        for file in state.withLock({ $0.open(on: ino) }) where file !== except {
+            file.state.withLock { $0.mustDecideAgain = true }
+        }
     }
 
     /// The size of the file as handles with uncommitted edits see it, if any is open on

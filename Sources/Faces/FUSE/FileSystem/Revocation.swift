@@ -1,0 +1,93 @@
+import Foundation
+import Keychain
+import KeychainAccess
+import SystemPackage
+
+/// When an open item handle stops serving what its open decrypted: the rule, stated once.
+///
+/// An open decides access once (visibility under the access policy, the class key, user
+/// presence) and decrypts the item into the handle; reads serve that snapshot. The handle is
+/// **revoked** — its copies of the secret wiped at once, every later read, write and commit
+/// failing with EACCES (reopen to be decided again) — when what allowed it is gone:
+/// - **a lock** (`keychainfs lock`, `-o lock_after`, the Secret Service's Lock): handles on
+///   items whose class key the lock drops (WhenUnlocked classes; AfterFirstUnlock ones keep
+///   reading, as their items stay readable). At the lock itself, through `Keychain.onLock`;
+///   an unlock does not give them back.
+/// - **the open's decision no longer holds**: the access policy no longer puts the caller's
+///   executable in the item's access group, or the item moved to another group, or its
+///   protection class's key is not held. Decided again (`Keychain.authorizeRead` with the
+///   caller re-evaluated under the current policy) at the handle's first read after a change
+///   through this mount touched the item, and otherwise at its first read a second or more
+///   after the last decision when the vault changed since (the same second within which the
+///   kernel's caches show changes made outside the mount; a read within a second of its open
+///   costs nothing more).
+/// What does not revoke: the item's **content** changing (the handle keeps the committed
+/// snapshot it opened, docs/paths.md), and the item being **deleted or replaced** (an fd on an
+/// unlinked file keeps reading it, as on ext4; its writes then fail at close with ENOENT).
+extension KeychainFileSystem {
+    /// How long the open's decision is trusted without looking at the vault again.
+    static let decisionLifetimeNanoseconds: UInt64 = 1_000_000_000
+
+    static func monotonicNanoseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
+    /// Revokes the handles a lock leaves without their class key.
+    func revokeAfterLock() {
+        for file in openFiles.itemHandles() {
+            guard let accessibility = file.accessibility, !accessibility.readableWhileLocked else { continue }
+            file.state.withLock { $0.revoke(.permissionDenied) }
+        }
+    }
+
+    /// A change through this mount touched item `ino` (committed bytes, attributes, a rename
+    /// over it): the other handles on it decide again at their next read, and the kernel's
+    /// cached attributes of it go.
+    func itemChanged(_ ino: UInt64, by committer: OpenFile? = nil) {
+        openFiles.mustDecideAgain(on: ino, except: committer)
+        notify(.inode(ino))
+    }
+
+    /// Before a read of an item handle: decides again when the rule says so, revoking the
+    /// handle if the decision no longer holds.
+    func decideAgainIfDue(_ file: OpenFile, itemClass: ItemClass, id: Int64) {
+        let now = Self.monotonicNanoseconds()
+        let (due, forced, stamp) = file.state.withLock { s in
+            (
+                s.revoked == nil && (s.mustDecideAgain || now &- s.decidedAt >= Self.decisionLifetimeNanoseconds),
+                s.mustDecideAgain, s.decidedStamp
+            )
+        }
+        guard due else { return }
+        let current = try? keychain.changeStamp()
+        if !forced, let current, current == stamp {
+            file.state.withLock { $0.decidedAt = now }
+            return
+        }
+        let verdict: Errno?
+        do {
+            let caller = try access.reevaluated(file.caller)
+            if itemClass == .identity {
+                _ = try keychain.identity(certificateID: id, withData: false, caller: caller)
+            } else {
+                _ = try keychain.authorizeRead(id: id, itemClass: itemClass, caller: caller)
+            }
+            verdict = nil
+        } catch KeychainStatus.itemNotFound where (try? keychain.rowExists(id: id)) == false {
+            verdict = nil  // deleted: the snapshot stays, as an unlinked file's data does
+        } catch {
+            verdict = .permissionDenied
+        }
+        file.state.withLock { s in
+            if let verdict {
+                s.revoke(verdict)
+            } else {
+                s.decidedAt = now
+                s.decidedStamp = current
+                s.mustDecideAgain = false
+            }
+        }
+    }
+}
