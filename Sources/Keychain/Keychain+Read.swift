@@ -74,13 +74,18 @@ extension Keychain {
     /// by kSecValuePersistentRef with kSecAttrSynchronizableAny: a persistent reference names
     /// one item whatever its synchronizable flag (the mount lists both kinds, so every listed
     /// name must open). One row fetch by id; no matcher.
+    ///
+    /// `recentWithin` (only without data): the row's attributes may be as this process read them
+    /// up to that many seconds ago (at most one), unless it committed anything since
+    /// (RecentRows.swift); visibility, class and lock state are checked as always. For the
+    /// filesystem's stat and xattr reads, within the window of the kernel's own caches.
     public func item(
         id: Int64, itemClass: ItemClass, withData: Bool, caller callerArgument: Caller? = nil,
-        ui: AuthenticationUI? = nil
+        ui: AuthenticationUI? = nil, recentWithin: Double = 0
     ) throws -> KeychainItem {
         try item(
             id: id, itemClass: itemClass, synchronizable: true, withData: withData,
-            in: callContext(callerArgument), ui: ui)
+            in: callContext(callerArgument), ui: ui, recentWithin: withData ? 0 : recentWithin)
     }
 
     /// Whether data of this protection class can be read now (its class key is held), as the
@@ -95,13 +100,13 @@ extension Keychain {
     /// of the key (signing), never handed to a face.
     func item(
         id: Int64, itemClass: ItemClass, synchronizable: Bool, withData: Bool,
-        in call: CallContext, ui: AuthenticationUI? = nil, raw: Bool = false
+        in call: CallContext, ui: AuthenticationUI? = nil, raw: Bool = false, recentWithin: Double = 0
     ) throws -> KeychainItem {
         let caller = call.caller
         let keys = try call.unlockedKeys()
         let (row, attributes) = try visibleRow(
             id: id, itemClass: itemClass, synchronizable: synchronizable,
-            withData: withData, caller: caller, keys: keys)
+            withData: withData, caller: caller, keys: keys, recentWithin: recentWithin)
         var data: [UInt8]?
         if withData {
             let item = KeychainItem(id: row.id, itemClass: itemClass, attributes: attributes, data: nil)
@@ -124,18 +129,31 @@ extension Keychain {
     /// The row with this id and its attributes, if the caller may see it: of this class, in
     /// one of the caller's access groups, and non-synchronizable unless `synchronizable`
     /// allows both. Anything else is errSecItemNotFound, as for a query that matches nothing.
+    /// `recentWithin`: a row this process read up to that many seconds ago will do
+    /// (RecentRows.swift); a row read from the store is kept there either way, unless it has data.
     private func visibleRow(
         id: Int64, itemClass: ItemClass, synchronizable: Bool, withData: Bool,
-        caller: Caller, keys: Keys
+        caller: Caller, keys: Keys, recentWithin: Double = 0
     ) throws -> (StoredItem, Attributes) {
         guard itemClass != .identity else {
             throw KeychainError(.unimplemented, "identity queries are not supported yet")
         }
         let notFound = KeychainError(.itemNotFound, "item \(id) not found")
-        guard let row = try storeCall({ try store.lookup { try $0.item(id: id, withData: withData) } }),
-            row.itemClass == itemClass.rawValue
-        else { throw notFound }
-        let attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
+        // Taken before the read: a commit in between makes the kept row stale at once.
+        let commits = store.localCommitCount
+        let row: StoredItem
+        let attributes: Attributes
+        if recentWithin > 0, let (kept, keptAttributes) = recentRows.get(id, commits: commits, within: recentWithin) {
+            (row, attributes) = (kept, keptAttributes)
+        } else {
+            guard let read = try storeCall({ try store.lookup { try $0.item(id: id, withData: withData) } }),
+                read.itemClass == itemClass.rawValue
+            else { throw notFound }
+            row = read
+            attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
+            if !withData { recentRows.put(row, attributes, commits: commits) }
+        }
+        guard row.itemClass == itemClass.rawValue else { throw notFound }
         guard case .string(let group)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: group),
             case .bool(let isSynchronizable)? = attributes[Schema.synchronizable], synchronizable || !isSynchronizable
         else { throw notFound }

@@ -68,6 +68,8 @@ public final class Keychain: Sendable {
     let state: Mutex<State>
     /// Write transactions waiting to be committed together (group commit).
     let commitQueue = CommitQueue()
+    /// Rows read less than a second ago, for reads that accept that (RecentRows.swift).
+    let recentRows = RecentRows()
 
     /// The caller assumed when a call names none: `default` unless the front end says
     /// otherwise (the CLI, holding the passphrase, acts in every group of the policy).

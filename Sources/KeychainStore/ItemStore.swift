@@ -31,6 +31,9 @@ public protocol ItemStore: Sendable {
     func write<R>(_ body: (any ItemStoreWriter) throws -> R) throws -> R
     /// Changes whenever anything in the store changes, here or through any other writer.
     func changeStamp() throws -> [Int64]
+    /// How many write transactions this store object has committed: no store access, for
+    /// caches that must drop what this process's own writes changed.
+    var localCommitCount: Int64 { get }
 }
 
 /// Reads, valid only inside the `lookup`, `read` or `write` that handed them out.

@@ -204,6 +204,8 @@ public final class VaultStore: ItemStore {
     /// other process's: (the reading connection's PRAGMA data_version, which counts the commits
     /// of every other connection, the writing one included; this store's commits). Read on the
     /// reading connection, so it never waits for a commit in progress. For caches of derived views.
+    public var localCommitCount: Int64 { localCommits.load(ordering: .sequentiallyConsistent) }
+
     public func changeStamp() throws -> [Int64] {
         let local = localCommits.load(ordering: .sequentiallyConsistent)
         return try reading.withLock { _ in

@@ -107,4 +107,41 @@ struct OpenPathTests {
             #expect(raw() == 4, "lines older than a second lost at kill -9")
         }
     }
+
+    /// Sets the item's comment with the CLI (another process), then reads the xattr through the
+    /// mount until it shows: the seconds that took, or nil if not within 5 s.
+    static func commentShows(_ box: TestSandbox) throws -> Double? {
+        let path = box.mnt + "/genp/rr/item"
+        // Read once first, so the daemon holds the row it read.
+        let first = try box.run(
+            "/usr/bin/getfattr", ["--only-values", "-n", "user.keychain.comment", path], timeout: 10)
+        #expect(first.stdout == "old", "\(first.summary)")
+        let set = try box.cli(
+            ["add-generic-password", "-U"] + box.unlockArgs + ["-s", "rr", "-a", "item", "-j", "new", "-w", "s"])
+        #expect(set.status == 0, "\(set.summary)")
+        let start = Date()
+        while Date().timeIntervalSince(start) < 5 {
+            let r = try box.run(
+                "/usr/bin/getfattr", ["--only-values", "-n", "user.keychain.comment", path], timeout: 10)
+            if r.stdout == "new" { return Date().timeIntervalSince(start) }
+        }
+        return nil
+    }
+
+    @Test("an attribute changed by another process shows through the mount within a second; with -o cache=0 at once")
+    func attributesFromOtherProcesses() throws {
+        try withMount(setup: { try $0.addGeneric("rr", "item", "s", extra: ["-j", "old"]) }) { box in
+            let took = try Self.commentShows(box)
+            #expect(took != nil && took! < 1.5, "the new comment showed after \(took.map { "\($0) s" } ?? "never")")
+        }
+        try withMount(
+            options: ["cache=0"], setup: { try $0.addGeneric("rr", "item", "s", extra: ["-j", "old"]) }
+        ) {
+            box in
+            let took = try Self.commentShows(box)
+            #expect(
+                took != nil && took! < 0.3,
+                "with cache=0 the new comment showed after \(took.map { "\($0) s" } ?? "never")")
+        }
+    }
 }

@@ -29,6 +29,7 @@ public final class KeychainFileSystem: Sendable {
     private struct Hooks {
         var invalidate: (@Sendable (Invalidation) -> Void)?
         var controlSocketPath: String?
+        var cacheSeconds: Double = 1.0
     }
     private let hooks = Mutex(Hooks())
 
@@ -43,6 +44,13 @@ public final class KeychainFileSystem: Sendable {
     public var controlSocketPath: String? {
         get { hooks.withLock { $0.controlSocketPath } }
         set { hooks.withLock { $0.controlSocketPath = newValue } }
+    }
+
+    /// The kernel's entry and attribute cache lifetime (`-o cache`), set by the session: attribute
+    /// reads may answer from rows read that recently (at most a second: RecentRows).
+    public var cacheSeconds: Double {
+        get { hooks.withLock { $0.cacheSeconds } }
+        set { hooks.withLock { $0.cacheSeconds = newValue } }
     }
 
     public enum Invalidation: Sendable {

@@ -19,8 +19,12 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
         fs.itemStat(try attributeItem(in: fs, caller: caller))
     }
 
+    /// The attributes as of a moment ago, unless this daemon changed something since: at most
+    /// the kernel's cache lifetime (`-o cache`, and never more than a second), the window in
+    /// which the kernel's own caches show changes made elsewhere.
     func attributeItem(in fs: KeychainFileSystem, caller: Caller) throws -> KeychainItem {
-        try fs.keychain.item(id: id, itemClass: itemClass, withData: false, caller: caller)
+        try fs.keychain.item(
+            id: id, itemClass: itemClass, withData: false, caller: caller, recentWithin: fs.cacheSeconds)
     }
 
     /// The access decision is taken here and bound to the handle: the item is visible to this

@@ -32,6 +32,7 @@ public final class FuseSession: Sendable {
         self.fs = fs
         self.mountpoint = mountpoint
         self.options = options
+        fs.cacheSeconds = options.cacheSeconds
     }
 
     /// Called on every request (the idle locker's clock).
