@@ -151,10 +151,13 @@ extension Keychain {
                         guard let run = member.run else { continue }
                         member.run = nil
                         do {
-                            try storeCall { try writer.savepoint { try run(writer) } }
+                            try writer.savepoint { try run(writer) }
                             committed += 1
+                        } catch let stop as PresenceNeeded {
+                            // Not a failure: the member's update asks presence and runs again.
+                            member.error = stop
                         } catch {
-                            member.error = error
+                            member.error = Self.mapStoreError(error, path: path)
                         }
                     }
                     // Every member failed: their savepoints left nothing to commit.

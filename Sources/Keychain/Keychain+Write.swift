@@ -64,24 +64,38 @@ extension Keychain {
             }
         }
         var granted = caller
-        for (row, attributes) in try matches(all, caller: caller, keys: keys, withData: false, in: outer)
-        where needsPresence(attributes) {
-            try checkPresence(
-                KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil),
-                caller: caller, ui: caller.authenticationUI)
-            granted = granted.granting(presenceFor: row.id)
+        func askPresence(_ items: [KeychainItem]) throws {
+            for item in items where needsPresence(item.attributes) && !granted.presenceGrants.contains(item.id) {
+                try checkPresence(item, caller: caller, ui: caller.authenticationUI)
+                granted = granted.granting(presenceFor: item.id)
+            }
+        }
+        var presenceAsked = outer != nil
+        if let outer {
+            try askPresence(
+                matches(all, caller: caller, keys: keys, withData: false, in: outer).map { row, attributes in
+                    KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil)
+                })
         }
         func apply(_ vault: any ItemStoreWriter) throws -> Int {
             let found = try matches(all, caller: caller, keys: keys, withData: true, in: vault)
             guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
+            let unasked = found.filter { old, oldAttributes in
+                needsPresence(oldAttributes) && !granted.presenceGrants.contains(old.id)
+            }.map { old, oldAttributes in
+                KeychainItem(id: old.id, itemClass: query.itemClass, attributes: oldAttributes, data: nil)
+            }
+            if let first = unasked.first {
+                // Nothing is written yet: the transaction stops (its savepoint undoes nothing)
+                // and presence is asked outside it (see below).
+                guard presenceAsked else { throw PresenceNeeded(items: unasked) }
+                throw KeychainError(
+                    .interactionRequired,
+                    "\(first.summary) changed while its update waited for user presence; try again")
+            }
             for (old, oldAttributes) in found {
                 let oldItem = KeychainItem(id: old.id, itemClass: query.itemClass, attributes: oldAttributes, data: nil)
                 try Self.checkNonExtractableUpdate(oldItem, changes: changes, newData: data != nil)
-                if needsPresence(oldAttributes) && !granted.presenceGrants.contains(old.id) {
-                    throw KeychainError(
-                        .interactionRequired,
-                        "\(oldItem.summary) changed while its update waited for user presence; try again")
-                }
                 var attributes = oldAttributes
                 for (k, v) in changes { attributes[k] = v }
                 for (k, v) in derived { attributes[k] = v }
@@ -128,7 +142,21 @@ extension Keychain {
             return found.count
         }
         if let outer { return try apply(outer) }
-        return try writeTransaction(keys: keys.manifest, apply)
+        // User presence is asked before the write transaction that changes the item, never
+        // inside one (a prompt can take a minute, and the vault must not be held against every
+        // other request meanwhile). Most items need none, so the matches are not read once
+        // more before the transaction to find out (that read was a whole extra store read and
+        // attribute decryption per durable write): the transaction's own pass finds the items
+        // that need presence not yet given and stops before writing anything; presence is
+        // asked for them outside any transaction, and the update runs again. An item that
+        // still needs presence then changed meanwhile: errSecInteractionRequired, as before.
+        do {
+            return try writeTransaction(keys: keys.manifest, apply)
+        } catch let stop as PresenceNeeded {
+            try askPresence(stop.items)
+            presenceAsked = true
+            return try writeTransaction(keys: keys.manifest, apply)
+        }
     }
 
     // MARK: Rename (an update of key attributes that may replace an existing item)
@@ -242,4 +270,12 @@ extension Keychain {
             return found.count
         }
     }
+}
+
+/// The items of an update that need user presence the caller has not given yet: thrown out of
+/// the update's first write transaction (which then writes nothing), so that presence is asked
+/// outside it. Internal to `Keychain.update`, which catches it; `commitBatch` hands it back to
+/// its member unmapped. Never reaches a face.
+struct PresenceNeeded: Error {
+    let items: [KeychainItem]
 }

@@ -1,5 +1,6 @@
 import Foundation
 import KeychainCrypto
+import Synchronization
 
 /// The highest commit counter this device has seen for one vault: one file per vault id in
 /// `rollback/` beside the device key (directory 0700, file 0600), holding the counter as 20
@@ -11,12 +12,24 @@ import KeychainCrypto
 /// raised after the commit that reached it is durable: the mark never runs ahead of the vault,
 /// so it cannot refuse an honest vault. A mark lost in a crash is only lower (weaker), never
 /// wrong. Not fsynced for the same reason.
-struct RollbackMark: Sendable {
+///
+/// The file is opened once and the descriptor kept (`held`): opening and closing it for the
+/// check before every commit and the raise after it were two path walks per durable write. A
+/// file unlinked or replaced meanwhile (its link count is 0) is opened again by path, so the
+/// kept descriptor never reads or raises a mark that is no longer the device's.
+final class RollbackMark: Sendable {
     let path: String
+    /// The kept descriptor (-1: none yet). The mutex also orders this process's threads: a
+    /// `flock` is held by the open file, so it does not exclude two threads sharing it.
+    private let held = Mutex<Int32>(-1)
 
     init(deviceKeyPath: String, vaultID: [UInt8]) {
         let hex = vaultID.map { String(format: "%02x", $0) }.joined()
         path = KeychainPaths.parent(of: deviceKeyPath) + "/rollback/" + hex
+    }
+
+    deinit {
+        held.withLock { fd in if fd >= 0 { close(fd) } }
     }
 
     private static let recordBytes = 21
@@ -25,11 +38,19 @@ struct RollbackMark: Sendable {
     /// machine) or it cannot be read (then nothing is refused: an attacker who can write the
     /// state directory can remove it anyway).
     func read() -> Int64? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        flock(fd, LOCK_SH)
-        return Self.value(fd)
+        held.withLock { fd -> Int64? in
+            if reopenIfGone(&fd, flags: O_RDWR) {
+                flock(fd, LOCK_SH)
+                defer { flock(fd, LOCK_UN) }
+                return Self.value(fd)
+            }
+            // Missing, or not writable by this process: read it once, as it is.
+            let once = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            guard once >= 0 else { return nil }
+            defer { close(once) }
+            flock(once, LOCK_SH)
+            return Self.value(once)
+        }
     }
 
     /// Raises the mark to `counter` (never lowers it). Best effort: the commit it follows has
@@ -43,27 +64,41 @@ struct RollbackMark: Sendable {
         try update { _ in counter }
     }
 
+    /// True when `fd` is an open descriptor of the file at `path` as it is now: the kept one
+    /// when its file still has a name, else the file opened again (false: it cannot be).
+    private func reopenIfGone(_ fd: inout Int32, flags: Int32, mode: mode_t = 0) -> Bool {
+        if fd >= 0 {
+            var s = stat()
+            if fstat(fd, &s) == 0 && s.st_nlink > 0 { return true }
+            close(fd)
+            fd = -1
+        }
+        fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW, mode)
+        return fd >= 0
+    }
+
     private func update(_ next: (Int64?) -> Int64) throws {
-        // Every commit raises the mark: the directory is made only when the open says it is
-        // missing (a stat per commit, and Foundation's formatting below, were 2% of a write).
-        var fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        if fd < 0 && errno == ENOENT {
-            try FileManager.default.createDirectory(
-                atPath: KeychainPaths.parent(of: path), withIntermediateDirectories: true,
-                attributes: [.posixPermissions: 0o700])
-            fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        }
-        guard fd >= 0 else {
-            throw KeychainError(.io, "cannot open the rollback mark \(path): \(String(cString: strerror(errno)))")
-        }
-        defer { close(fd) }
-        flock(fd, LOCK_EX)
-        let current = Self.value(fd)
-        let value = next(current)
-        if value == current { return }
-        let record = Self.record(value)
-        guard pwrite(fd, record, record.count, 0) == record.count else {
-            throw KeychainError(.io, "cannot write the rollback mark \(path): \(String(cString: strerror(errno)))")
+        try held.withLock { fd in
+            // Every commit raises the mark: the directory is made only when the open says it is
+            // missing (a stat per commit, and Foundation's formatting below, were 2% of a write).
+            if !reopenIfGone(&fd, flags: O_RDWR | O_CREAT, mode: 0o600) && errno == ENOENT {
+                try FileManager.default.createDirectory(
+                    atPath: KeychainPaths.parent(of: path), withIntermediateDirectories: true,
+                    attributes: [.posixPermissions: 0o700])
+                _ = reopenIfGone(&fd, flags: O_RDWR | O_CREAT, mode: 0o600)
+            }
+            guard fd >= 0 else {
+                throw KeychainError(.io, "cannot open the rollback mark \(path): \(String(cString: strerror(errno)))")
+            }
+            flock(fd, LOCK_EX)
+            defer { flock(fd, LOCK_UN) }
+            let current = Self.value(fd)
+            let value = next(current)
+            if value == current { return }
+            let record = Self.record(value)
+            guard pwrite(fd, record, record.count, 0) == record.count else {
+                throw KeychainError(.io, "cannot write the rollback mark \(path): \(String(cString: strerror(errno)))")
+            }
         }
     }
 

@@ -23,6 +23,10 @@ final class Connection: @unchecked Sendable {
     // @unchecked: a C handle and a statement cache, used only with VaultStore's mutex held.
     let handle: OpaquePointer
     private var cache: [String: OpaquePointer] = [:]
+    /// Tables seen to exist through this connection. No table is ever dropped, so a table once
+    /// seen stays, unless the transaction (or savepoint) that made it rolls back: every
+    /// rollback on the connection clears this.
+    var tablesSeen: Set<String> = []
 
     init(path: String, create: Bool) throws {
         var db: OpaquePointer?

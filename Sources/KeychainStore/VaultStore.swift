@@ -176,8 +176,8 @@ public final class VaultStore: ItemStore {
 
     public func read<R>(_ body: (any ItemStoreReader) throws -> R) throws -> R {
         try reading.withLock { _ in
-            try readerConnection.execute("BEGIN")
-            defer { try? readerConnection.execute("COMMIT") }
+            try readerConnection.run("BEGIN")
+            defer { try? readerConnection.run("COMMIT") }
             return try body(Statements(connection: readerConnection))
         }
     }
@@ -186,13 +186,16 @@ public final class VaultStore: ItemStore {
     /// committed.
     public func write<R>(_ body: (any ItemStoreWriter) throws -> R) throws -> R {
         try state.withLock { _ in
-            try connection.execute("BEGIN IMMEDIATE")
+            // Cached statements, as for every statement here: sqlite3_exec parsed these four
+            // (with the savepoint's two) again on every commit.
+            try connection.run("BEGIN IMMEDIATE")
             let result: R
             do {
                 result = try body(Statements(connection: connection))
-                try connection.execute("COMMIT")
+                try connection.run("COMMIT")
             } catch {
                 try? connection.execute("ROLLBACK")
+                connection.tablesSeen = []
                 throw error
             }
             localCommits.add(1, ordering: .sequentiallyConsistent)
@@ -251,14 +254,15 @@ private struct Statements: ItemStoreWriter {
     let connection: Connection
 
     func savepoint<R>(_ body: () throws -> R) throws -> R {
-        try connection.execute("SAVEPOINT member")
+        try connection.run("SAVEPOINT member")
         do {
             let result = try body()
-            try connection.execute("RELEASE member")
+            try connection.run("RELEASE member")
             return result
         } catch {
             try? connection.execute("ROLLBACK TO member")
             try? connection.execute("RELEASE member")
+            connection.tablesSeen = []
             throw error
         }
     }
@@ -442,11 +446,15 @@ private struct Statements: ItemStoreWriter {
     }
 
     /// Whether the file has the attribute index yet (a vault of schema 1 not yet migrated has not).
+    /// Asked of `sqlite_master` until the answer is yes, then remembered by the connection
+    /// (`tablesSeen`): every rewrite of a secret asked it once more.
     private func hasAttributeIndex() throws -> Bool {
+        if connection.tablesSeen.contains("attr_index") { return true }
         var found = false
         try connection.run("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'attr_index'") { _ in
             found = true
         }
+        if found { connection.tablesSeen.insert("attr_index") }
         return found
     }
 

@@ -163,6 +163,50 @@ struct ConsistencyTests {
         }
     }
 
+    // Issue 9: 8 writers at once keep up to 8 workers busy in a durable commit. The workers a
+    // burst made stay for the next one (FuseSession.maxIdleWorkers): a worker that exits and is
+    // made again costs a thread start and an empty per-thread caller cache per request.
+    @Test("bursts of 8 writers: a burst is served by the workers an earlier one made (no thread per close)")
+    func writerBurstsReuseWorkers() throws {
+        try withMount { (box: FSSandbox) throws in
+            let dir = box.mnt + "/genp/burst"
+            #expect(try box.sh("mkdir -p \(q(dir))").status == 0)
+            let script = """
+                import os, sys, threading
+                d = sys.argv[1]
+                def work(w):
+                    for i in range(20):
+                        fd = os.open(os.path.join(d, 'w%d' % w), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                        os.write(fd, b'secret-%d-%d' % (w, i)); os.close(fd)
+                ts = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+                for t in ts: t.start()
+                for t in ts: t.join()
+                print('done')
+                """
+            let pid = try #require(box.daemonPid, "no daemon pid")
+            func threads() throws -> Set<String> {
+                Set(try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task"))
+            }
+            // The first burst creates the items (a different path); the second and third rewrite.
+            for burst in 0..<2 {
+                let r = try box.run("/usr/bin/python3", ["-c", script, dir], timeout: 120)
+                #expect(r.status == 0, "burst \(burst): \(r.summary)")
+            }
+            let before = try threads()
+            let third = try box.run("/usr/bin/python3", ["-c", script, dir], timeout: 120)
+            #expect(third.status == 0, "\(third.summary)")
+            let after = try threads()
+            // Before the workers were kept, at most 4 idle workers outlived a burst, and the next
+            // burst started a new worker for about every third close (a thread that is gone again
+            // by its end). Now the 8 the writers used are still there, the same threads, and a
+            // burst starts (almost) none: a few threads may come and go (libdispatch's pool, which
+            // runs the invalidations), so the bound is not zero.
+            #expect(after.intersection(before).count >= 8, "threads kept across the burst: \(before) → \(after)")
+            #expect(after.subtracting(before).count <= 8, "threads started by the burst: \(before) → \(after)")
+            #expect(try box.sh("cat \(q(dir))/w7").stdout == "secret-7-19")
+        }
+    }
+
     // Issue 9: a commit skips reading the item back when the vault's change stamp is the one
     // taken at open. Any commit since (another handle of this mount, or another process) must
     // make it read the item again, or its edits would be replayed on a stale snapshot and

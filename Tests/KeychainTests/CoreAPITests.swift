@@ -25,6 +25,31 @@ final class CountingPresence: PresenceVerifier {
     var count: Int { askedIDs.count }
 }
 
+/// A presence verifier that, while "prompting", writes another item from another thread and
+/// waits (at most 10 s) for that write to return: it can only return if the prompt is not held
+/// inside a write transaction (the other write would queue behind it).
+final class WritingPresence: PresenceVerifier {
+    let keychain: Keychain
+    private let state = Mutex<(asked: [Int64], otherWriteReturned: Bool)>(([], false))
+
+    init(keychain: Keychain) { self.keychain = keychain }
+
+    func verify(item: KeychainItem, flags: AccessControlFlags, caller: Caller) throws {
+        state.withLock { $0.asked.append(item.id) }
+        let done = DispatchSemaphore(value: 0)
+        Thread { [self] in
+            if (try? keychain.add(.genericPassword, genp("svc", "other-\(item.id)"), data: bytes("x"))) != nil {
+                state.withLock { $0.otherWriteReturned = true }
+            }
+            done.signal()
+        }.start()
+        _ = done.wait(timeout: .now() + 10)
+    }
+
+    var askedIDs: [Int64] { state.withLock { $0.asked } }
+    var otherWriteReturned: Bool { state.withLock { $0.otherWriteReturned } }
+}
+
 private let presenceRequired: Attributes = [
     Schema.accessControl: .accessControl(AccessControl(protection: .whenUnlocked, flags: .userPresence))
 ]
@@ -126,6 +151,46 @@ struct CoreAPITests {
                 Query(.genericPassword, genp("svc", "a")), attributes: [Schema.label: .string("new label")],
                 caller: caller)
             #expect(presence.count == 1)
+        }
+    }
+
+    @Test("an update's presence prompt is asked outside any write transaction: another write commits meanwhile")
+    func updatePromptsOutsideTransaction() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let item = try kc.add(.genericPassword, genp("svc", "p", presenceRequired), data: bytes("old"))
+            let presence = WritingPresence(keychain: kc)
+            try kc.update(
+                Query(.genericPassword, genp("svc", "p")), attributes: [:], data: bytes("new"),
+                caller: Caller(presence: presence))
+            #expect(presence.askedIDs == [item.id])
+            #expect(presence.otherWriteReturned)
+            let back = try kc.item(
+                id: item.id, itemClass: .genericPassword, withData: true,
+                caller: Caller.default.granting(presenceFor: item.id))
+            #expect(back.data == bytes("new"))
+            #expect(try secret(kc, "svc", "other-\(item.id)") == bytes("x"))
+        }
+    }
+
+    @Test("a refused presence in update changes nothing and commits nothing (the device's mark stays)")
+    func updateRefusedCommitsNothing() throws {
+        try withVault { v in
+            let kc = v.keychain
+            let item = try kc.add(.genericPassword, genp("svc", "p", presenceRequired), data: bytes("old"))
+            let mark = try RollbackTests.mark(v)
+            let refusing = CountingPresence(refusing: .userCanceled)
+            expectError(.userCanceled) {
+                try kc.update(
+                    Query(.genericPassword, genp("svc", "p")), attributes: [:], data: bytes("new"),
+                    caller: Caller(presence: refusing))
+            }
+            #expect(refusing.askedIDs == [item.id])
+            #expect(try RollbackTests.mark(v) == mark)
+            let back = try kc.item(
+                id: item.id, itemClass: .genericPassword, withData: true,
+                caller: Caller.default.granting(presenceFor: item.id))
+            #expect(back.data == bytes("old"))
         }
     }
 

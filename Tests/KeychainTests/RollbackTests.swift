@@ -52,6 +52,31 @@ struct RollbackTests {
         }
     }
 
+    @Test("the kept mark follows its file: a removed mark is made again, a higher one renamed over it refuses a write")
+    func keptMarkFollowsItsFile() throws {
+        try withVault { v throws in
+            let kc = v.keychain
+            try kc.add(.genericPassword, genp("svc", "a"), data: bytes("a-1"))
+            let dir = v.dir + "/state/rollback"
+            let name = try #require(try FileManager.default.contentsOfDirectory(atPath: dir).first)
+            let path = dir + "/" + name
+            let mark = try #require(try Self.mark(v))
+            // Removed while the vault is open: the next write makes it again, at its counter.
+            try FileManager.default.removeItem(atPath: path)
+            try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [:], data: bytes("a-2"))
+            #expect(try Self.mark(v) == mark + 1)
+            // Replaced by a mark ahead of the vault (renamed over it): the next write is refused.
+            let ahead = String(repeating: "0", count: 20 - String(mark + 100).count) + String(mark + 100) + "\n"
+            #expect(FileManager.default.createFile(atPath: path + ".new", contents: Data(ahead.utf8)))
+            #expect(chmod(path + ".new", 0o600) == 0)
+            #expect(rename(path + ".new", path) == 0)
+            expectError(.decode, containing: ["rolled back"]) {
+                try kc.update(Query(.genericPassword, genp("svc", "a")), attributes: [:], data: bytes("a-3"))
+            }
+            #expect(try secret(kc, "svc", "a") == bytes("a-2"))
+        }
+    }
+
     @Test("a vault copied to another machine (no mark there yet) opens; an older copy there is then refused")
     func newMachine() throws {
         try withVault { v throws in
