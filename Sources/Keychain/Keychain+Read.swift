@@ -132,6 +132,8 @@ extension Keychain {
             throw KeychainError(.unimplemented, "identity queries are not supported yet")
         }
         let notFound = KeychainError(.itemNotFound, "item \(id) not found")
+        // Its bucket verified first, whether the row is there or not.
+        try requireVerified(ids: [id])
         guard let row = try storeCall({ try store.lookup { try $0.item(id: id, withData: withData) } }),
             row.itemClass == itemClass.rawValue
         else { throw notFound }
@@ -171,13 +173,17 @@ extension Keychain {
         let call = callContext(callerArgument)
         let caller = call.caller
         let keys = try call.unlockedKeys()
-        return try storeCall {
+        let found = try storeCall {
             try store.lookup { vault in
                 try caller.accessGroups.contains {
                     try vault.exists(secondaryIndex: secondaryIndex(itemClass, group: $0, value, keys: keys))
                 }
             }
         }
+        // "None" depends on every row being there; "some" names no item and serves no byte of
+        // one (every item under it is read by id or key, through its bucket's check).
+        if !found { try requireEveryBucketVerified() }
+        return found
     }
 
     /// A value that changes whenever anything in the vault changes (here or in another

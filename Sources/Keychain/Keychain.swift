@@ -61,6 +61,8 @@ public final class Keychain: Sendable {
         var highestCounterSeen: Int64 = 0
         /// Told about each row skipped because it fails its own check (see `onDamagedRow`).
         var damagedRowObserver: (@Sendable (DamagedRow) -> Void)?
+        /// Which of the manifest's buckets this unlock has verified (Keychain+IncrementalCheck.swift).
+        var integrity = IntegrityProgress()
     }
 
     let state: Mutex<State>

@@ -6,7 +6,8 @@ import Testing
 
 // The format-3 fixture (Tests/Fixtures/format3): a vault made by commit ec33941's CLI and
 // Secret Service provider (secret-tool on a private bus), with the attribute index and the flat
-// manifest accumulator of format 3.
+// manifest accumulator of format 3. Its first unlock by today's code migrates it to format 4
+// (the manifest's buckets), in one transaction, changing no item or index row.
 
 enum FormatThreeFixture {
     static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
@@ -64,17 +65,78 @@ enum FormatThreeFixture {
 
 @Suite("The format-3 fixture")
 struct FormatThreeFixtureTests {
-    @Test("today's code opens the format-3 fixture: every secret, search and the full check")
-    func opens() throws {
+    @Test(
+        "the first unlock migrates format 3 to 4: rows, index rows, keys and policy byte for byte, buckets that verify"
+    )
+    func migrates() throws {
         try withTempDir { dir throws in
             let (vault, deviceKey) = try FormatThreeFixture.copy(into: dir)
             #expect(try RawDB(vault).meta("format") == le64(3))
             #expect(try RawDB(vault).query("PRAGMA user_version") == [[.integer(2)]])
+            let before = try FormatThreeFixture.preserved(RawDB(vault))
+            let oldStored = try #require(try RawDB(vault).meta("manifest"))
+            let oldCounter = try #require(Manifest.decode(oldStored)).0.counter
             let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
             try kc.unlock(passphrase: try secure(FormatThreeFixture.passphrase))
+
+            let db = try RawDB(vault)
+            #expect(try db.meta("format") == le64(4))
+            // Format-3 code (store schema 2) refuses user_version 3 as newer, and its header check
+            // refuses format 4 ("vault format 4 is newer than this keychainfs supports (3)").
+            #expect(try db.query("PRAGMA user_version") == [[.integer(3)]])
+            #expect(
+                try FormatThreeFixture.preserved(db) == before, "no item row, index row, class key or policy changed")
+            // Items 1–11 are in bucket 0: one stored bucket, counting the 11 rows.
+            let buckets = try db.query("SELECT bucket, count FROM manifest_bucket")
+            #expect(buckets == [[.integer(0), .integer(11)]])
+            let stored = try #require(try db.meta("manifest"))
+            let manifest = try #require(Manifest.decode(stored)).0
+            #expect(manifest.count == 11 && manifest.counter == oldCounter + 1)
             try FormatThreeFixture.expectContents(kc)
             let report = try kc.verify(passphrase: try secure(FormatThreeFixture.passphrase))
+            #expect(report.isClean && report.format == 4, "\(report.failures) \(report.damaged)")
+
+            // Opened again: verified (fully and incrementally), not migrated again; a write
+            // moves the bucket and the top together.
+            let again = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
+            try again.unlock(passphrase: try secure(FormatThreeFixture.passphrase), incrementalCheck: true)
+            #expect(again.waitForIntegrityCheck() == nil)
+            #expect(try db.meta("manifest") == (try RawDB(vault).meta("manifest")))
+            let added = try addSecretServiceItem(again, ["tier": "gold", "application": "new"])
+            #expect(added.id == 13, "ids are never reused: 12 was deleted")
+            #expect(try again.secretServiceItems(matching: ["tier": "gold"]).map(\.id) == [10, 13])
+            #expect(
+                try RawDB(vault).query("SELECT bucket, count FROM manifest_bucket") == [[.integer(0), .integer(12)]])
+            try Keychain.open(at: vault, deviceKeyPath: deviceKey).unlock(
+                passphrase: try secure(FormatThreeFixture.passphrase))
+        }
+    }
+
+    @Test("verify checks the format-3 fixture as format 3, changing nothing")
+    func verifyBeforeMigration() throws {
+        try withTempDir { dir throws in
+            let (vault, deviceKey) = try FormatThreeFixture.copy(into: dir)
+            let before = try FormatThreeFixture.preserved(RawDB(vault))
+            let report = try Keychain.open(at: vault, deviceKeyPath: deviceKey).verify(
+                passphrase: try secure(FormatThreeFixture.passphrase))
             #expect(report.isClean, "\(report.failures) \(report.damaged)")
+            #expect(report.format == 3)
+            #expect(try RawDB(vault).meta("format") == le64(3))
+            #expect(try FormatThreeFixture.preserved(RawDB(vault)) == before)
+        }
+    }
+
+    @Test("a tampered format-3 vault is refused, not migrated: the file keeps format 3 and schema 2")
+    func damagedFixtureIsNotMigrated() throws {
+        try withTempDir { dir throws in
+            let (vault, deviceKey) = try FormatThreeFixture.copy(into: dir)
+            try RawDB(vault).exec("DELETE FROM attr_index WHERE item_id = 10")
+            let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
+            expectError(.decode, containing: ["integrity check failed", "not migrated"]) {
+                try kc.unlock(passphrase: try secure(FormatThreeFixture.passphrase))
+            }
+            #expect(try RawDB(vault).meta("format") == le64(3))
+            #expect(try RawDB(vault).query("PRAGMA user_version") == [[.integer(2)]])
         }
     }
 }
