@@ -162,7 +162,7 @@ extension Keychain {
                     }
                     // Every member failed: their savepoints left nothing to commit.
                     guard committed > 0 else { return nil }
-                    var next = writer.manifest
+                    var next = try writer.finishedManifest()
                     next.counter = manifest.counter + 1
                     let after = writer.authenticatedStateChanged ? try AuthenticatedState.read(from: vault) : before
                     try vault.setMeta("manifest", after.encode(next, keys: keys))

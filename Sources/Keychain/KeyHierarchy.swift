@@ -18,10 +18,17 @@ struct VaultHeader {
     /// authenticated and carries a commit counter (Manifest.swift); format-1 vaults are
     /// migrated at their first unlock (`Keychain.migrate`). 3: the Secret Service attribute
     /// index (the `attr_index` table, store schema 2), its rows covered by the manifest's
-    /// accumulator; format-1 and format-2 vaults get it at their first unlock.
-    static let formatVersion: Int64 = 3
-    /// The first format whose manifest is authenticated (formats 2 and 3 share its layout).
+    /// accumulator; format-1 and format-2 vaults get it at their first unlock. 4: the manifest's
+    /// accumulator is split into buckets of item ids (the `manifest_bucket` table, store schema 3,
+    /// ManifestBuckets.swift), so a mount checks each bucket at its first read; older vaults get
+    /// the buckets at their first unlock, and format-3 code refuses the vault as newer.
+    static let formatVersion: Int64 = 4
+    /// The first format whose manifest is authenticated (formats 2 to 4 share its layout).
     static let authenticatedManifestFormat: Int64 = 2
+    /// The first format with the attribute index.
+    static let attributeIndexFormat: Int64 = 3
+    /// The first format whose manifest accumulator is folded from buckets.
+    static let bucketedManifestFormat: Int64 = 4
 
     var format: Int64
     var vaultID: [UInt8]

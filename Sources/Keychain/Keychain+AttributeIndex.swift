@@ -60,6 +60,7 @@ extension Keychain {
         guard !query.isEmpty else { return try everySecretServiceItem(in: call) }
         let caller = call.caller
         let keys = try call.unlockedKeys()
+        try requireEveryBucketVerified()
         let pairs = query.sorted { $0.key < $1.key }.prefix(Self.attributeIndexPairLimit)
         let rows: [StoredItem] = try storeCall {
             try store.read { vault in

@@ -19,24 +19,34 @@ extension Keychain {
 
     // MARK: Unlock-time check
 
-    /// Authenticates the manifest and checks the item table and access policy against it, in
-    /// one snapshot. Returns the manifest and the authenticated header and class keys. A
-    /// mismatch says what does not match and names the rows that fail their own check.
-    /// `first` sees the header and class keys of the same snapshot before the tag is checked
-    /// (unlock opens the class keys there, so a damaged one is named as such).
+    /// Authenticates the manifest and checks the bucket table and access policy against it, in
+    /// one snapshot, and, unless `incremental`, every bucket's rows against the bucket table (the
+    /// full check; `incremental` leaves each bucket for its first read or the background pass,
+    /// Keychain+IncrementalCheck.swift). Returns the manifest and the authenticated header and
+    /// class keys. A mismatch says what does not match, in which buckets, and names the rows that
+    /// fail their own check. `first` sees the header and class keys of the same snapshot before
+    /// the tag is checked (unlock opens the class keys there, so a damaged one is named as such).
     func verifyManifest(
-        keys: ManifestKeys, metadataKey: SecureBytes, first: (AuthenticatedState) throws -> Void = { _ in }
+        keys: ManifestKeys, metadataKey: SecureBytes, incremental: Bool = false,
+        first: (AuthenticatedState) throws -> Void = { _ in }
     ) throws -> (Manifest, AuthenticatedState) {
         try storeCall {
             try store.read { vault in
                 let state = try AuthenticatedState.read(from: vault)
                 try first(state)
                 let expected = try state.verified(try vault.meta("manifest"), keys: keys)
-                let found = try Manifest.tally(vault, key: keys.entry)
-                if let problem = Manifest.mismatch(found: found, expected: expected) {
-                    let damaged = try damagedRows(in: vault, metadataKey: metadataKey)
-                    throw KeychainError(
-                        .decode, "vault integrity check failed: \(problem); \(Self.describe(damaged))")
+                let stored = try ManifestBuckets.stored(vault)
+                if !incremental {
+                    let (found, buckets) = try Manifest.bucketTally(vault, key: keys.entry)
+                    if let problem = Manifest.mismatch(found: found, expected: expected) {
+                        let damaged = try damagedRows(in: vault, metadataKey: metadataKey)
+                        let which = ManifestBuckets.differing(found: buckets, stored: stored).map { " in \($0)" } ?? ""
+                        throw KeychainError(
+                            .decode, "vault integrity check failed: \(problem)\(which); \(Self.describe(damaged))")
+                    }
+                }
+                if let problem = try Manifest.bucketTableMismatch(vault, stored, expected: expected, key: keys.entry) {
+                    throw KeychainError(.decode, "vault integrity check failed: \(problem)")
                 }
                 return (expected, state)
             }
@@ -46,9 +56,11 @@ extension Keychain {
     /// Rows whose attribute box does not open under the metadata key with their own id,
     /// class and version: moved, altered or made-up rows. (A whole older row replayed opens;
     /// only the manifest catches it.)
-    func damagedRows(in vault: any ItemStoreReader, metadataKey: SecureBytes) throws -> [DamagedRow] {
+    func damagedRows(
+        in vault: any ItemStoreReader, metadataKey: SecureBytes, ids: ClosedRange<Int64>? = nil
+    ) throws -> [DamagedRow] {
         var damaged: [DamagedRow] = []
-        try vault.forEachItem { row in
+        func check(_ row: StoredItem) {
             guard let itemClass = ItemClass(rawValue: row.itemClass) else {
                 damaged.append(DamagedRow(id: row.id, itemClass: row.itemClass, reason: "unknown item class"))
                 return
@@ -58,6 +70,7 @@ extension Keychain {
                     DamagedRow(id: row.id, itemClass: row.itemClass, reason: "its attributes do not authenticate"))
             }
         }
+        if let ids { try vault.forEachItem(ids: ids, check) } else { try vault.forEachItem(check) }
         return damaged
     }
 
@@ -116,15 +129,17 @@ extension Keychain {
         rollbackMark.raise(to: counter)
     }
 
-    // MARK: Migration from formats 1 and 2
+    // MARK: Migration from formats 1, 2 and 3
 
-    /// Format 1 or 2 → 3 in one write transaction. The stored manifest is checked as its own
-    /// format checks it (format 1: count and accumulator; format 2: tag, table, policy and the
-    /// device's rollback mark), then the store gets the attribute index (`upgradeSchema`) and
-    /// every password item its tags (`buildAttributeIndex`), whose entries join the manifest's
-    /// accumulator; the master key is re-wrapped under the new format's associated data with
-    /// the same KEK and salt, and the authenticated manifest is written. Rows, class keys and
-    /// the policy are kept byte for byte. Returns the new header (or the one another process
+    /// Format 1, 2 or 3 → 4 in one write transaction. The stored manifest is checked as its own
+    /// format checks it (format 1: count and accumulator; formats 2 and 3: tag, table, index,
+    /// policy and the device's rollback mark), then the store gets the new tables
+    /// (`upgradeSchema`); a format-1 or format-2 vault gets every password item's attribute-index
+    /// tags (`buildAttributeIndex`); the manifest's buckets are tallied from the table and index
+    /// and stored, and their entries make the new top accumulator (ManifestBuckets.swift); the
+    /// master key is re-wrapped under the new format's associated data with the same KEK and
+    /// salt, and the authenticated manifest is written. Rows, index rows, class keys and the
+    /// policy are kept byte for byte. Returns the new header (or the one another process
     /// migrated to first).
     func migrate(master: SecureBytes, kek: SecureBytes, metadataKey: SecureBytes, acceptRollback: Bool = false)
         throws -> VaultHeader
@@ -140,8 +155,14 @@ extension Keychain {
                     try header.format == 1
                     ? formatOneManifest(vault, keys: keys, metadataKey: metadataKey)
                     : formatTwoManifest(vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback)
-                try buildAttributeIndex(
-                    in: vault, metadataKey: metadataKey, indexKey: indexKey, entryKey: keys.entry, manifest: &manifest)
+                if header.format < 3 {
+                    try buildAttributeIndex(
+                        in: vault, metadataKey: metadataKey, indexKey: indexKey, entryKey: keys.entry,
+                        manifest: &manifest)
+                }
+                let buckets = try ManifestBuckets.tally(vault, key: keys.entry)
+                try ManifestBuckets.write(buckets, to: vault)
+                (manifest.accumulator, manifest.count) = ManifestBuckets.fold(buckets, key: keys.entry)
                 header.format = VaultHeader.formatVersion
                 header.wrappedMaster = try master.withUnsafeBytes {
                     try AEAD.seal($0, associatedData: header.masterAssociatedData, key: kek)
@@ -177,8 +198,9 @@ extension Keychain {
         return manifest
     }
 
-    /// A format-2 vault's manifest, verified as unlock verifies it, with the counter moved on
-    /// by this write.
+    /// A format-2 or format-3 vault's manifest, verified as unlock verified it in that format
+    /// (tag, the flat accumulator over every row and index row, policy, rollback mark), with the
+    /// counter moved on by this write.
     private func formatTwoManifest(
         _ vault: any ItemStoreWriter, keys: ManifestKeys, metadataKey: SecureBytes, acceptRollback: Bool
     ) throws -> Manifest {
@@ -196,8 +218,40 @@ extension Keychain {
 }
 
 extension Manifest {
-    /// The manifest of what the store holds now (counter 0): count, accumulator and highest
-    /// id over every row, and the policy's entry.
+    /// Format 4: the manifest of what the store holds now (counter 0) and its buckets: count
+    /// and top accumulator folded from the buckets tallied over every row and index row, the
+    /// highest id in either, and the policy's entry.
+    static func bucketTally(_ vault: any ItemStoreReader, key: SecureBytes) throws
+        -> (Manifest, [Int64: ManifestBucket])
+    {
+        let buckets = try ManifestBuckets.tally(vault, key: key)
+        let (accumulator, count) = ManifestBuckets.fold(buckets, key: key)
+        let found = Manifest(
+            counter: 0, count: count, highestID: try vault.highestStoredID(), accumulator: accumulator,
+            policy: policyEntry(try vault.meta("access_policy"), key: key))
+        return (found, buckets)
+    }
+
+    /// Format 4, without reading a row: what differs between the stored bucket table (with the
+    /// policy and the highest id stored) and the authenticated manifest, in words; nil when they
+    /// agree. One keyed hash per bucket.
+    static func bucketTableMismatch(
+        _ vault: any ItemStoreReader, _ stored: [Int64: ManifestBucket], expected: Manifest, key: SecureBytes
+    ) throws -> String? {
+        let (accumulator, count) = ManifestBuckets.fold(stored, key: key)
+        let found = Manifest(
+            counter: 0, count: count, highestID: try vault.highestStoredID(), accumulator: accumulator,
+            policy: policyEntry(try vault.meta("access_policy"), key: key))
+        guard let problem = mismatch(found: found, expected: expected) else { return nil }
+        guard found.highestID <= expected.highestID && Sodium.constantTimeEqual(found.policy, expected.policy) else {
+            return problem
+        }
+        return
+            "the manifest's bucket table does not match its authenticated manifest: a bucket was deleted, added, altered or replayed from an older copy"
+    }
+
+    /// Formats 2 and 3: the manifest of what the store holds now (counter 0): count, accumulator
+    /// and highest id over every row, and the policy's entry.
     static func tally(_ vault: any ItemStoreReader, key: SecureBytes) throws -> Manifest {
         var found = Manifest.empty
         try vault.forEachItem { found.insert($0, key: key) }

@@ -69,10 +69,14 @@ extension Keychain {
     /// Unlocks with the passphrase: unwraps the class keys, verifies the manifest, and checks
     /// the commit counter against this device's rollback mark. A vault of an older format is
     /// migrated first, in one transaction. `acceptRollback`: a vault older than the mark is accepted
-    /// (restored from a backup on purpose) and the mark reset to it.
-    public func unlock(passphrase: SecureBytes, acceptRollback: Bool = false) throws {
+    /// (restored from a backup on purpose) and the mark reset to it. `incrementalCheck`: the rows
+    /// are checked bucket by bucket after the unlock returns (Keychain+IncrementalCheck.swift)
+    /// instead of all of them before; the mount's daemon asks for it.
+    public func unlock(passphrase: SecureBytes, acceptRollback: Bool = false, incrementalCheck: Bool = false) throws {
         let master = try masterKey(passphrase: passphrase, acceptRollback: acceptRollback)
-        try unlock(master: master, header: state.withLock { $0.header }, acceptRollback: acceptRollback)
+        try unlock(
+            master: master, header: state.withLock { $0.header }, acceptRollback: acceptRollback,
+            incremental: incrementalCheck)
     }
 
     /// Bytes of the master key `masterKey(passphrase:)` returns and `unlock(masterKey:)` takes.
@@ -102,7 +106,7 @@ extension Keychain {
     /// mount's CLI): everything `unlock(passphrase:)` checks but the Argon2id. A key that is
     /// not this vault's fails the manifest's tag and is refused as the integrity check's
     /// failure; a vault of an older format is refused (the passphrase path migrates it first).
-    public func unlock(masterKey: SecureBytes, acceptRollback: Bool = false) throws {
+    public func unlock(masterKey: SecureBytes, acceptRollback: Bool = false, incrementalCheck: Bool = false) throws {
         guard masterKey.count == Self.masterKeyBytes else {
             throw KeychainError(.param, "a master key is \(Self.masterKeyBytes) bytes, not \(masterKey.count)")
         }
@@ -112,7 +116,7 @@ extension Keychain {
                 .decode, "vault \(path) is in format \(header.format): unlock it with the passphrase once to migrate it"
             )
         }
-        try unlock(master: masterKey, header: header, acceptRollback: acceptRollback)
+        try unlock(master: masterKey, header: header, acceptRollback: acceptRollback, incremental: incrementalCheck)
     }
 
     /// Reads the header from the file again (a passphrase change by another process
@@ -126,8 +130,11 @@ extension Keychain {
     /// Unlocks with the master key unwrapped from the header. Everything is checked in one
     /// snapshot: the class keys first (so a damaged one is named), then the manifest's tag,
     /// which covers every header field, so an edited `device_key_id` reads as tampering and
-    /// never as "another machine"; nothing is kept unless all of it verifies.
-    func unlock(master: SecureBytes, header _: VaultHeader, acceptRollback: Bool = false) throws {
+    /// never as "another machine"; nothing is kept unless all of it verifies. `incremental`: the
+    /// snapshot checks the bucket table, not the rows, and a background pass starts on the rows.
+    func unlock(master: SecureBytes, header _: VaultHeader, acceptRollback: Bool = false, incremental: Bool = false)
+        throws
+    {
         let manifestKeys = try ManifestKeys(master: master)
         let metadata = try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context)
         let device = try DeviceKey.load(at: deviceKeyPath)
@@ -135,7 +142,9 @@ extension Keychain {
         let seen = highestCounterSeen()
         var classKeys: [Accessibility: SecureBytes] = [:]
         var deviceMatches = false
-        let (manifest, authenticated) = try verifyManifest(keys: manifestKeys, metadataKey: metadata) { state in
+        let (manifest, authenticated) = try verifyManifest(
+            keys: manifestKeys, metadataKey: metadata, incremental: incremental
+        ) { state in
             deviceMatches = device.map { DeviceKey.identifier(of: $0) == state.header.deviceKeyID } ?? false
             classKeys = try Self.openClassKeys(
                 state, master: master, device: deviceMatches ? device : nil)
@@ -155,6 +164,7 @@ extension Keychain {
             $0.lockState = .unlocked(since: Date())
         }
         noteCounter(manifest.counter)
+        startIntegrityProgress(complete: !incremental)
     }
 
     /// Every class key of `state` that can be opened: all of them, less the ThisDeviceOnly ones

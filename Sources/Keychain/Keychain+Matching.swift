@@ -86,6 +86,16 @@ extension Keychain {
             return rows
         }
         let rows = try vault.map(candidates) ?? storeCall { try store.lookup(candidates) }
+        // The incremental check (Keychain+IncrementalCheck.swift): rows found by id or key are
+        // served once their buckets verify; a reference's bucket is verified even when its row
+        // is gone; any other answer (a scan, an index range, "not found") waits for every bucket.
+        if let id = query.persistentReference {
+            try requireVerified(ids: [id])
+        } else if namesOneItem && !rows.isEmpty {
+            try requireVerified(ids: rows.map(\.id))
+        } else {
+            try requireEveryBucketVerified()
+        }
 
         var out: [(StoredItem, Attributes)] = []
         for row in rows where row.itemClass == itemClass.rawValue {

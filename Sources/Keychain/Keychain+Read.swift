@@ -139,6 +139,9 @@ extension Keychain {
             throw KeychainError(.unimplemented, "identity queries are not supported yet")
         }
         let notFound = KeychainError(.itemNotFound, "item \(id) not found")
+        // Its bucket verified first, whether the row is there or not (and for a kept row too:
+        // a failure found since makes every read fail).
+        try requireVerified(ids: [id])
         // Taken before the read: a commit in between makes the kept row stale at once.
         let commits = store.localCommitCount
         let row: StoredItem
@@ -189,13 +192,17 @@ extension Keychain {
         let call = callContext(callerArgument)
         let caller = call.caller
         let keys = try call.unlockedKeys()
-        return try storeCall {
+        let found = try storeCall {
             try store.lookup { vault in
                 try caller.accessGroups.contains {
                     try vault.exists(secondaryIndex: secondaryIndex(itemClass, group: $0, value, keys: keys))
                 }
             }
         }
+        // "None" depends on every row being there; "some" names no item and serves no byte of
+        // one (every item under it is read by id or key, through its bucket's check).
+        if !found { try requireEveryBucketVerified() }
+        return found
     }
 
     /// A value that changes whenever anything in the vault changes (here or in another
@@ -206,7 +213,8 @@ extension Keychain {
     /// open handle on the item and must tell "deleted" (the handle keeps its snapshot, as on
     /// ext4) from "no longer visible to this caller" (the handle is revoked).
     public func rowExists(id: Int64) throws -> Bool {
-        try storeCall { try store.lookup { try $0.item(id: id, withData: false) != nil } }
+        try requireVerified(ids: [id])
+        return try storeCall { try store.lookup { try $0.item(id: id, withData: false) != nil } }
     }
 
     public func itemCount() throws -> Int { try storeCall { try store.lookup { try $0.itemCount() } } }

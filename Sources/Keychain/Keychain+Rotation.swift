@@ -52,9 +52,10 @@ extension Keychain {
             try store.write { vault -> Int64 in
                 let before = try AuthenticatedState.read(from: vault)
                 let manifest = try before.verified(try vault.meta("manifest"), keys: oldKeys.manifest)
-                if let problem = Manifest.mismatch(
-                    found: try Manifest.tally(vault, key: oldKeys.manifest.entry), expected: manifest)
-                {
+                let found = try Manifest.bucketTally(vault, key: oldKeys.manifest.entry).0
+                let table = try Manifest.bucketTableMismatch(
+                    vault, try ManifestBuckets.stored(vault), expected: manifest, key: oldKeys.manifest.entry)
+                if let problem = Manifest.mismatch(found: found, expected: manifest) ?? table {
                     throw KeychainError(.decode, "vault integrity check failed: \(problem); nothing was rotated")
                 }
                 try refuseRollback(manifest.counter, accepting: false)
@@ -83,7 +84,9 @@ extension Keychain {
                         "access_policy", try sealedPolicy(policy, metadataKey: newKeys.metadata, signingKey: signingKey)
                     )
                 }
-                var next = try Manifest.tally(vault, key: newKeys.manifest.entry)
+                // The buckets under the new entry key, written anew.
+                var (next, buckets) = try Manifest.bucketTally(vault, key: newKeys.manifest.entry)
+                try ManifestBuckets.write(buckets, to: vault)
                 next.counter = manifest.counter + 1
                 next.highestID = max(manifest.highestID, next.highestID)
                 try vault.setMeta(

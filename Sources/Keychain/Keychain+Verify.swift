@@ -42,8 +42,9 @@ extension Keychain {
     /// ThisDeviceOnly ones when the device key is the one they were bound to); the manifest's
     /// tag verifies over the header and class keys and the table and policy match it; the
     /// policy's signature verifies; and every row passes its own check (attributes, and item
-    /// key and data where the class key is held, and in format 3 its attribute-index tags made
-    /// again from its attributes). A wrong passphrase throws; everything else is reported.
+    /// key and data where the class key is held, and from format 3 its attribute-index tags made
+    /// again from its attributes); in format 4 also every stored bucket against the buckets tallied
+    /// from the table, so `verify` still checks everything the incremental mount check spreads out. A wrong passphrase throws; everything else is reported.
     public func verify(passphrase: SecureBytes) throws -> VerificationReport {
         let master = try refreshedHeader().unwrapMaster(passphrase: passphrase)
         let manifestKeys = try ManifestKeys(master: master)
@@ -65,9 +66,21 @@ extension Keychain {
                     classKeys = try Self.openClassKeys(state, master: master, device: deviceMatches ? device : nil)
                 } catch let e as KeychainError { report.failures.append(e.message) }
                 report.classKeysOpened = classKeys.count
-                let found = try Manifest.tally(vault, key: manifestKeys.entry)
+                // Format 4: the buckets tallied from the table; formats 1 to 3: the flat accumulator.
+                let bucketed = state.header.format >= VaultHeader.bucketedManifestFormat
+                let (found, buckets) =
+                    bucketed
+                    ? try Manifest.bucketTally(vault, key: manifestKeys.entry)
+                    : (try Manifest.tally(vault, key: manifestKeys.entry), [:])
                 if let problem = try manifestProblem(vault, state, found: found, keys: manifestKeys, into: &report) {
-                    report.failures.append(problem)
+                    let which = ManifestBuckets.differing(found: buckets, stored: try ManifestBuckets.stored(vault))
+                    report.failures.append(problem + (bucketed ? which.map { " in \($0)" } ?? "" : ""))
+                } else if bucketed,
+                    let which = ManifestBuckets.differing(found: buckets, stored: try ManifestBuckets.stored(vault))
+                {
+                    report.failures.append(
+                        "vault integrity check failed: the manifest's bucket table does not match the item table in \(which)"
+                    )
                 }
                 if let blob = try vault.meta("access_policy") {
                     let policy = openPolicy(blob, publicKey: policyKey, metadataKey: metadata)
@@ -84,7 +97,7 @@ extension Keychain {
                     case .damaged(let reason):
                         report.damaged.append(DamagedRow(id: row.id, itemClass: row.itemClass, reason: reason))
                     }
-                    if state.header.format >= VaultHeader.formatVersion,
+                    if state.header.format >= VaultHeader.attributeIndexFormat,
                         let reason = try attributeIndexProblem(row, vault, metadataKey: metadata, indexKey: indexKey)
                     {
                         report.damaged.append(DamagedRow(id: row.id, itemClass: row.itemClass, reason: reason))
@@ -113,7 +126,7 @@ extension Keychain {
         } catch let e as KeychainError { return e.message }
     }
 
-    /// Whether a row's attribute-index tags are the ones its attributes give (format 3): made
+    /// Whether a row's attribute-index tags are the ones its attributes give (format 3 on): made
     /// again from the decrypted attributes and compared. The manifest already covers the index;
     /// this names the item whose entries a writer got wrong. nil when they agree, or when the
     /// attributes do not open (reported by `checkRow`).

@@ -23,6 +23,8 @@ extension Keychain {
         let call = callContext(callerArgument)
         let caller = call.caller
         let keys = try call.unlockedKeys()
+        // A listing depends on every row being there: it waits for the whole check.
+        try requireEveryBucketVerified()
         var rows = try storeCall {
             try store.lookup { vault in
                 try caller.accessGroups.flatMap {
@@ -52,6 +54,8 @@ extension Keychain {
         guard itemClass != .identity else { return }
         let call = callContext(callerArgument)
         let caller = call.caller
+        _ = try call.unlockedKeys()
+        try requireEveryBucketVerified()
         var after: Int64 = 0
         while true {
             let keys = try call.unlockedKeys()

@@ -63,6 +63,8 @@ public final class Keychain: Sendable {
         var damagedRowObserver: (@Sendable (DamagedRow) -> Void)?
         /// Told after each lock (see `onLock`).
         var lockObservers: [@Sendable () -> Void] = []
+        /// Which of the manifest's buckets this unlock has verified (Keychain+IncrementalCheck.swift).
+        var integrity = IntegrityProgress()
     }
 
     let state: Mutex<State>

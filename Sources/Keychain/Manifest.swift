@@ -2,13 +2,15 @@ import Foundation
 import KeychainCrypto
 import KeychainStore
 
-/// The authenticated manifest (vault format 2). Stored as the meta blob `manifest`:
+/// The authenticated manifest (vault formats 2 to 4). Stored as the meta blob `manifest`:
 ///
 ///     counter ‖ count ‖ highestID ‖ accumulator ‖ policy ‖ tag        (8+8+8+32+32+32 bytes)
 ///
 /// - `accumulator`: the XOR of `entry(row)` over every row, a keyed BLAKE2b of the row's id,
 ///   version and every stored column (MSet-XOR-Hash; updatable in O(1) per change), and from
-///   format 3 of `tagEntry` over every attribute-index row (item id, tag);
+///   format 3 of `tagEntry` over every attribute-index row (item id, tag); from format 4 the
+///   XOR of the keyed entries of the manifest's buckets instead, each bucket the XOR of its own
+///   rows' and index rows' entries (ManifestBuckets.swift), and `count` their sum;
 /// - `policy`: the keyed entry of the stored access policy (zeros when there is none);
 /// - `counter`: incremented by every write transaction (rollback detection);
 /// - `highestID`: the highest item id ever issued, so ids are never reused even if SQLite's

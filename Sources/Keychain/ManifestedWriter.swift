@@ -4,12 +4,15 @@ import KeychainStore
 
 /// The writer a write transaction's body gets: every insert, replace and delete goes through
 /// here and adjusts the working manifest in the same step, so no write path can change a row
-/// without the manifest following it. The manifest itself is written only by
-/// `Keychain.writeTransaction`, once, when the body has returned.
+/// without the manifest following it: the count and highest id directly, the accumulator
+/// through the changes to the rows' buckets (format 4, ManifestBuckets.swift), which
+/// `finishedManifest` folds into the stored buckets and the top accumulator. The manifest itself
+/// is written only by `Keychain.writeTransaction`, once, when the body has returned.
 final class ManifestedWriter: ItemStoreWriter {
     private let inner: any ItemStoreWriter
     private let key: SecureBytes
-    private(set) var manifest: Manifest
+    private var manifest: Manifest
+    private var buckets = BucketChanges()
     /// A header field or a class key was written: the tag's state must be read again.
     private(set) var authenticatedStateChanged = false
 
@@ -44,6 +47,25 @@ final class ManifestedWriter: ItemStoreWriter {
     func itemIDs(withAllAttributeTags tags: [[UInt8]]) throws -> [Int64] {
         try inner.itemIDs(withAllAttributeTags: tags)
     }
+    func forEachItem(ids: ClosedRange<Int64>, _ body: (StoredItem) throws -> Void) throws {
+        try inner.forEachItem(ids: ids, body)
+    }
+    func forEachAttributeTag(itemIDs ids: ClosedRange<Int64>, _ body: (Int64, [UInt8]) throws -> Void) throws {
+        try inner.forEachAttributeTag(itemIDs: ids, body)
+    }
+    func highestStoredID() throws -> Int64 { try inner.highestStoredID() }
+    func manifestBuckets() throws -> [Int64: (accumulator: [UInt8], count: Int64)] { try inner.manifestBuckets() }
+    func manifestBucket(_ bucket: Int64) throws -> (accumulator: [UInt8], count: Int64)? {
+        try inner.manifestBucket(bucket)
+    }
+
+    /// The manifest after every change made through this writer: the buckets touched are
+    /// rewritten and the top accumulator follows them. Called once, by the commit.
+    func finishedManifest() throws -> Manifest {
+        var finished = manifest
+        try buckets.fold(into: &finished, vault: inner, key: key)
+        return finished
+    }
 
     // MARK: Writes, with the manifest
 
@@ -55,8 +77,11 @@ final class ManifestedWriter: ItemStoreWriter {
         try inner.insert(item, id: id)
         var row = item
         row.id = id
-        manifest.insert(row, key: key)
-        for tag in item.attributeTags ?? [] { manifest.toggleTag(itemID: id, tag, key: key) }
+        manifest.count += 1
+        manifest.highestID = max(manifest.highestID, id)
+        buckets.count(id, 1)
+        buckets.toggle(id, Manifest.entry(row, key: key))
+        toggle(id, item.attributeTags ?? [])
     }
 
     func replace(_ item: StoredItem) throws {
@@ -71,8 +96,8 @@ final class ManifestedWriter: ItemStoreWriter {
             item.attributeTags = nil
         }
         try inner.replace(item)
-        manifest.remove(old, key: key)
-        manifest.insert(item, key: key)
+        buckets.toggle(item.id, Manifest.entry(old, key: key))
+        buckets.toggle(item.id, Manifest.entry(item, key: key))
         if let tags = item.attributeTags { toggle(item.id, oldTags + tags) }
     }
 
@@ -80,7 +105,9 @@ final class ManifestedWriter: ItemStoreWriter {
         guard let old = try inner.item(id: id, withData: true) else { return }
         let oldTags = try inner.attributeTags(itemID: id)
         try inner.delete(id: id)
-        manifest.remove(old, key: key)
+        manifest.count -= 1
+        buckets.count(id, -1)
+        buckets.toggle(id, Manifest.entry(old, key: key))
         toggle(id, oldTags)
     }
 
@@ -88,11 +115,12 @@ final class ManifestedWriter: ItemStoreWriter {
 
     /// The savepoint undoes the rows; the working manifest is put back with them.
     func savepoint<R>(_ body: () throws -> R) throws -> R {
-        let (savedManifest, savedChanged) = (manifest, authenticatedStateChanged)
+        let (savedManifest, savedBuckets, savedChanged) = (manifest, buckets, authenticatedStateChanged)
         do {
             return try inner.savepoint(body)
         } catch {
             manifest = savedManifest
+            buckets = savedBuckets
             authenticatedStateChanged = savedChanged
             throw error
         }
@@ -106,7 +134,7 @@ final class ManifestedWriter: ItemStoreWriter {
 
     /// XORs each tag's entry in or out (the same operation): old tags out, new ones in.
     private func toggle(_ itemID: Int64, _ tags: [[UInt8]]) {
-        for tag in tags { manifest.toggleTag(itemID: itemID, tag, key: key) }
+        for tag in tags { buckets.toggle(itemID, Manifest.tagEntry(itemID: itemID, tag, key: key)) }
     }
 
     func setMeta(_ name: String, _ value: [UInt8]) throws {
@@ -121,5 +149,12 @@ final class ManifestedWriter: ItemStoreWriter {
     func setClassKey(_ protection: String, wrapped: [UInt8]) throws {
         authenticatedStateChanged = true
         try inner.setClassKey(protection, wrapped: wrapped)
+    }
+
+    func setManifestBucket(_ bucket: Int64, _ value: (accumulator: [UInt8], count: Int64)?) throws {
+        preconditionFailure("the manifest's buckets are written by writeTransaction only")
+    }
+    func clearManifestBuckets() throws {
+        preconditionFailure("the manifest's buckets are written by writeTransaction only")
     }
 }

@@ -60,6 +60,18 @@ public protocol ItemStoreReader {
     func forEachAttributeTag(_ body: (Int64, [UInt8]) throws -> Void) throws
     /// The ids of the items that carry every one of `tags` (at least one), in id order.
     func itemIDs(withAllAttributeTags tags: [[UInt8]]) throws -> [Int64]
+    /// Visits the rows whose ids lie in `ids` (one range scan of the primary key), in id order.
+    func forEachItem(ids: ClosedRange<Int64>, _ body: (StoredItem) throws -> Void) throws
+    /// Visits the attribute-index rows of the items whose ids lie in `ids` (one range scan of
+    /// the index by item id); none when the store has no attribute index yet.
+    func forEachAttributeTag(itemIDs ids: ClosedRange<Int64>, _ body: (Int64, [UInt8]) throws -> Void) throws
+    /// The highest item id in the item table or the attribute index (0 when both are empty).
+    func highestStoredID() throws -> Int64
+    /// Every stored manifest bucket (vault format 4): bucket number → (accumulator, count).
+    /// None when the store's schema has no bucket table yet.
+    func manifestBuckets() throws -> [Int64: (accumulator: [UInt8], count: Int64)]
+    /// One stored manifest bucket, or nil when it has none.
+    func manifestBucket(_ bucket: Int64) throws -> (accumulator: [UInt8], count: Int64)?
 }
 
 /// Writes, valid only inside the `write` that handed them out.
@@ -81,6 +93,10 @@ public protocol ItemStoreWriter: ItemStoreReader {
     /// Replaces the attribute-index tags of one item (`insert` and `replace` call it for a row
     /// whose `attributeTags` are set; `delete` removes them).
     func setAttributeTags(_ tags: [[UInt8]], itemID: Int64) throws
+    /// Writes one manifest bucket; `nil` removes it (an empty bucket is not stored).
+    func setManifestBucket(_ bucket: Int64, _ value: (accumulator: [UInt8], count: Int64)?) throws
+    /// Removes every manifest bucket (before a migration or a rotation writes them all anew).
+    func clearManifestBuckets() throws
     /// Runs `body` under a savepoint of the current transaction: if it throws, its changes are
     /// undone and the transaction goes on without them (one member of a group commit failing
     /// leaves the others' changes in).

@@ -69,10 +69,11 @@ public final class VaultStore: ItemStore {
     /// `PRAGMA application_id` of a keychainfs vault: 'KCFS'. Identifies the file as ours.
     public static let applicationID: Int32 = 0x4B43_4653
     /// The SQL schema version this build reads and writes. 1: meta, class_keys, items.
-    /// 2: and attr_index (the Secret Service attribute index); a schema-1 file gets it in the
-    /// core's migration at first unlock (`upgradeSchema`), and schema-1 code refuses the file
-    /// as newer (`user_version`).
-    public static let schemaVersion = 2
+    /// 2: and attr_index (the Secret Service attribute index). 3: and manifest_bucket (the
+    /// manifest's buckets, vault format 4). An older file gets the new tables in the core's
+    /// migration at first unlock (`upgradeSchema`), and older code refuses the file as newer
+    /// (`user_version`).
+    public static let schemaVersion = 3
 
     private init(path: String, connection: Connection) throws {
         self.path = path
@@ -122,6 +123,7 @@ public final class VaultStore: ItemStore {
                 CREATE TABLE attr_index(
                     tag BLOB NOT NULL, item_id INTEGER NOT NULL, PRIMARY KEY(tag, item_id)) WITHOUT ROWID;
                 CREATE INDEX attr_index_by_item ON attr_index(item_id);
+                \(Statements.bucketTable)
                 COMMIT;
                 """)
             return try VaultStore(path: path, connection: connection)
@@ -441,9 +443,17 @@ private struct Statements: ItemStoreWriter {
             CREATE TABLE IF NOT EXISTS attr_index(
                 tag BLOB NOT NULL, item_id INTEGER NOT NULL, PRIMARY KEY(tag, item_id)) WITHOUT ROWID;
             CREATE INDEX IF NOT EXISTS attr_index_by_item ON attr_index(item_id);
+            \(Self.bucketTable)
             PRAGMA user_version = \(VaultStore.schemaVersion);
             """)
     }
+
+    /// The manifest's buckets (vault format 4): one row per bucket of item ids that holds rows
+    /// or index rows, its accumulator and row count (the core's ManifestBuckets.swift).
+    static let bucketTable = """
+        CREATE TABLE IF NOT EXISTS manifest_bucket(
+            bucket INTEGER PRIMARY KEY, accumulator BLOB NOT NULL, count INTEGER NOT NULL);
+        """
 
     /// Whether the file has the attribute index yet (a vault of schema 1 not yet migrated has not).
     /// Asked of `sqlite_master` until the answer is yes, then remembered by the connection
@@ -480,6 +490,71 @@ private struct Statements: ItemStoreWriter {
         try connection.run("SELECT item_id, tag FROM attr_index ORDER BY item_id, tag") {
             try body($0.int(0), $0.blob(1))
         }
+    }
+
+    func forEachItem(ids: ClosedRange<Int64>, _ body: (StoredItem) throws -> Void) throws {
+        try connection.run(
+            "SELECT \(Self.columns) FROM items WHERE id BETWEEN ? AND ? ORDER BY id",
+            [.integer(ids.lowerBound), .integer(ids.upperBound)]
+        ) { try body(Self.item($0)) }
+    }
+
+    func forEachAttributeTag(itemIDs ids: ClosedRange<Int64>, _ body: (Int64, [UInt8]) throws -> Void) throws {
+        guard try hasAttributeIndex() else { return }
+        try connection.run(
+            "SELECT item_id, tag FROM attr_index WHERE item_id BETWEEN ? AND ? ORDER BY item_id, tag",
+            [.integer(ids.lowerBound), .integer(ids.upperBound)]
+        ) { try body($0.int(0), $0.blob(1)) }
+    }
+
+    func highestStoredID() throws -> Int64 {
+        var highest: Int64 = 0
+        try connection.run("SELECT max(id) FROM items") { highest = max(highest, $0.int(0)) }
+        if try hasAttributeIndex() {
+            try connection.run("SELECT max(item_id) FROM attr_index") { highest = max(highest, $0.int(0)) }
+        }
+        return highest
+    }
+
+    // MARK: Manifest buckets
+
+    private func hasBucketTable() throws -> Bool {
+        var found = false
+        try connection.run("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'manifest_bucket'") { _ in
+            found = true
+        }
+        return found
+    }
+
+    func manifestBuckets() throws -> [Int64: (accumulator: [UInt8], count: Int64)] {
+        guard try hasBucketTable() else { return [:] }
+        var buckets: [Int64: (accumulator: [UInt8], count: Int64)] = [:]
+        try connection.run("SELECT bucket, accumulator, count FROM manifest_bucket") {
+            buckets[$0.int(0)] = ($0.blob(1), $0.int(2))
+        }
+        return buckets
+    }
+
+    func manifestBucket(_ bucket: Int64) throws -> (accumulator: [UInt8], count: Int64)? {
+        var found: (accumulator: [UInt8], count: Int64)?
+        try connection.run("SELECT accumulator, count FROM manifest_bucket WHERE bucket = ?", [.integer(bucket)]) {
+            found = ($0.blob(0), $0.int(1))
+        }
+        return found
+    }
+
+    func setManifestBucket(_ bucket: Int64, _ value: (accumulator: [UInt8], count: Int64)?) throws {
+        guard let value else {
+            try connection.run("DELETE FROM manifest_bucket WHERE bucket = ?", [.integer(bucket)])
+            return
+        }
+        try connection.run(
+            "INSERT OR REPLACE INTO manifest_bucket(bucket, accumulator, count) VALUES(?, ?, ?)",
+            [.integer(bucket), .blob(value.accumulator), .integer(value.count)])
+    }
+
+    func clearManifestBuckets() throws {
+        try connection.run("DELETE FROM manifest_bucket")
     }
 
     /// One index range scan per tag, intersected by SQLite.

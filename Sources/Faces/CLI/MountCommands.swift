@@ -173,14 +173,19 @@ struct Mount: ParsableCommand {
             defer { lock?.release() }
 
             let keychain = try Keychain.open(at: vaultPath)
+            // The incremental check (docs/security.md, "Mounting"): the unlock checks the
+            // manifest's tag and bucket table; each bucket's rows are checked at its first read
+            // and by a background pass. A failure makes every read EIO and is logged once here.
+            keychain.onIntegrityFailure { Log.error("\(vaultPath): \($0)") }
             if let masterKeyFd {
                 // The CLI that started this daemon ran the Argon2id (spawnDaemon).
                 try keychain.unlock(
-                    masterKey: try MasterKeyPipe.receive(fd: masterKeyFd), acceptRollback: vault.acceptRollback)
+                    masterKey: try MasterKeyPipe.receive(fd: masterKeyFd), acceptRollback: vault.acceptRollback,
+                    incrementalCheck: true)
             } else if !parsed.fuse.startLocked {
                 try keychain.unlock(
                     passphrase: passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): "),
-                    acceptRollback: vault.acceptRollback)
+                    acceptRollback: vault.acceptRollback, incrementalCheck: true)
             }
             var fuseOptions = parsed.fuse
             fuseOptions.fsname = vaultPath

@@ -1,0 +1,177 @@
+import Dispatch
+import Foundation
+import KeychainCrypto
+import KeychainStore
+
+// The incremental integrity check (vault format 4, `unlock(…, incremental: true)`, used by the
+// mount): the unlock checks the manifest's tag, the bucket table, the policy and the rollback
+// mark; each bucket's rows are checked at the first read that needs them, and a background pass
+// checks the rest. docs/security.md, "Mounting", says why this is as safe as the full check.
+
+/// What this unlock has verified. Guarded by the keychain's `Mutex<State>`.
+struct IntegrityProgress {
+    /// Every bucket is verified: the full check ran at unlock, or the background pass finished.
+    var complete = false
+    /// Buckets verified one by one since the unlock. This process's own commits keep them valid:
+    /// each commit moves a bucket's stored value and the authenticated top together.
+    var verified: Set<Int64> = []
+    /// The first failure found: from then on every read of the vault fails with it.
+    var failure: String?
+    /// The background pass of this unlock, while it runs.
+    var pass: BackgroundPass?
+    /// Told (once) about the failure, for the face's log.
+    var observer: (@Sendable (String) -> Void)?
+}
+
+/// A background pass that readers of a whole class wait for.
+final class BackgroundPass: @unchecked Sendable {
+    // @unchecked: DispatchGroup is thread-safe; nothing else is stored.
+    private let group = DispatchGroup()
+
+    init() { group.enter() }
+    func finish() { group.leave() }
+    func wait() { group.wait() }
+}
+
+extension Keychain {
+    /// `observer` is told (on whichever thread finds it) the first integrity failure the
+    /// incremental check finds: bucket id ranges and what differs, never anything read from a row.
+    public func onIntegrityFailure(_ observer: @escaping @Sendable (String) -> Void) {
+        state.withLock { $0.integrity.observer = observer }
+    }
+
+    /// Whether every bucket has been verified since the unlock (for tests and the log).
+    public var integrityCheckComplete: Bool { state.withLock { $0.integrity.complete } }
+
+    /// Waits for the background pass, then says how it ended: nil when every bucket verified,
+    /// else the failure every read now gets.
+    public func waitForIntegrityCheck() -> String? {
+        let pass = state.withLock { $0.integrity.pass }
+        pass?.wait()
+        return state.withLock { $0.integrity.failure }
+    }
+
+    /// Resets the progress at unlock: all verified (the full check passed), or nothing yet and a
+    /// background pass started.
+    func startIntegrityProgress(complete: Bool) {
+        let pass = complete ? nil : BackgroundPass()
+        state.withLock {
+            $0.integrity.complete = complete
+            $0.integrity.verified = []
+            $0.integrity.failure = nil
+            $0.integrity.pass = pass
+        }
+        guard let pass else { return }
+        Thread.detachNewThread { [self] in
+            defer {
+                state.withLock { if $0.integrity.pass === pass { $0.integrity.pass = nil } }
+                pass.finish()
+            }
+            do { try verifyEveryBucket() } catch {
+                // Not a mismatch (a decode failure is recorded where it is found): the disk or a
+                // lock. Readers that need every bucket run the pass again themselves.
+                if (error as? KeychainError)?.status != .decode {
+                    state.withLock { $0.integrity.observer }?("background integrity check stopped: \(error)")
+                }
+            }
+        }
+    }
+
+    /// Before rows with these ids are served (a read by id or by primary key): each one's bucket
+    /// is verified, here, if it has not been yet. Throws errSecDecode if any bucket of the vault
+    /// has failed.
+    func requireVerified(ids: [Int64]) throws {
+        // One id (every read by id: the hot path) needs no set of buckets.
+        let buckets =
+            ids.count == 1 ? [ManifestBuckets.bucket(of: ids[0])] : Array(Set(ids.map(ManifestBuckets.bucket(of:))))
+        for bucket in buckets {
+            let known = try state.withLock { s -> Bool in
+                if let failure = s.integrity.failure { throw KeychainError(.decode, failure) }
+                return s.integrity.complete || s.integrity.verified.contains(bucket)
+            }
+            if !known { try verifyBucket(bucket) }
+        }
+    }
+
+    /// Before an answer that depends on every row (a listing, a search, "no such item"): waits
+    /// for the background pass (or runs it). Throws errSecDecode if any bucket has failed.
+    func requireEveryBucketVerified() throws {
+        func done() throws -> Bool {
+            try state.withLock { s in
+                if let failure = s.integrity.failure { throw KeychainError(.decode, failure) }
+                return s.integrity.complete
+            }
+        }
+        if try done() { return }
+        state.withLock { $0.integrity.pass }?.wait()
+        if try done() { return }
+        try verifyEveryBucket()
+    }
+
+    /// Verifies every bucket not yet verified, from bucket 0 to the last one that holds a row, an
+    /// index row or a stored bucket, each in its own snapshot (readers are never held up for more
+    /// than one bucket's check).
+    private func verifyEveryBucket() throws {
+        let last = try storeCall {
+            try store.read { vault in
+                max(try vault.highestStoredID(), try vault.manifestBuckets().keys.max() ?? 0)
+            }
+        }
+        for bucket in 0...ManifestBuckets.bucket(of: last) {
+            let known = try state.withLock { s -> Bool in
+                if let failure = s.integrity.failure { throw KeychainError(.decode, failure) }
+                return s.integrity.complete || s.integrity.verified.contains(bucket)
+            }
+            if !known { try verifyBucket(bucket) }
+        }
+        state.withLock { $0.integrity.complete = true }
+    }
+
+    /// One bucket against the authenticated manifest, in one snapshot: the tag, the rollback
+    /// mark, the bucket table against the tag's top accumulator, then the bucket's rows and index
+    /// rows against its stored value. A mismatch is recorded as the vault's failure.
+    private func verifyBucket(_ bucket: Int64) throws {
+        let keys = try currentKeys()
+        let seen = highestCounterSeen()
+        do {
+            try storeCall {
+                try store.read { vault in
+                    let state = try AuthenticatedState.read(from: vault)
+                    let expected = try state.verified(try vault.meta("manifest"), keys: keys.manifest)
+                    try refuseRollback(expected.counter, seen: seen, accepting: false)
+                    let stored = try ManifestBuckets.stored(vault)
+                    if let problem = try Manifest.bucketTableMismatch(
+                        vault, stored, expected: expected, key: keys.manifest.entry)
+                    {
+                        throw KeychainError(.decode, "vault integrity check failed: \(problem)")
+                    }
+                    let ids = ManifestBuckets.ids(in: bucket)
+                    let found =
+                        try ManifestBuckets.tally(vault, key: keys.manifest.entry, ids: ids)[bucket] ?? ManifestBucket()
+                    let want = stored[bucket] ?? ManifestBucket()
+                    guard found != want else { return }
+                    let what =
+                        found.count < want.count
+                        ? "rows were deleted"
+                        : found.count > want.count
+                            ? "rows were added"
+                            : "rows were altered, swapped or replayed from older copies, or attribute-index entries were deleted, added or moved"
+                    let damaged = try damagedRows(in: vault, metadataKey: keys.metadata, ids: ids)
+                    throw KeychainError(
+                        .decode,
+                        "vault integrity check failed: \(ManifestBuckets.describe(bucket)) do not match the authenticated manifest (\(found.count) rows found, \(want.count) expected): \(what); \(Self.describe(damaged))"
+                    )
+                }
+            }
+        } catch let e as KeychainError where e.status == .decode {
+            let observer = state.withLock { s -> (@Sendable (String) -> Void)? in
+                guard s.integrity.failure == nil else { return nil }
+                s.integrity.failure = e.message
+                return s.integrity.observer
+            }
+            observer?(e.message + "; every read of this vault now fails (EIO)")
+            throw e
+        }
+        state.withLock { _ = $0.integrity.verified.insert(bucket) }
+    }
+}
