@@ -47,10 +47,11 @@ public final class FuseSession: Sendable {
     static let maxWorkers: UInt32 = 32
     /// Idle workers kept; past it a worker that finds enough others idle exits, so a burst of
     /// parallel requests does not leave all its threads (and their stacks) for the mount's life.
-    /// Half of `maxWorkers`: with 4, 8 writers at once (each holding a worker through its
-    /// durable commit) made the pool start and end a thread for about every third close, and a
-    /// new thread also starts with an empty caller cache (`IdentityCache`, per thread).
-    static let maxIdleWorkers: UInt32 = 16
+    /// Ten: eight writers at once (each holding a worker through its durable commit) and two
+    /// more. With 4, eight writers made the pool start and end a thread for about every third
+    /// close, and a new thread also starts with an empty caller cache (`IdentityCache`, per
+    /// thread); 16 left 21 threads after a burst of readers (the memory test's bound is 16).
+    static let maxIdleWorkers: UInt32 = 10
     /// glibc malloc arenas at most. By default glibc gives each new thread its own arena (up to
     /// 8 per CPU), each holding on to the memory its thread freed: RSS grew with the number of
     /// workers that ever ran (27 → 473 MiB over three full scans of 100,000 items). Two arenas
