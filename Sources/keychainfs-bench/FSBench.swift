@@ -9,6 +9,7 @@ struct FSFigures {
     var cat = Samples()
     var xattrValue = Samples()  // getxattr user.keychain.account (a real value)
     var xattrAbsent = Samples()  // getxattr security.selinux (ENODATA: what ls -l asks)
+    var xattrFirst = Samples()  // getxattr user.keychain.account of items not read since a write
     var readdirSmall = Samples()  // opendir + getdents to the end + closedir, 1,000 entries
     var readdirLarge = Samples()  // … 10,000 entries
     var readdirLargeFirst = Samples()  // … 10,000 entries, the first listing after a write elsewhere in the vault
@@ -155,6 +156,21 @@ final class FSBench {
                 try getxattrLoop(secretPath(root), name: "user.keychain.account", expect: 0, iterations: 1_000))
             r[keyPath: figures(w)].xattrAbsent.add(
                 try getxattrLoop(secretPath(root), name: "security.selinux", expect: ENODATA, iterations: 1_000))
+        }
+        // The same, of items the daemon has not read since its last commit (RecentRows keeps
+        // what it read for up to a second, and any commit drops it): one untimed write through
+        // the mount, then one getxattr each of 200 different items.
+        Out.progress("  getxattr, first since a write")
+        var xattrChanges = 0
+        try alternate(4) { w, root in
+            xattrChanges += 1
+            _ = try writeTimed(
+                root + "/genp/\(Layout.service(7))/\(Layout.account(7))", Layout.secret(xattrChanges, tag: "xat"))
+            for i in 0..<200 {
+                let path = root + "/genp/\(Layout.smallDirectory)/\(Layout.account(i))"
+                r[keyPath: figures(w)].xattrFirst.add(
+                    try getxattrLoop(path, name: "user.keychain.account", expect: 0, iterations: 1))
+            }
         }
         Out.progress("  readdir")
         let small = { (root: String) in root + "/genp/" + Layout.smallDirectory }

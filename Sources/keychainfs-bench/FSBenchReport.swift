@@ -36,8 +36,13 @@ extension FSBench {
             "open+read+close max", Fmt.duration(f.openReadClose.max), Fmt.duration(k.openReadClose.max),
             Fmt.ratio(k.openReadClose.max / f.openReadClose.max), "",
         ])
-        lat("cat, fresh process, p50", f.cat, k.cat)
-        lat("getxattr user.keychain.account p50", f.xattrValue, k.xattrValue)
+        lat("cat, fresh process, p50", f.cat, k.cat, target: "≤ 1.10× " + verdict(k.cat.p50 / f.cat.p50, 1.1))
+        lat(
+            "getxattr user.keychain.account p50", f.xattrValue, k.xattrValue,
+            target: "≤ 1.50× " + verdict(k.xattrValue.p50 / f.xattrValue.p50, 1.5))
+        lat(
+            "getxattr, first since a write (200 items) p50", f.xattrFirst, k.xattrFirst,
+            target: "≤ 1.50× " + verdict(k.xattrFirst.p50 / f.xattrFirst.p50, 1.5))
         lat("getxattr security.selinux (ENODATA) p50", f.xattrAbsent, k.xattrAbsent)
         lat("readdir 1,000 entries p50", f.readdirSmall, k.readdirSmall)
         if r.hasLarge {
