@@ -46,7 +46,7 @@ let package = Package(
         .target(
             name: "Keychain",
             dependencies: [
-                "KeychainStore", "KeychainCrypto",
+                "KeychainStore", "KeychainCrypto", "CPlatform",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -22,4 +22,6 @@ static inline int kcfs_pidfd_open(pid_t pid, unsigned int flags) { return (int)s
 static const unsigned int kcfs_pidfd_thread = 0x80; /* O_EXCL */
 /* mallopt's option numbers are macros in <malloc.h>, which Swift's Glibc module leaves out. */
 static inline int kcfs_malloc_arena_max(int arenas) { return mallopt(M_ARENA_MAX, arenas); }
+/* The calling thread's niceness (Linux: setpriority on a thread id sets that thread's alone). */
+static inline int kcfs_set_thread_niceness(int nice) { return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice); }
 #endif

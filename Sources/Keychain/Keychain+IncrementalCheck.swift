@@ -1,3 +1,4 @@
+import CPlatform
 import Dispatch
 import Foundation
 import KeychainCrypto
@@ -63,6 +64,11 @@ extension Keychain {
         }
         guard let pass else { return }
         Thread.detachNewThread { [self] in
+            // Behind the requests: each read verifies its own bucket at its own priority, and a
+            // reader that needs every bucket verifies the rest itself (requireEveryBucketVerified),
+            // so this pass only uses what the mount leaves idle (niceness 10 for this thread; a
+            // pass at full weight delayed the first requests after a mount on a busy CPU).
+            _ = kcfs_set_thread_niceness(10)
             defer {
                 state.withLock { if $0.integrity.pass === pass { $0.integrity.pass = nil } }
                 pass.finish()
@@ -93,18 +99,15 @@ extension Keychain {
         }
     }
 
-    /// Before an answer that depends on every row (a listing, a search, "no such item"): waits
-    /// for the background pass (or runs it). Throws errSecDecode if any bucket has failed.
+    /// Before an answer that depends on every row (a listing, a search, "no such item"): verifies
+    /// every bucket not yet verified, here, beside the background pass (which runs at a low
+    /// priority; the two skip what the other has done). Throws errSecDecode if any bucket has failed.
     func requireEveryBucketVerified() throws {
-        func done() throws -> Bool {
-            try state.withLock { s in
-                if let failure = s.integrity.failure { throw KeychainError(.decode, failure) }
-                return s.integrity.complete
-            }
+        let done = try state.withLock { s in
+            if let failure = s.integrity.failure { throw KeychainError(.decode, failure) }
+            return s.integrity.complete
         }
-        if try done() { return }
-        state.withLock { $0.integrity.pass }?.wait()
-        if try done() { return }
+        if done { return }
         try verifyEveryBucket()
     }
 
