@@ -153,12 +153,7 @@ extension Keychain {
                         try ManifestBuckets.tally(vault, key: keys.manifest.entry, ids: ids)[bucket] ?? ManifestBucket()
                     let want = stored[bucket] ?? ManifestBucket()
                     guard found != want else { return }
-                    let what =
-                        found.count < want.count
-                        ? "rows were deleted"
-                        : found.count > want.count
-                            ? "rows were added"
-                            : "rows were altered, swapped or replayed from older copies, or attribute-index entries were deleted, added or moved"
+                    let what = Manifest.whatDiffers(found: found.count, expected: want.count)
                     let damaged = try damagedRows(in: vault, metadataKey: keys.metadata, ids: ids)
                     throw KeychainError(
                         .decode,

@@ -274,12 +274,7 @@ extension Manifest {
         if found.count == expected.count && Sodium.constantTimeEqual(found.accumulator, expected.accumulator) {
             return nil
         }
-        let what =
-            found.count < expected.count
-            ? "rows were deleted"
-            : found.count > expected.count
-                ? "rows were added"
-                : "rows were altered, swapped, or replayed or recombined from older copies, or attribute-index entries were deleted, added or moved"
+        let what = Manifest.whatDiffers(found: found.count, expected: expected.count)
         return
             "the item table does not match its authenticated manifest (\(found.count) rows found, \(expected.count) expected): \(what)"
     }

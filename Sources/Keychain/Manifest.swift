@@ -81,6 +81,16 @@ struct Manifest: Equatable {
             Framing.frame([Framing.text("kcfs/manifest-policy/v1"), KeyedHash.digest([blob])]), key: key)
     }
 
+    /// What a table that does not match its manifest (or a bucket its stored value) went
+    /// through, as far as the row counts tell: the words every integrity message uses.
+    static func whatDiffers(found: Int64, expected: Int64) -> String {
+        found < expected
+            ? "rows were deleted"
+            : found > expected
+                ? "rows were added"
+                : "rows were altered, swapped, or replayed or recombined from older copies, or attribute-index entries were deleted, added or moved"
+    }
+
     mutating func insert(_ row: StoredItem, key: SecureBytes) {
         xor(Manifest.entry(row, key: key))
         count += 1

@@ -28,16 +28,10 @@ final class RecentRows: Sendable {
 
     init(capacity: Int = 4096) { self.capacity = capacity }
 
-    static func now() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)
-        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-    }
-
     /// The entry for `id`, if it is still good for a store whose commit count is `commits` and
     /// younger than `seconds`.
     func get(_ id: Int64, commits: Int64, within seconds: Double) -> (StoredItem, Attributes)? {
-        let now = Self.now()
+        let now = MonotonicClock.coarseNanoseconds()
         let limit = UInt64(min(seconds, Self.longestLifetime) * 1e9)
         return entries.withLock { table in
             guard let e = table[id] else { return nil }
@@ -53,7 +47,8 @@ final class RecentRows: Sendable {
     func put(_ row: StoredItem, _ attributes: Attributes, commits: Int64) {
         var row = row
         row.sealedData = []  // never needed from here: a read with data goes to the store
-        let entry = Entry(row: row, attributes: attributes, readAt: Self.now(), commits: commits)
+        let entry = Entry(
+            row: row, attributes: attributes, readAt: MonotonicClock.coarseNanoseconds(), commits: commits)
         entries.withLock { table in
             if table.count >= capacity { table.removeAll(keepingCapacity: true) }
             table[row.id] = entry

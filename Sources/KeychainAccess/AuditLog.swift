@@ -208,7 +208,7 @@ public final class AuditLog: Sendable {
             // Whether another process rotated PATH away from this descriptor, looked at once a
             // second (a path lookup per line was 3% of an open): meanwhile lines go on landing
             // whole in the file now called PATH.1, and a full file is rotated or reopened below.
-            let now = Self.monotonicNanoseconds()
+            let now = MonotonicClock.nanoseconds()
             if !rotatedElsewhere && now &- state.pathCheckedAt >= 1_000_000_000 {
                 state.pathCheckedAt = now
                 var current = stat()
@@ -224,12 +224,6 @@ public final class AuditLog: Sendable {
             }
             _ = state.pending.withUnsafeBytes { write(state.fd, $0.baseAddress, $0.count) }
         }
-    }
-
-    static func monotonicNanoseconds() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
 
     /// Shifts the files by one under the cross-process lock, unless another process did already

@@ -28,12 +28,6 @@ extension KeychainFileSystem {
     /// How long the open's decision is trusted without looking at the vault again.
     static let decisionLifetimeNanoseconds: UInt64 = 1_000_000_000
 
-    static func monotonicNanoseconds() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-    }
-
     /// Revokes the handles a lock leaves without their class key.
     func revokeAfterLock() {
         for file in openFiles.itemHandles() {
@@ -53,7 +47,7 @@ extension KeychainFileSystem {
     /// Before a read of an item handle: decides again when the rule says so, revoking the
     /// handle if the decision no longer holds.
     func decideAgainIfDue(_ file: OpenFile, itemClass: ItemClass, id: Int64) {
-        let now = Self.monotonicNanoseconds()
+        let now = MonotonicClock.nanoseconds()
         let (due, forced, stamp) = file.state.withLock { s in
             (
                 s.revoked == nil && (s.mustDecideAgain || now &- s.decidedAt >= Self.decisionLifetimeNanoseconds),

@@ -199,7 +199,7 @@ final class OpenFile: Sendable {
         self.accessibility = accessibility
         self.openedStat = openedStat
         var initial = State(target: target)
-        initial.decidedAt = KeychainFileSystem.monotonicNanoseconds()
+        initial.decidedAt = MonotonicClock.nanoseconds()
         self.state = Mutex(initial)
     }
 
