@@ -88,6 +88,19 @@ struct OpenPathTests {
         }
     }
 
+    @Test("keychainfs log right after an access shows its line (the mounted daemons write theirs first)")
+    func logIsComplete() throws {
+        try withMount(setup: { try $0.addGeneric("au", "item", "audited") }) { box in
+            let item = box.mnt + "/genp/au/item"
+            for round in 0..<3 {
+                #expect(try box.sh("cat \(q(item)) >/dev/null").status == 0)
+                let log = try box.cli(["log", "-n", "50"])
+                let reads = log.lines.filter { $0.contains(" op=open-read allow") }
+                #expect(log.status == 0 && reads.count == round + 1, "round \(round): \(log.summary)")
+            }
+        }
+    }
+
     @Test("audit lines at kill -9: lines older than a second are in the file")
     func auditAtKill() throws {
         try withMount(setup: { try $0.addGeneric("au", "item", "audited") }) { box in

@@ -175,6 +175,7 @@ struct AuditLogCommand: ParsableCommand {
 
     func run() throws {
         let path = file ?? (KeychainPaths.stateDirectory() + "/audit.log")
+        syncMountedDaemons()
         // The rotated files first (oldest first), then the current one.
         let files = AuditLog.files(of: path)
         guard !files.isEmpty else {
@@ -185,5 +186,23 @@ struct AuditLogCommand: ParsableCommand {
         var all = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true)
         if let lines { all = Array(all.suffix(max(0, lines))) }
         for line in all { Output.line(String(line)) }
+    }
+
+    /// A mount daemon buffers its audit lines for up to a second; asking each of this user's
+    /// mounts for its status (which the daemon answers once its lines are written) makes the log
+    /// complete up to now. Mounts that do not answer within two seconds (wedged, another user's,
+    /// stale) are not waited for: the log is printed as it is.
+    private func syncMountedDaemons() {
+        let mounts = MountTable.entries().filter { $0.fstype.hasPrefix("fuse") && $0.fstype.contains("keychainfs") }
+        guard !mounts.isEmpty else { return }
+        let group = DispatchGroup()
+        for mount in mounts {
+            group.enter()
+            Thread.detachNewThread {
+                _ = try? control(mount.mountpoint, "status")
+                group.leave()
+            }
+        }
+        _ = group.wait(timeout: .now() + 2)
     }
 }
