@@ -89,8 +89,7 @@ extension Keychain {
     }
 
     /// Whether data of this protection class can be read now (its class key is held), as the
-    /// error a read would give. An open file handle serves the bytes it decrypted at open and
-    /// asks this before each read, so a lock closes open handles as it closes new reads.
+    /// error a read would give (the Secret Service's Locked property asks it).
     public func checkReadable(_ protection: Accessibility, itemID: Int64) throws {
         let keys = try callContext(nil).unlockedKeys()
         _ = try classKey(protection, keys: keys, for: "item \(itemID)")

@@ -196,11 +196,7 @@ extension KeychainFileSystem {
         if let file = openFiles.remove(handle) {
             // The handle's copy of the secret goes with it.
             let pageCacheFilled = file.state.withLock { s in
-                s.guarded = nil
-                FileBytes.wipe(&s.view)
-                FileBytes.wipe(&s.snapshot)
-                FileBytes.wipe(&s.original)
-                s.edits = []
+                s.dropContent()
                 return s.pageCacheFilled
             }
             // direct_io keeps read(2) out of the page cache, but an mmap of the file still goes

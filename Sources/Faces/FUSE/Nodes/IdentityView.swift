@@ -1,7 +1,6 @@
 import Foundation
 import Keychain
 import KeychainAccess
-import KeychainCrypto
 import SystemPackage
 
 /// `/idnt`: a read-only view of the identities (a certificate with its private key). An
@@ -83,10 +82,7 @@ struct IdentityNode: NodeOpener, NodeWithItemAttributes {
             ino: ino, target: .item(.identity, certificateID), caller: granted, append: false,
             accessibility: identity.key.accessibility)
         let bundle = CertificateData.pem(identity.certificate.data ?? []) + (identity.key.data ?? [])
-        let guarded = try GuardedBytes(copying: bundle)
-        FileBytes.wipeShared(bundle)
-        if let key = identity.key.data { FileBytes.wipeShared(key) }
-        file.state.withLock { $0.guarded = guarded }
+        try file.state.withLock { try $0.holdReadOnly(bundle, madeFrom: identity.key.data) }
         return file
     }
 }

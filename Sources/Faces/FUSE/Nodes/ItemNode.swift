@@ -1,7 +1,6 @@
 import Foundation
 import Keychain
 import KeychainAccess
-import KeychainCrypto
 import SystemPackage
 
 /// A file that is an item: `/genp/<service>/<account>`, `/inet/…/<account>`, `/cert/<label>`,
@@ -59,13 +58,9 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
                 if truncating && !s.original.isEmpty { try s.truncateItem(to: 0) }
             }
         } else {
-            // A reader's copy lives in guarded memory for as long as the handle does; the
-            // arrays it came through are overwritten now (the PEM of a certificate is a second
+            // A reader's copy lives in guarded memory (the PEM of a certificate is a second
             // array, the plain data shares the decrypted one).
-            let guarded = try GuardedBytes(copying: content)
-            FileBytes.wipeShared(content)
-            if let data = item.data { FileBytes.wipeShared(data) }
-            file.state.withLock { $0.guarded = guarded }
+            try file.state.withLock { try $0.holdReadOnly(content, madeFrom: item.data) }
         }
         return file
     }

@@ -99,12 +99,26 @@ final class OpenFile: Sendable {
             guard revoked == nil else { return }
             revoked = errno
             if dirty && failed == nil { failed = errno }
+            dropContent()
+        }
+
+        /// Lets go of every copy of the secret the handle holds (revocation, release).
+        mutating func dropContent() {
             guarded = nil
             FileBytes.wipe(&view)
             FileBytes.wipe(&snapshot)
             FileBytes.wipe(&original)
             edits = []
             editBytes = 0
+        }
+
+        /// A read-only handle's content: copied into guarded memory for as long as the handle
+        /// lasts, and the arrays it came through (`content`, and the decrypted `source` it was
+        /// made from, which may share its storage) overwritten now.
+        mutating func holdReadOnly(_ content: [UInt8], madeFrom source: [UInt8]?) throws {
+            guarded = try GuardedBytes(copying: content)
+            FileBytes.wipeShared(content)
+            if let source { FileBytes.wipeShared(source) }
         }
 
         var dirty: Bool { !edits.isEmpty }
