@@ -202,28 +202,26 @@ public final class AuditLog: Sendable {
         state.flushScheduled = false
         guard !state.pending.isEmpty else { return }
         defer { state.pending.removeAll(keepingCapacity: state.pending.count <= Self.flushBytes) }
-        do {
-            var st = stat()
-            var rotatedElsewhere = fstat(state.fd, &st) != 0
-            // Whether another process rotated PATH away from this descriptor, looked at once a
-            // second (a path lookup per line was 3% of an open): meanwhile lines go on landing
-            // whole in the file now called PATH.1, and a full file is rotated or reopened below.
-            let now = MonotonicClock.nanoseconds()
-            if !rotatedElsewhere && now &- state.pathCheckedAt >= 1_000_000_000 {
-                state.pathCheckedAt = now
-                var current = stat()
-                rotatedElsewhere =
-                    stat(path, &current) != 0 || st.st_ino != current.st_ino || st.st_dev != current.st_dev
-            }
-            if rotatedElsewhere || Int(st.st_size) + state.pending.count > maxBytes {
-                if !rotatedElsewhere { rotate() }
-                if let fd = try? Self.openLog(path) {
-                    close(state.fd)
-                    state.fd = fd
-                }
-            }
-            _ = state.pending.withUnsafeBytes { write(state.fd, $0.baseAddress, $0.count) }
+        var st = stat()
+        var rotatedElsewhere = fstat(state.fd, &st) != 0
+        // Whether another process rotated PATH away from this descriptor, looked at once a
+        // second (a path lookup per line was 3% of an open): meanwhile lines go on landing
+        // whole in the file now called PATH.1, and a full file is rotated or reopened below.
+        let now = MonotonicClock.nanoseconds()
+        if !rotatedElsewhere && now &- state.pathCheckedAt >= 1_000_000_000 {
+            state.pathCheckedAt = now
+            var current = stat()
+            rotatedElsewhere =
+                stat(path, &current) != 0 || st.st_ino != current.st_ino || st.st_dev != current.st_dev
         }
+        if rotatedElsewhere || Int(st.st_size) + state.pending.count > maxBytes {
+            if !rotatedElsewhere { rotate() }
+            if let fd = try? Self.openLog(path) {
+                close(state.fd)
+                state.fd = fd
+            }
+        }
+        _ = state.pending.withUnsafeBytes { write(state.fd, $0.baseAddress, $0.count) }
     }
 
     /// Shifts the files by one under the cross-process lock, unless another process did already

@@ -193,7 +193,7 @@ struct AuditLogCommand: ParsableCommand {
     /// complete up to now. Mounts that do not answer within two seconds (wedged, another user's,
     /// stale) are not waited for: the log is printed as it is.
     private func syncMountedDaemons() {
-        let mounts = MountTable.entries().filter { $0.fstype.hasPrefix("fuse") && $0.fstype.contains("keychainfs") }
+        let mounts = MountTable.keychainMounts()
         guard !mounts.isEmpty else { return }
         let group = DispatchGroup()
         for mount in mounts {

@@ -38,9 +38,12 @@ enum MountTable {
         return String(decoding: out, as: UTF8.self)
     }
 
-    static func isKeychainMount(_ path: String) -> Bool {
-        entries().contains { $0.mountpoint == path && $0.fstype.hasPrefix("fuse") && $0.fstype.contains("keychainfs") }
+    /// Every keychainfs mount the system lists (of any user).
+    static func keychainMounts() -> [Entry] {
+        entries().filter { $0.fstype.hasPrefix("fuse") && $0.fstype.contains("keychainfs") }
     }
+
+    static func isKeychainMount(_ path: String) -> Bool { keychainMounts().contains { $0.mountpoint == path } }
 
     /// A mount whose daemon died: the kernel answers ENOTCONN.
     static func isStale(_ path: String) -> Bool {
