@@ -16,10 +16,10 @@ static inline int kcfs_set_dumpable(int on) { return prctl(PR_SET_DUMPABLE, on ?
 static inline int kcfs_get_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0); }
 /* Guarded by _GNU_SOURCE in glibc's header, so Swift may not see it. */
 static const short kcfs_posix_spawn_setsid = 0x80;
+/* O_PATH is guarded by _GNU_SOURCE in glibc's <fcntl.h>, so Swift may not see it. */
+static const int kcfs_o_path = 010000000;
 /* pidfd_open has no glibc wrapper in Debian 12's glibc (2.36). */
 static inline int kcfs_pidfd_open(pid_t pid, unsigned int flags) { return (int)syscall(SYS_pidfd_open, pid, flags); }
-/* PIDFD_THREAD (Linux 6.9): a pidfd of one thread, readable when that thread exits. */
-static const unsigned int kcfs_pidfd_thread = 0x80; /* O_EXCL */
 /* mallopt's option numbers are macros in <malloc.h>, which Swift's Glibc module leaves out. */
 static inline int kcfs_malloc_arena_max(int arenas) { return mallopt(M_ARENA_MAX, arenas); }
 /* The calling thread's niceness (Linux: setpriority on a thread id sets that thread's alone). */

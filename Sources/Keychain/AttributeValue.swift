@@ -151,6 +151,7 @@ enum AttributeCodec {
 enum Framing {
     static func frame(_ parts: [[UInt8]]) -> [UInt8] {
         var out: [UInt8] = []
+        out.reserveCapacity(parts.reduce(0) { $0 + 4 + $1.count })
         for part in parts {
             withUnsafeBytes(of: UInt32(part.count).littleEndian) { out += $0 }
             out += part

@@ -129,7 +129,8 @@ extension Keychain {
     /// one of the caller's access groups, and non-synchronizable unless `synchronizable`
     /// allows both. Anything else is errSecItemNotFound, as for a query that matches nothing.
     /// `recentWithin`: a row this process read up to that many seconds ago will do
-    /// (RecentRows.swift); a row read from the store is kept there either way, unless it has data.
+    /// (RecentRows.swift). A row read from the store is kept there either way (without its data),
+    /// and its attributes are not opened again while its sealed bytes are the ones kept.
     private func visibleRow(
         id: Int64, itemClass: ItemClass, synchronizable: Bool, withData: Bool,
         caller: Caller, keys: Keys, recentWithin: Double = 0
@@ -137,7 +138,8 @@ extension Keychain {
         guard itemClass != .identity else {
             throw KeychainError(.unimplemented, "identity queries are not supported yet")
         }
-        let notFound = KeychainError(.itemNotFound, "item \(id) not found")
+        // Spelled only when it is thrown: an open that finds its item (nearly all) spells nothing.
+        func notFound() -> KeychainError { KeychainError(.itemNotFound, "item \(id) not found") }
         // Its bucket verified first, whether the row is there or not (and for a kept row too:
         // a failure found since makes every read fail).
         try requireVerified(ids: [id])
@@ -150,15 +152,17 @@ extension Keychain {
         } else {
             guard let read = try storeCall({ try store.lookup { try $0.item(id: id, withData: withData) } }),
                 read.itemClass == itemClass.rawValue
-            else { throw notFound }
+            else { throw notFound() }
             row = read
-            attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
-            if !withData { recentRows.put(row, attributes, commits: commits) }
+            attributes =
+                try recentRows.attributes(sameAs: row, metadataKey: keys.metadata)
+                ?? openAttributes(row, itemClass: itemClass, keys: keys)
+            recentRows.put(row, attributes, commits: commits, metadataKey: keys.metadata)
         }
-        guard row.itemClass == itemClass.rawValue else { throw notFound }
+        guard row.itemClass == itemClass.rawValue else { throw notFound() }
         guard case .string(let group)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: group),
             case .bool(let isSynchronizable)? = attributes[Schema.synchronizable], synchronizable || !isSynchronizable
-        else { throw notFound }
+        else { throw notFound() }
         return (row, attributes)
     }
 

@@ -74,16 +74,32 @@ extension Keychain {
     ///   does not open, and replaying the old generation with it fails the manifest.
     /// Because protection class and group are bound here, any change to either must re-seal
     /// the data (update does), never only the attributes.
-    private func dataAD(_ field: String, id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64)
+    private func dataAD(_ field: DataField, id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64)
         -> [UInt8]
     {
         var group = ""
         if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
         return Framing.frame([
-            Framing.text("kcfs/item-\(field)/v1"), vaultID, Framing.int(id),
+            field.label, vaultID, Framing.int(id),
             Framing.text(itemClass.rawValue), Framing.text(Self.accessibility(of: attributes).rawValue),
             Framing.text(group), Framing.int(generation),
         ])
+    }
+
+    /// The two boxes `dataAD` binds, by their labels (spelled once: every open of a file makes
+    /// both ADs).
+    enum DataField {
+        case key, data
+
+        private static let keyLabel = Framing.text("kcfs/item-key/v1")
+        private static let dataLabel = Framing.text("kcfs/item-data/v1")
+
+        var label: [UInt8] {
+            switch self {
+            case .key: Self.keyLabel
+            case .data: Self.dataLabel
+            }
+        }
     }
 
     /// A complete row for `data` at `version`: a fresh random item key seals the data, the class
@@ -102,7 +118,7 @@ extension Keychain {
                 try AEAD.seal(
                     $0,
                     associatedData: dataAD(
-                        "key", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: classKey
+                        .key, id: id, itemClass: itemClass, attributes: attributes, generation: version), key: classKey
                 )
             }
             return (
@@ -110,7 +126,7 @@ extension Keychain {
                 try AEAD.seal(
                     data,
                     associatedData: dataAD(
-                        "data", id: id, itemClass: itemClass, attributes: attributes, generation: version), key: itemKey
+                        .data, id: id, itemClass: itemClass, attributes: attributes, generation: version), key: itemKey
                 )
             )
         }
@@ -176,7 +192,7 @@ extension Keychain {
         newClassKey: SecureBytes, newKeys: Keys
     ) throws -> StoredItem {
         let gen = row.dataGeneration
-        let keyAD = dataAD("key", id: row.id, itemClass: itemClass, attributes: attributes, generation: gen)
+        let keyAD = dataAD(.key, id: row.id, itemClass: itemClass, attributes: attributes, generation: gen)
         var out = row
         out.wrappedItemKey = try KeyScratch.shared.withKey { itemKey in
             try AEAD.openKey(row.wrappedItemKey, associatedData: keyAD, key: oldClassKey, into: itemKey)
@@ -212,12 +228,12 @@ extension Keychain {
             try AEAD.openKey(
                 row.wrappedItemKey,
                 associatedData: dataAD(
-                    "key", id: row.id, itemClass: itemClass, attributes: attributes, generation: gen),
+                    .key, id: row.id, itemClass: itemClass, attributes: attributes, generation: gen),
                 key: classKey, into: itemKey)
             return try AEAD.open(
                 row.sealedData,
                 associatedData: dataAD(
-                    "data", id: row.id, itemClass: itemClass, attributes: attributes, generation: gen),
+                    .data, id: row.id, itemClass: itemClass, attributes: attributes, generation: gen),
                 key: itemKey)
         }
     }
@@ -239,12 +255,12 @@ extension Keychain {
                 try AEAD.openKey(
                     row.wrappedItemKey,
                     associatedData: dataAD(
-                        "key", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen),
+                        .key, id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen),
                     key: classKey, into: itemKey)
                 return try AEAD.open(
                     row.sealedData,
                     associatedData: dataAD(
-                        "data", id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen),
+                        .data, id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen),
                     key: itemKey)
             }
         } catch {

@@ -1,24 +1,44 @@
 import Foundation
+import KeychainCrypto
 import KeychainStore
 import Synchronization
 
-/// Rows (without their data) and their decrypted attributes as this process read them a moment
-/// ago (at most a second): what `Keychain.item(…, withData: false, recentWithin:)` may answer from
-/// instead of reading and decrypting the row again. The filesystem's stat and xattr reads use
-/// it (an `ls -l`, each `cat`'s fstat, each getxattr), which already show changes made outside
-/// the mount only within a second (the kernel's attribute and entry caches); nothing else does.
+/// Rows (without their data) and their decrypted attributes as this process read them: what
+/// two kinds of read may save.
 ///
-/// What keeps an entry true: it was read after this process's commit count was taken, and is
-/// used only while that count is unchanged (any commit of this process, by any face, drops
-/// every entry at once) and while younger than the caller's limit (at most a second). Visibility, the class and the lock state
-/// are still checked on every call (`Keychain.visibleRow`): only the store read and the AEAD
-/// open of the attributes are saved. Holds no secret: attributes only, at most `capacity`.
+/// - **A second's reuse of the row** (`get`): `Keychain.item(…, withData: false, recentWithin:)`
+///   may answer from an entry instead of reading and decrypting the row again. The
+///   filesystem's stat and xattr reads use it (an `ls -l`, each `cat`'s fstat, each getxattr),
+///   which already show changes made outside the mount only within a second (the kernel's
+///   attribute and entry caches); nothing else does. What keeps such an entry true: it was read
+///   after this process's commit count was taken, and is used only while that count is
+///   unchanged (any commit of this process, by any face, drops every entry at once) and while
+///   younger than the caller's limit (at most a second).
+/// - **The attributes of a row read again** (`attributes(sameAs:metadataKey:)`): a row just read
+///   from the store whose sealed attributes, id, class and version are byte for byte those of
+///   the entry, under the same metadata key object, has the entry's attributes, with no AEAD
+///   open and no decode. Opening is a function of exactly those inputs (they are the box, its
+///   associated data and its key), and only boxes that opened are kept, so this answers what
+///   opening would, at any age: every open of a file reads its row (the data is needed), and
+///   this is most of what that read cost besides SQLite. A new metadata key (a rotation, an
+///   unlock after the keys were wiped) is a new object: the entry's weak reference to the old
+///   one is then nil or another object, and nothing matches.
+///
+/// Visibility, the class and the lock state are still checked on every call
+/// (`Keychain.visibleRow`). Holds no secret: attributes only, at most `capacity`.
 final class RecentRows: Sendable {
+    /// A weak reference: an entry must not keep a replaced key's guarded memory alive.
+    final class KeyReference: @unchecked Sendable {
+        weak var key: SecureBytes?
+        init(_ key: SecureBytes) { self.key = key }
+    }
+
     struct Entry {
         let row: StoredItem
         let attributes: Attributes
         let readAt: UInt64
         let commits: Int64
+        let metadataKey: KeyReference
     }
 
     /// The oldest an entry is ever used, whatever a caller asks.
@@ -43,12 +63,26 @@ final class RecentRows: Sendable {
         }
     }
 
-    /// Keeps a row read when the commit count was `commits` (taken before the read).
-    func put(_ row: StoredItem, _ attributes: Attributes, commits: Int64) {
+    /// The attributes of the entry for `row.id`, if the entry was opened from exactly `row`'s
+    /// sealed attributes (same id, class and version: the box's associated data) under
+    /// `metadataKey`.
+    func attributes(sameAs row: StoredItem, metadataKey: SecureBytes) -> Attributes? {
+        entries.withLock { table in
+            guard let e = table[row.id], e.metadataKey.key === metadataKey, e.row.itemClass == row.itemClass,
+                e.row.version == row.version, e.row.sealedAttributes == row.sealedAttributes
+            else { return nil }
+            return e.attributes
+        }
+    }
+
+    /// Keeps a row read when the commit count was `commits` (taken before the read), with its
+    /// attributes as opened under `metadataKey`.
+    func put(_ row: StoredItem, _ attributes: Attributes, commits: Int64, metadataKey: SecureBytes) {
         var row = row
         row.sealedData = []  // never needed from here: a read with data goes to the store
         let entry = Entry(
-            row: row, attributes: attributes, readAt: MonotonicClock.coarseNanoseconds(), commits: commits)
+            row: row, attributes: attributes, readAt: MonotonicClock.coarseNanoseconds(), commits: commits,
+            metadataKey: KeyReference(metadataKey))
         entries.withLock { table in
             if table.count >= capacity { table.removeAll(keepingCapacity: true) }
             table[row.id] = entry

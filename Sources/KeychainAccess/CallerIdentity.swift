@@ -7,9 +7,19 @@ public struct ProcessIdentity: Sendable {
     public let pid: pid_t
     public let executable: String?
     public let startTime: UInt64
+    /// Spelled once, when the process is identified: every request of a cached caller hands
+    /// them on (the audit line, presence grants), and interpolating them each time was a
+    /// measurable part of an open.
+    public let description: String
+    public let key: String
 
-    public var description: String { "pid \(pid) \(executable ?? "?")" }
-    public var key: String { "\(pid):\(startTime)" }
+    init(pid: pid_t, executable: String?, startTime: UInt64) {
+        self.pid = pid
+        self.executable = executable
+        self.startTime = startTime
+        self.description = "pid \(pid) \(executable ?? "?")"
+        self.key = "\(pid):\(startTime)"
+    }
 
     /// Thread → process, cached: /proc/<tid>/status is the slowest file to read (the kernel
     /// gathers memory statistics for it). An entry is trusted only while the thread's own

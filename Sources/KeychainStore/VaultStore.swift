@@ -312,6 +312,11 @@ private struct Statements: ItemStoreWriter {
 
     private static func columns(withData: Bool) -> String { withData ? columns : metadataColumns }
 
+    /// The by-id reads, spelled once: every open and stat reads one row, and building the SQL
+    /// text for each was part of what that cost.
+    private static let itemByID = "SELECT \(columns) FROM items WHERE id = ?"
+    private static let itemMetadataByID = "SELECT \(metadataColumns) FROM items WHERE id = ?"
+
     func nextItemID() throws -> Int64 {
         var next: Int64 = 1
         try connection.run("SELECT seq FROM sqlite_sequence WHERE name = 'items'") { next = $0.int(0) + 1 }
@@ -372,7 +377,7 @@ private struct Statements: ItemStoreWriter {
 
     func item(id: Int64, withData: Bool) throws -> StoredItem? {
         var found: StoredItem?
-        try connection.run("SELECT \(Self.columns(withData: withData)) FROM items WHERE id = ?", [.integer(id)]) {
+        try connection.run(withData ? Self.itemByID : Self.itemMetadataByID, [.integer(id)]) {
             found = Self.item($0)
         }
         return found

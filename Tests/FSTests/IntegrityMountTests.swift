@@ -84,4 +84,33 @@ struct IntegrityMountTests {
             #expect(box.daemonLog.contains("skipped a damaged row: item 2 (genp)"), "log: \(box.daemonLog.suffix(800))")
         }
     }
+
+    @Test(
+        "an item read before its attribute box was damaged is not served from what the daemon kept: the next cat fails EIO"
+    )
+    func damagedAfterReadIsNotReused() throws {
+        try withMount { box in
+            try box.addGeneric("svc", "acct", "the secret")
+            let path = "\(box.mnt)/genp/svc/acct"
+            // Read twice: the daemon now holds the row's attributes as opened (RecentRows).
+            #expect(try box.sh("cat '\(path)'").stdout == "the secret")
+            #expect(try box.sh("cat '\(path)'").stdout == "the secret")
+            // One byte of the sealed attributes changed, same length, behind the daemon's back.
+            let tamper = try box.py(
+                """
+                import sqlite3, sys
+                db = sqlite3.connect(sys.argv[1])
+                (blob,) = db.execute("SELECT attrs FROM items WHERE id = (SELECT max(id) FROM items)").fetchone()
+                blob = bytearray(blob)
+                blob[len(blob) // 2] ^= 0x01
+                db.execute("UPDATE items SET attrs = ? WHERE id = (SELECT max(id) FROM items)", (bytes(blob),))
+                db.commit()
+                """, [box.vault])
+            try #require(tamper.status == 0, "tamper: \(tamper.summary)")
+            let cat = try box.sh("cat '\(path)'")
+            #expect(cat.status != 0, "cat served a damaged item: \(cat.summary)")
+            #expect(cat.stdout.isEmpty)
+            #expect(cat.stderr.contains("Input/output error"), "cat: \(cat.summary)")
+        }
+    }
 }

@@ -117,4 +117,46 @@ struct IdentityCacheTests {
         #expect(String(found.startTime) == printed, "start time \(found.startTime), /proc says \(printed)")
         #expect(ProcessIdentity.of(tid: child.pid)?.startTime == found.startTime)
     }
+
+    @Test("a thread of a process whose main thread execs is gone from the cache; the process is identified anew")
+    func execByAnotherThreadEndsTheThread() throws {
+        let script = """
+            import os, sys, threading, time
+            ready = threading.Event()
+            tid = []
+            def worker():
+                tid.append(threading.get_native_id())
+                ready.set()
+                time.sleep(60)
+            threading.Thread(target=worker, daemon=True).start()
+            ready.wait()
+            print(tid[0], flush=True)
+            while not os.path.exists(sys.argv[1]):
+                time.sleep(0.02)
+            os.execv('/usr/bin/sleep', ['sleep', '30'])
+            """
+        let dir = try makeTempDirectory("kcfs-identity-thread-exec")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let flag = dir + "/go"
+        let child = try spawnProcess(
+            "/usr/bin/python3", ["-c", script, flag], env: childEnvironment(), ioDirectory: dir)
+        defer { child.kill(SIGKILL) }
+        var printed = ""
+        #expect(
+            Self.waitUntil(10) {
+                printed = child.stdoutSoFar.trimmingCharacters(in: .whitespacesAndNewlines)
+                return !printed.isEmpty
+            })
+        let threadID = try #require(pid_t(printed))
+        #expect(threadID != child.pid)
+        let cache = IdentityCache()
+        let before = try #require(cache.process(tid: threadID))
+        #expect(before.pid == child.pid && before.executable == Self.executable(of: child.pid))
+        #expect(cache.process(tid: threadID)?.key == before.key, "not served from the cache")
+
+        _ = FileManager.default.createFile(atPath: flag, contents: Data())
+        #expect(Self.waitUntil(10) { Self.executable(of: child.pid) == "/usr/bin/sleep" }, "the child did not exec")
+        #expect(cache.process(tid: threadID) == nil, "the cache still serves a thread that the execve ended")
+        #expect(cache.process(tid: child.pid)?.executable == "/usr/bin/sleep")
+    }
 }
