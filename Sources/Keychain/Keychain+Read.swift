@@ -150,7 +150,10 @@ extension Keychain {
         if recentWithin > 0, let (kept, keptAttributes) = recentRows.get(id, commits: commits, within: recentWithin) {
             (row, attributes) = (kept, keptAttributes)
         } else {
-            guard let read = try storeCall({ try store.lookup { try $0.item(id: id, withData: withData) } }),
+            guard
+                let read = try storeCall({
+                    try withData ? store.currentItem(id: id) : store.lookup { try $0.item(id: id, withData: false) }
+                }),
                 read.itemClass == itemClass.rawValue
             else { throw notFound() }
             row = read

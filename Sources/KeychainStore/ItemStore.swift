@@ -29,6 +29,10 @@ public protocol ItemStore: Sendable {
     /// if it throws, nothing is. Transactions do not nest: work that is part of a larger write
     /// takes the outer transaction's writer as a parameter.
     func write<R>(_ body: (any ItemStoreWriter) throws -> R) throws -> R
+    /// One row with its data, as `lookup { $0.item(id: id, withData: true) }` would read it
+    /// now. A store may answer from a row it read earlier when it can tell that nothing has
+    /// committed since (VaultStore: RowSnapshots.swift).
+    func currentItem(id: Int64) throws -> StoredItem?
     /// Changes whenever anything in the store changes, here or through any other writer.
     func changeStamp() throws -> [Int64]
     /// How many write transactions this store object has committed: no store access, for

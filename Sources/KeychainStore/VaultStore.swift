@@ -58,6 +58,11 @@ public final class VaultStore: ItemStore {
     /// The reading connection, used only inside `reading.withLock`.
     private let readerConnection: Connection
     private let reading = Mutex(())
+    /// Where SQLite maps the reading connection's wal-index (its first region), as an address;
+    /// 0 until the connection has opened it. Stays valid while the connection is open.
+    private let walIndex = Atomic<Int>(0)
+    /// Rows read while nothing committed since (`currentItem(id:)`).
+    private let snapshots = RowSnapshots()
     /// Write transactions the writing connection committed (part of `changeStamp`; an atomic,
     /// so reading it never waits for a commit in progress).
     private let localCommits = Atomic<Int64>(0)
@@ -173,7 +178,34 @@ public final class VaultStore: ItemStore {
     // MARK: Transactions
 
     public func lookup<R>(_ body: (any ItemStoreReader) throws -> R) throws -> R {
-        try reading.withLock { _ in try body(Statements(connection: readerConnection)) }
+        try reading.withLock { _ in
+            defer { noteWalIndex() }
+            return try body(Statements(connection: readerConnection))
+        }
+    }
+
+    /// Learns where SQLite mapped the reading connection's wal-index, once it has (after its
+    /// first read). Called with `reading` held: the VFS call must not race the connection.
+    private func noteWalIndex() {
+        guard walIndex.load(ordering: .acquiring) == 0, let region = kcfs_sqlite3_wal_index(readerConnection.handle)
+        else { return }
+        walIndex.store(Int(bitPattern: region), ordering: .releasing)
+    }
+
+    /// The wal-index header now; nil before the reading connection opened the wal-index, or
+    /// while a writer is changing the header.
+    private func walIndexHeader() -> WalIndexHeader? {
+        guard let region = UnsafeRawPointer(bitPattern: walIndex.load(ordering: .acquiring)) else { return nil }
+        return WalIndexHeader.read(region)
+    }
+
+    public func currentItem(id: Int64) throws -> StoredItem? {
+        // Read before the row: a commit in between leaves the kept row behind the header.
+        let header = walIndexHeader()
+        if let header, let kept = snapshots.row(id, unchangedSince: header) { return kept }
+        let row = try lookup { try $0.item(id: id, withData: true) }
+        if let header, let row { snapshots.keep(row, readAfter: header) }
+        return row
     }
 
     public func read<R>(_ body: (any ItemStoreReader) throws -> R) throws -> R {

@@ -104,6 +104,26 @@ struct ConsistencyTests {
         }
     }
 
+    @Test("a secret read over and over shows each CLI update, and the CLI's delete, in the very next open")
+    func repeatedReadsSeeEveryCommit() throws {
+        try withMount(setup: { try $0.addGeneric("hot", "x", "version-0") }) { box in
+            let path = box.mnt + "/genp/hot/x"
+            // The reader holds no descriptor between reads: each line is a new open, as `cat` is.
+            let read = { () -> String? in try? String(contentsOfFile: path, encoding: .utf8) }
+            for round in 1...5 {
+                for _ in 0..<3 { #expect(read() == "version-\(round - 1)") }
+                try box.addGeneric("hot", "x", "version-\(round)", extra: ["-U"])
+                #expect(read() == "version-\(round)", "round \(round): the open after the CLI's update")
+                #expect(
+                    try box.sh("cat '\(path)'").stdout == "version-\(round)", "round \(round): from a second process")
+            }
+            let deleted = try box.cli(["delete-generic-password"] + box.unlockArgs + ["-s", "hot", "-a", "x"])
+            try #require(deleted.status == 0, "delete: \(deleted.summary)")
+            let cat = try box.sh("cat '\(path)'")
+            #expect(cat.status != 0 && cat.stdout.isEmpty, "cat after the CLI's delete: \(cat.summary)")
+        }
+    }
+
     @Test("a change through the mount is visible to the CLI at once, and to another process on the mount")
     func mountChangesVisible() throws {
         try withMount(setup: { try $0.addGeneric("m", "x", "before") }) { (box: FSSandbox) throws in
