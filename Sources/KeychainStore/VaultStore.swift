@@ -63,6 +63,8 @@ public final class VaultStore: ItemStore {
     private let walIndex = Atomic<Int>(0)
     /// Rows read while nothing committed since (`currentItem(id:)`).
     private let snapshots = RowSnapshots()
+    /// The last change stamp read, with the wal-index header read before it.
+    private let lastStamp = Mutex<(header: WalIndexHeader, stamp: [Int64])?>(nil)
     /// Write transactions the writing connection committed (part of `changeStamp`; an atomic,
     /// so reading it never waits for a commit in progress).
     private let localCommits = Atomic<Int64>(0)
@@ -245,11 +247,21 @@ public final class VaultStore: ItemStore {
 
     public func changeStamp() throws -> [Int64] {
         let local = localCommits.load(ordering: .sequentiallyConsistent)
-        return try reading.withLock { _ in
+        // As for a kept row (RowSnapshots.swift): a header read whole before the stamp, and
+        // equal now, means no commit since, so the stamp would read the same. Listings check
+        // the stamp at every lookup of a name in them.
+        let header = walIndexHeader()
+        if let header, let stamp = lastStamp.withLock({ $0?.header == header ? $0?.stamp : nil }), stamp[1] == local {
+            return stamp
+        }
+        let stamp = try reading.withLock { _ in
             var version: Int64 = 0
             try readerConnection.run("PRAGMA data_version") { version = $0.int(0) }
+            noteWalIndex()
             return [version, local]
         }
+        if let header { lastStamp.withLock { $0 = (header, stamp) } }
+        return stamp
     }
 
     /// One row by id, outside any transaction (tools and benchmarks).
