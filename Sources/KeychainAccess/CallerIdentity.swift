@@ -38,12 +38,10 @@ public struct ProcessIdentity: Sendable {
     }
 
     /// The thread group of `tid`, and the thread's start time (the process's, when the thread
-    /// is the process's main thread: then the caller need not read it again). `isLeader`: the
-    /// caller already knows `tid` leads its thread group (a pidfd opened without PIDFD_THREAD
-    /// says so), which saves reading /proc/<tid>/status.
-    static func threadGroup(of tid: pid_t, isLeader: Bool = false) -> (pid_t, UInt64)? {
+    /// is the process's main thread: then the caller need not read it again). A caller that
+    /// knows `tid` leads its process reads it through its directory instead (`leader(_:in:)`).
+    static func threadGroup(of tid: pid_t) -> (pid_t, UInt64)? {
         guard let start = startTime(of: tid) else { return nil }
-        if isLeader { return (tid, start) }
         if let cached = threadCache.get(tid), cached.start == start { return (cached.tgid, start) }
         guard let tgid = readSmall(ProcPath.of(tid, "status"), { tgid(inStatus: $0) }) else { return nil }
         threadCache.set(tid, (start, tgid))
@@ -81,6 +79,34 @@ public struct ProcessIdentity: Sendable {
     }
 
     static func startTime(of pid: pid_t) -> UInt64? { readSmall(ProcPath.of(pid, "stat"), startTime(inStat:)) }
+
+    /// The start time of the thread whose `/proc/<tid>` directory `directory` is.
+    static func startTime(in directory: Int32) -> UInt64? {
+        let fd = openat(directory, "stat", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 4096) { buffer -> UInt64? in
+            let n = read(fd, buffer.baseAddress, buffer.count)
+            guard n > 0 else { return nil }
+            return startTime(inStat: UnsafeBufferPointer(rebasing: buffer[0..<n]))
+        }
+    }
+
+    /// The process led by the thread whose `/proc/<tid>` directory `directory` is (opened
+    /// O_PATH by the caller, who knows the thread leads its process). Everything is read
+    /// through that directory, which stays bound to the one process it was opened for: after
+    /// that process exits every read fails, even once its id is reused, so no read can mix two
+    /// processes and the start time need not be read a second time to notice a reuse.
+    static func leader(_ pid: pid_t, in directory: Int32) -> ProcessIdentity? {
+        guard let start = startTime(in: directory) else { return nil }
+        let exe = withUnsafeTemporaryAllocation(of: CChar.self, capacity: 4096) { buffer -> String? in
+            let n = readlinkat(directory, "exe", buffer.baseAddress!, buffer.count - 1)
+            guard n > 0 else { return nil }
+            return String(
+                decoding: UnsafeRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(buffer)[0..<n]), as: UTF8.self)
+        }
+        return ProcessIdentity(pid: pid, executable: exe, startTime: start)
+    }
 
     /// Field 22 of /proc/<pid>/stat (starttime): the 20th after the command name, which ends at
     /// the last `)` (the name itself may hold spaces and parentheses).

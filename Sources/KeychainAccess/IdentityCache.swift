@@ -65,12 +65,22 @@ public final class IdentityCache: Sendable {
         let directory = ProcPath.of(tid).withUnsafeBufferPointer {
             open($0.baseAddress!, kcfs_o_path | O_DIRECTORY | O_CLOEXEC)
         }
+        guard directory >= 0 else { return ProcessIdentity.of(tid: tid) }
         // The executable's stamp before its path: an execve in between leaves a stamp that no
         // longer matches, and the next request identifies the process again.
-        guard directory >= 0, let group = ProcessIdentity.threadGroup(of: tid, isLeader: Self.leadsItsProcess(tid)),
-            let stamp = Self.stamp(in: directory), let process = ProcessIdentity.of(tid: tid, group: group)
-        else {
-            if directory >= 0 { close(directory) }
+        let stamp: ExecutableStamp?
+        let identified: ProcessIdentity?
+        if Self.leadsItsProcess(tid) {
+            // Most callers (`cat`, `git`, one-threaded tools): all through the directory.
+            stamp = Self.stamp(in: directory)
+            identified = ProcessIdentity.leader(tid, in: directory)
+        } else {
+            let group = ProcessIdentity.threadGroup(of: tid)
+            stamp = Self.stamp(in: directory)
+            identified = group.flatMap { ProcessIdentity.of(tid: tid, group: $0) }
+        }
+        guard let stamp, let process = identified else {
+            close(directory)
             return ProcessIdentity.of(tid: tid)
         }
         // A thread that exited meanwhile is cached anyway: the next request's stat fails and
