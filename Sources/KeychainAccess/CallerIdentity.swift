@@ -1,16 +1,21 @@
 import Foundation
 import Synchronization
 
-/// A process as seen in /proc: its thread-group id, executable and start time. The start
-/// time is read before and after the executable, so a pid reused in between is noticed.
+/// A process as seen in /proc: its thread-group id, its executable, and what tells it from
+/// every other process that had or will have its pid: its start time (read before and after
+/// the executable, so a pid reused in between is noticed), or, for a process identified
+/// through its own pidfd and /proc directory, its pidfd's pidfs inode (`IdentityCache`).
 public struct ProcessIdentity: Sendable {
     public let pid: pid_t
     public let executable: String?
-    public let startTime: UInt64
+    /// Clock ticks after boot (field 22 of /proc/<pid>/stat); nil when the process was told
+    /// apart by its pidfs inode instead.
+    public let startTime: UInt64?
     /// Spelled once, when the process is identified: every request of a cached caller hands
     /// them on (the audit line, presence grants), and interpolating them each time was a
     /// measurable part of an open.
     public let description: String
+    /// `<pid>:<start time>` or `<pid>:pidfs-<inode>`: unique among all processes since boot.
     public let key: String
 
     init(pid: pid_t, executable: String?, startTime: UInt64) {
@@ -19,6 +24,14 @@ public struct ProcessIdentity: Sendable {
         self.startTime = startTime
         self.description = "pid \(pid) \(executable ?? "?")"
         self.key = "\(pid):\(startTime)"
+    }
+
+    init(pid: pid_t, executable: String?, pidfsInode: UInt64) {
+        self.pid = pid
+        self.executable = executable
+        self.startTime = nil
+        self.description = "pid \(pid) \(executable ?? "?")"
+        self.key = "\(pid):pidfs-\(pidfsInode)"
     }
 
     /// Thread → process, cached: /proc/<tid>/status is the slowest file to read (the kernel
@@ -39,7 +52,7 @@ public struct ProcessIdentity: Sendable {
 
     /// The thread group of `tid`, and the thread's start time (the process's, when the thread
     /// is the process's main thread: then the caller need not read it again). A caller that
-    /// knows `tid` leads its process reads it through its directory instead (`leader(_:in:)`).
+    /// knows `tid` leads its process reads it through its directory instead (`leader(_:in:pidfsInode:)`).
     static func threadGroup(of tid: pid_t) -> (pid_t, UInt64)? {
         guard let start = startTime(of: tid) else { return nil }
         if let cached = threadCache.get(tid), cached.start == start { return (cached.tgid, start) }
@@ -97,14 +110,23 @@ public struct ProcessIdentity: Sendable {
     /// through that directory, which stays bound to the one process it was opened for: after
     /// that process exits every read fails, even once its id is reused, so no read can mix two
     /// processes and the start time need not be read a second time to notice a reuse.
-    static func leader(_ pid: pid_t, in directory: Int32) -> ProcessIdentity? {
-        guard let start = startTime(in: directory) else { return nil }
+    /// `pidfsInode`: the inode of a pidfd of the process opened after the directory (nonzero
+    /// only on pidfs), which then stands for the start time; /proc/<pid>/stat, the costliest
+    /// file of an identification, is not read. If the process the directory names had exited
+    /// before that pidfd was opened (a later process with its id), the link read fails and
+    /// nothing is returned.
+    static func leader(_ pid: pid_t, in directory: Int32, pidfsInode: UInt64) -> ProcessIdentity? {
         let exe = withUnsafeTemporaryAllocation(of: CChar.self, capacity: 4096) { buffer -> String? in
             let n = readlinkat(directory, "exe", buffer.baseAddress!, buffer.count - 1)
             guard n > 0 else { return nil }
             return String(
                 decoding: UnsafeRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(buffer)[0..<n]), as: UTF8.self)
         }
+        if pidfsInode != 0 {
+            guard let exe else { return nil }
+            return ProcessIdentity(pid: pid, executable: exe, pidfsInode: pidfsInode)
+        }
+        guard let start = startTime(in: directory) else { return nil }
         return ProcessIdentity(pid: pid, executable: exe, startTime: start)
     }
 

@@ -70,10 +70,15 @@ public final class IdentityCache: Sendable {
         // longer matches, and the next request identifies the process again.
         let stamp: ExecutableStamp?
         let identified: ProcessIdentity?
-        if Self.leadsItsProcess(tid) {
-            // Most callers (`cat`, `git`, one-threaded tools): all through the directory.
+        let pidfd = kcfs_pidfd_open(tid, 0)
+        if pidfd >= 0 {
+            // A pidfd without PIDFD_THREAD is only given for a thread-group leader (EINVAL
+            // otherwise, on every kernel): most callers (`cat`, `git`, one-threaded tools).
+            // All the rest is read through the directory.
+            let inode = Self.pidfdsHaveInodes ? kcfs_fd_inode(pidfd) : 0
+            close(pidfd)
             stamp = Self.stamp(in: directory)
-            identified = ProcessIdentity.leader(tid, in: directory)
+            identified = ProcessIdentity.leader(tid, in: directory, pidfsInode: inode)
         } else {
             let group = ProcessIdentity.threadGroup(of: tid)
             stamp = Self.stamp(in: directory)
@@ -114,16 +119,14 @@ public final class IdentityCache: Sendable {
         if removed { close(entry.threadDirectory) }
     }
 
-    /// Whether thread `tid` leads its process (tid == pid). A pidfd without PIDFD_THREAD is
-    /// only given for a thread-group leader (EINVAL otherwise, on every kernel), so opening one
-    /// answers it without reading /proc/<tid>/status: most callers (`cat`, `git`, one-threaded
-    /// tools) are leaders.
-    static func leadsItsProcess(_ tid: pid_t) -> Bool {
-        let fd = kcfs_pidfd_open(tid, 0)
+    /// Whether pidfds live on pidfs here (Linux 6.9+), found once from a pidfd of this process:
+    /// the kernel does not change while it runs.
+    static let pidfdsHaveInodes: Bool = {
+        let fd = kcfs_pidfd_open(getpid(), 0)
         guard fd >= 0 else { return false }
-        close(fd)
-        return true
-    }
+        defer { close(fd) }
+        return kcfs_is_pidfs(fd) != 0
+    }()
 
     /// Device, inode and change time of the file `exe` points at in a `/proc/<tid>` directory;
     /// nil once that thread has exited.

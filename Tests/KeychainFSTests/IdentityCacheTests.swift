@@ -114,8 +114,11 @@ struct IdentityCacheTests {
         let cache = IdentityCache()
         let found = try #require(cache.process(tid: child.pid))
         #expect(found.pid == child.pid)
-        #expect(String(found.startTime) == printed, "start time \(found.startTime), /proc says \(printed)")
-        #expect(ProcessIdentity.of(tid: child.pid)?.startTime == found.startTime)
+        // Read from /proc/<pid>/stat (the cache tells a leader apart by its pidfs inode where
+        // the kernel has pidfs, and reads the start time through its directory otherwise).
+        let fromStat = try #require(ProcessIdentity.of(tid: child.pid)?.startTime)
+        #expect(String(fromStat) == printed, "start time \(fromStat), /proc says \(printed)")
+        if let cached = found.startTime { #expect(cached == fromStat) }
     }
 
     @Test("a thread of a process whose main thread execs is gone from the cache; the process is identified anew")
@@ -158,5 +161,21 @@ struct IdentityCacheTests {
         #expect(Self.waitUntil(10) { Self.executable(of: child.pid) == "/usr/bin/sleep" }, "the child did not exec")
         #expect(cache.process(tid: threadID) == nil, "the cache still serves a thread that the execve ended")
         #expect(cache.process(tid: child.pid)?.executable == "/usr/bin/sleep")
+    }
+
+    @Test("a process's key names its pid and is no other live process's; asked again, it is the same")
+    func keyOutlivesPidReuse() throws {
+        let cache = IdentityCache()
+        let child = try spawnProcess("/usr/bin/sleep", ["30"], env: childEnvironment())
+        defer { child.kill(SIGKILL) }
+        #expect(Self.waitUntil(5) { Self.executable(of: child.pid) == "/usr/bin/sleep" })
+        let found = try #require(cache.process(tid: child.pid))
+        #expect(found.key.hasPrefix("\(child.pid):"), "key \(found.key)")
+        // Another live process never shares it, and asking again gives the same key.
+        let me = try #require(cache.process(tid: getpid()))
+        #expect(me.key != found.key)
+        #expect(cache.process(tid: child.pid)?.key == found.key)
+        let uncached = try #require(ProcessIdentity.of(tid: child.pid))
+        #expect(uncached.key.hasPrefix("\(child.pid):") && uncached.startTime != nil)
     }
 }
