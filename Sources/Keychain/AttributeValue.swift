@@ -159,6 +159,17 @@ enum Framing {
         return out
     }
 
+    /// Appends one framed part (its length, then its bytes) to `out`: `frame` built in place,
+    /// for ADs made on every open.
+    static func append<Part: Collection>(_ part: Part, to out: inout [UInt8]) where Part.Element == UInt8 {
+        withUnsafeBytes(of: UInt32(part.count).littleEndian) { out += $0 }
+        out += part
+    }
+
+    static func append(_ v: Int64, to out: inout [UInt8]) {
+        withUnsafeBytes(of: v.littleEndian) { append($0, to: &out) }
+    }
+
     static func int(_ v: Int64) -> [UInt8] { withUnsafeBytes(of: v.littleEndian) { Array($0) } }
     static func text(_ s: String) -> [UInt8] { Array(s.utf8) }
 }

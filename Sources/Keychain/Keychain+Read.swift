@@ -157,10 +157,12 @@ extension Keychain {
                 read.itemClass == itemClass.rawValue
             else { throw notFound() }
             row = read
-            attributes =
-                try recentRows.attributes(sameAs: row, metadataKey: keys.metadata)
-                ?? openAttributes(row, itemClass: itemClass, keys: keys)
-            recentRows.put(row, attributes, commits: commits, metadataKey: keys.metadata)
+            if let kept = recentRows.attributes(sameAs: row, metadataKey: keys.metadata, commits: commits) {
+                attributes = kept
+            } else {
+                attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
+                recentRows.put(row, attributes, commits: commits, metadataKey: keys.metadata)
+            }
         }
         guard row.itemClass == itemClass.rawValue else { throw notFound() }
         guard case .string(let group)? = attributes[Schema.accessGroup], caller.canSee(accessGroup: group),

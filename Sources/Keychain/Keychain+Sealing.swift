@@ -77,24 +77,44 @@ extension Keychain {
     private func dataAD(_ field: DataField, id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64)
         -> [UInt8]
     {
-        var group = ""
-        if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
-        return Framing.frame([
-            field.label, vaultID, Framing.int(id),
-            Framing.text(itemClass.rawValue), Framing.text(Self.accessibility(of: attributes).rawValue),
-            Framing.text(group), Framing.int(generation),
-        ])
+        field.framedLabel + dataADTail(id: id, itemClass: itemClass, attributes: attributes, generation: generation)
     }
 
-    /// The two boxes `dataAD` binds, by their labels (spelled once: every open of a file makes
+    /// Both of `dataAD`'s ADs (the key's and the data's), sharing the work: every open of a
+    /// file makes both.
+    private func dataADs(id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64)
+        -> (key: [UInt8], data: [UInt8])
+    {
+        let tail = dataADTail(id: id, itemClass: itemClass, attributes: attributes, generation: generation)
+        return (DataField.key.framedLabel + tail, DataField.data.framedLabel + tail)
+    }
+
+    /// `dataAD`'s framed parts after the label, built in one buffer.
+    private func dataADTail(id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64) -> [UInt8] {
+        var group = ""
+        if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
+        let protection = Self.accessibility(of: attributes).rawValue
+        var out: [UInt8] = []
+        out.reserveCapacity(
+            40 + vaultID.count + itemClass.rawValue.utf8.count + protection.utf8.count + group.utf8.count)
+        Framing.append(vaultID, to: &out)
+        Framing.append(id, to: &out)
+        Framing.append(itemClass.rawValue.utf8, to: &out)
+        Framing.append(protection.utf8, to: &out)
+        Framing.append(group.utf8, to: &out)
+        Framing.append(generation, to: &out)
+        return out
+    }
+
+    /// The two boxes `dataAD` binds, by their labels (framed once: every open of a file makes
     /// both ADs).
     enum DataField {
         case key, data
 
-        private static let keyLabel = Framing.text("kcfs/item-key/v1")
-        private static let dataLabel = Framing.text("kcfs/item-data/v1")
+        private static let keyLabel = Framing.frame([Framing.text("kcfs/item-key/v1")])
+        private static let dataLabel = Framing.frame([Framing.text("kcfs/item-data/v1")])
 
-        var label: [UInt8] {
+        var framedLabel: [UInt8] {
             switch self {
             case .key: Self.keyLabel
             case .data: Self.dataLabel
@@ -249,19 +269,12 @@ extension Keychain {
     {
         let classKey = try self.classKey(item.accessibility, keys: keys, for: item.summary)
         try checkPresence(item, caller: caller, ui: ui)
-        let gen = row.dataGeneration
+        let ads = dataADs(
+            id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: row.dataGeneration)
         do {
             return try KeyScratch.shared.withKey { itemKey in
-                try AEAD.openKey(
-                    row.wrappedItemKey,
-                    associatedData: dataAD(
-                        .key, id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen),
-                    key: classKey, into: itemKey)
-                return try AEAD.open(
-                    row.sealedData,
-                    associatedData: dataAD(
-                        .data, id: row.id, itemClass: item.itemClass, attributes: item.attributes, generation: gen),
-                    key: itemKey)
+                try AEAD.openKey(row.wrappedItemKey, associatedData: ads.key, key: classKey, into: itemKey)
+                return try AEAD.open(row.sealedData, associatedData: ads.data, key: itemKey)
             }
         } catch {
             throw KeychainError(

@@ -65,12 +65,16 @@ final class RecentRows: Sendable {
 
     /// The attributes of the entry for `row.id`, if the entry was opened from exactly `row`'s
     /// sealed attributes (same id, class and version: the box's associated data) under
-    /// `metadataKey`.
-    func attributes(sameAs row: StoredItem, metadataKey: SecureBytes) -> Attributes? {
-        entries.withLock { table in
+    /// `metadataKey`. `row` was just read from the store after the commit count was `commits`:
+    /// the entry then counts as read now, as `put` would have made it.
+    func attributes(sameAs row: StoredItem, metadataKey: SecureBytes, commits: Int64) -> Attributes? {
+        let now = MonotonicClock.coarseNanoseconds()
+        return entries.withLock { table in
             guard let e = table[row.id], e.metadataKey.key === metadataKey, e.row.itemClass == row.itemClass,
                 e.row.version == row.version, e.row.sealedAttributes == row.sealedAttributes
             else { return nil }
+            table[row.id] = Entry(
+                row: e.row, attributes: e.attributes, readAt: now, commits: commits, metadataKey: e.metadataKey)
             return e.attributes
         }
     }

@@ -65,6 +65,10 @@ extension KeychainFileSystem {
 
     public func open(_ ino: UInt64, flags: Int32, caller: Caller) throws -> UInt64 {
         let node = try node(ino)
+        // An item, nearly always: a cast to the type itself needs no conformance lookup.
+        if let item = node as? ItemNode {
+            return openFiles.register(try item.open(flags: flags, in: self, caller: caller))
+        }
         guard let opener = node as? any NodeOpener else { throw Errno.isDirectory }
         return openFiles.register(try opener.open(flags: flags, in: self, caller: caller))
     }
