@@ -35,12 +35,12 @@ public final class GuardedBytes: @unchecked Sendable {
         try body(UnsafeRawBufferPointer(start: region, count: count))
     }
 
-    /// At most `size` bytes from `offset` (what a read(2) returns), as a fresh array the caller
-    /// wipes once it has sent them.
-    public func slice(offset: Int, size: Int) -> [UInt8] {
-        guard offset < count, size > 0 else { return [] }
+    /// At most `size` bytes from `offset` (what a read(2) returns), handed to `body` where they
+    /// are: a reply is written from guarded memory, with no copy to wipe afterwards.
+    public func withSlice<R>(offset: Int, size: Int, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        guard offset < count, size > 0 else { return try body(UnsafeRawBufferPointer(start: nil, count: 0)) }
         let end = min(count, offset + size)
-        return Array(UnsafeRawBufferPointer(start: region + offset, count: end - offset))
+        return try body(UnsafeRawBufferPointer(start: region + offset, count: end - offset))
     }
 
     deinit { GuardedPool.shared.giveBack(region, capacity: capacity) }

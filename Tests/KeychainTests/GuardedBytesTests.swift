@@ -18,12 +18,12 @@ struct GuardedBytesTests {
             let guarded = try GuardedBytes(copying: bytes)
             #expect(guarded.count == count)
             #expect(guarded.withUnsafeBytes { Array($0) } == bytes, "\(count) bytes")
-            #expect(guarded.slice(offset: 0, size: count + 10) == bytes)
-            #expect(guarded.slice(offset: count, size: 10).isEmpty)
-            #expect(guarded.slice(offset: count + 5, size: 10).isEmpty)
+            #expect(guarded.withSlice(offset: 0, size: count + 10) { Array($0) } == bytes)
+            #expect(guarded.withSlice(offset: count, size: 10) { Array($0) }.isEmpty)
+            #expect(guarded.withSlice(offset: count + 5, size: 10) { Array($0) }.isEmpty)
             if count > 3 {
-                #expect(guarded.slice(offset: 1, size: 2) == Array(bytes[1..<3]))
-                #expect(guarded.slice(offset: count - 2, size: 100) == Array(bytes[(count - 2)...]))
+                #expect(guarded.withSlice(offset: 1, size: 2) { Array($0) } == Array(bytes[1..<3]))
+                #expect(guarded.withSlice(offset: count - 2, size: 100) { Array($0) } == Array(bytes[(count - 2)...]))
             }
         }
     }
@@ -36,14 +36,14 @@ struct GuardedBytesTests {
             let long = try (0..<8).map { try GuardedBytes(copying: Self.pattern(400, seed: UInt8($0 + round))) }
             #expect(
                 long.enumerated().allSatisfy {
-                    $1.slice(offset: 0, size: 512) == Self.pattern(400, seed: UInt8($0 + round))
+                    $1.withSlice(offset: 0, size: 512) { Array($0) } == Self.pattern(400, seed: UInt8($0 + round))
                 })
         }
         let short = try (0..<8).map { try GuardedBytes(copying: Self.pattern(300, seed: UInt8($0 + 100))) }
         for (i, value) in short.enumerated() {
             #expect(value.count == 300)
-            #expect(value.slice(offset: 0, size: 512) == Self.pattern(300, seed: UInt8(i + 100)))
-            #expect(value.slice(offset: 300, size: 100).isEmpty, "the old value's tail shows")
+            #expect(value.withSlice(offset: 0, size: 512) { Array($0) } == Self.pattern(300, seed: UInt8(i + 100)))
+            #expect(value.withSlice(offset: 300, size: 100) { Array($0) }.isEmpty, "the old value's tail shows")
         }
     }
 }

@@ -11,24 +11,38 @@ extension KeychainFileSystem {
     /// refuses MAP_SHARED), whose faults the kernel sends without a lock owner, while every
     /// direct read carries its caller's (FUSE_READ_LOCKOWNER). Such a handle's release drops
     /// the file's cached pages; any other release leaves the kernel alone.
-    public func read(handle: UInt64, offset: Int, size: Int, fillsPageCache: Bool = true) throws -> [UInt8] {
+    /// Hands `reply` at most `size` bytes of the handle's content from `offset`. A read-only
+    /// item handle's bytes are handed over where they are, in its guarded memory, with the
+    /// handle's lock held (a release waits until the reply is written); other content is
+    /// sliced into an array that is wiped once `reply` returns.
+    public func read(
+        handle: UInt64, offset: Int, size: Int, fillsPageCache: Bool = true, _ reply: (UnsafeRawBufferPointer) -> Void
+    ) throws {
         let file = try openFiles.file(handle)
         if fillsPageCache { file.state.withLock { $0.pageCacheFilled = true } }
+        var bytes: [UInt8]
         switch file.currentTarget() {
         case .memory(let memory):
-            return memory.state.withLock { FileBytes.slice($0.data, offset: offset, size: size) }
-        case .generated(let bytes):
-            return FileBytes.slice(bytes, offset: offset, size: size)
+            bytes = memory.state.withLock { FileBytes.slice($0.data, offset: offset, size: size) }
+        case .generated(let generated):
+            bytes = FileBytes.slice(generated, offset: offset, size: size)
         case .item(let c, let id):
             // The handle serves what it decrypted at open (a snapshot: one committed state,
             // whole), until it is revoked (Revocation.swift).
             decideAgainIfDue(file, itemClass: c, id: id)
-            return try file.state.withLock { s in
+            let sliced = try file.state.withLock { s -> [UInt8]? in
                 if let revoked = s.revoked { throw revoked }
-                if let guarded = s.guarded { return guarded.slice(offset: offset, size: size) }
+                if let guarded = s.guarded {
+                    guarded.withSlice(offset: offset, size: size, reply)
+                    return nil
+                }
                 return FileBytes.slice(s.view, offset: offset, size: size)
             }
+            guard let sliced else { return }
+            bytes = sliced
         }
+        bytes.withUnsafeBytes(reply)
+        for i in bytes.indices { bytes[i] = 0 }
     }
 
     public func write(handle: UInt64, offset: Int, bytes: UnsafeRawBufferPointer, lockOwner: UInt64? = nil) throws

@@ -129,12 +129,9 @@ extension FuseSession {
             FuseSession.serve(req, "read", ino) { s in
                 guard let fi else { throw Errno.badFileDescriptor }
                 // A read without a lock owner is the kernel filling its page cache (KeychainFileSystem.read).
-                var bytes = try s.fs.read(
-                    handle: fi.pointee.fh, offset: Int(off), size: size, fillsPageCache: fi.pointee.lock_owner == 0)
-                bytes.withUnsafeBytes {
-                    _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count)
-                }
-                for i in bytes.indices { bytes[i] = 0 }
+                try s.fs.read(
+                    handle: fi.pointee.fh, offset: Int(off), size: size, fillsPageCache: fi.pointee.lock_owner == 0
+                ) { _ = fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
             }
         }
         ops.write = { req, ino, buf, size, off, fi in
