@@ -123,19 +123,23 @@ struct ManifestKeys: Sendable {
 struct AuthenticatedState {
     let header: VaultHeader
     let classKeys: [String: [UInt8]]
-
-    static func read(from vault: any ItemStoreReader) throws -> AuthenticatedState {
-        AuthenticatedState(header: try VaultHeader.read(from: vault), classKeys: try vault.classKeys())
-    }
-
     /// Unkeyed BLAKE2b of every header field and every wrapped class key (in protection order),
-    /// each length-framed.
-    var digest: [UInt8] {
+    /// each length-framed. Computed once, from the fields as read: a commit tags with it twice
+    /// (the stored manifest's check, and the next manifest when the state did not change).
+    let digest: [UInt8]
+
+    init(header: VaultHeader, classKeys: [String: [UInt8]]) {
+        self.header = header
+        self.classKeys = classKeys
         var parts = header.authenticatedFields
         for protection in classKeys.keys.sorted() {
             parts += [Framing.text(protection), classKeys[protection]!]
         }
-        return KeyedHash.digest(parts)
+        digest = KeyedHash.digest(parts)
+    }
+
+    static func read(from vault: any ItemStoreReader) throws -> AuthenticatedState {
+        AuthenticatedState(header: try VaultHeader.read(from: vault), classKeys: try vault.classKeys())
     }
 
     func tag(_ manifest: Manifest, keys: ManifestKeys) -> [UInt8] {

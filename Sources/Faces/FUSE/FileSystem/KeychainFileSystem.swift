@@ -54,7 +54,11 @@ public final class KeychainFileSystem: Sendable {
     }
 
     public enum Invalidation: Sendable {
+        /// The kernel's cached attributes and pages of an inode.
         case inode(UInt64)
+        /// The kernel's cached attributes of an inode only (size, times): what a commit of
+        /// bytes changes when no handle on the inode filled the page cache.
+        case attributes(UInt64)
         case entry(parent: UInt64, name: String)
     }
 

@@ -38,10 +38,13 @@ extension KeychainFileSystem {
 
     /// A change through this mount touched item `ino` (committed bytes, attributes, a rename
     /// over it): the other handles on it decide again at their next read, and the kernel's
-    /// cached attributes of it go.
+    /// cached attributes of it go. Its cached pages go too when a handle open on it filled the
+    /// page cache (an `mmap`); otherwise the kernel holds none of its bytes (`direct_io`, and an
+    /// open drops pages a released handle left), and the attributes alone are dropped, before
+    /// the request that made the change is answered.
     func itemChanged(_ ino: UInt64, by committer: OpenFile? = nil) {
         openFiles.mustDecideAgain(on: ino, except: committer)
-        notify(.inode(ino))
+        notify(openFiles.pageCacheFilled(on: ino) ? .inode(ino) : .attributes(ino))
     }
 
     /// Before a read of an item handle: decides again when the rule says so, revoking the

@@ -104,13 +104,25 @@ public final class FuseSession: Sendable {
         return rc
     }
 
-    /// Tells the kernel a cached node or name is stale. Runs on its own queue: a notify
-    /// sent from a request handler can deadlock against the kernel's inode lock.
+    /// Tells the kernel a cached node or name is stale.
+    ///
+    /// Attributes alone are dropped at once, on the calling thread, so the notice is in place
+    /// before the request that changed them is answered (a `stat` right after `close(2)` returns
+    /// asks the daemon again). The kernel handles it (`fuse_reverse_inval_inode` with a negative
+    /// offset) under the connection's `killsb` read lock and the inode's spinlock only: no inode
+    /// or page lock that a request in flight could hold. Pages and names go on their own queue:
+    /// a page or entry invalidation sent from a request handler can deadlock against the
+    /// kernel's inode and page locks.
     private func invalidate(_ what: KeychainFileSystem.Invalidation) {
+        if case .attributes(let ino) = what {
+            guard let se = state.withLock({ $0.session })?.pointer else { return }
+            _ = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0)
+            return
+        }
         invalidations.async { [self] in
             guard let se = state.withLock({ $0.session })?.pointer else { return }
             switch what {
-            case .inode(let ino): _ = fuse_lowlevel_notify_inval_inode(se, ino, 0, 0)
+            case .inode(let ino), .attributes(let ino): _ = fuse_lowlevel_notify_inval_inode(se, ino, 0, 0)
             case .entry(let parent, let name):
                 _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) }
             }

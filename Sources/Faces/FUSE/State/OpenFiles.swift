@@ -299,6 +299,11 @@ final class OpenFiles: Sendable {
         }
     }
 
+    /// Whether a handle open on `ino` filled the kernel's page cache (an `mmap` of the file).
+    func pageCacheFilled(on ino: UInt64) -> Bool {
+        state.withLock { $0.open(on: ino) }.contains { file in file.state.withLock { $0.pageCacheFilled } }
+    }
+
     /// The size of the file as handles with uncommitted edits see it, if any is open on
     /// `ino`: what `stat`/`fstat` report, as on ext4 (the kernel asks without naming the
     /// handle; with several writers, the largest view answers, as the extents would).
