@@ -1,6 +1,7 @@
 import Foundation
 import Keychain
 import KeychainAccess
+import KeychainCrypto
 import SystemPackage
 
 // Operations on open handles: read, write, commit (flush, fsync, release). The handle's state
@@ -12,9 +13,8 @@ extension KeychainFileSystem {
     /// direct read carries its caller's (FUSE_READ_LOCKOWNER). Such a handle's release drops
     /// the file's cached pages; any other release leaves the kernel alone.
     /// Hands `reply` at most `size` bytes of the handle's content from `offset`. A read-only
-    /// item handle's bytes are handed over where they are, in its guarded memory, with the
-    /// handle's lock held (a release waits until the reply is written); other content is
-    /// sliced into an array that is wiped once `reply` returns.
+    /// item handle's bytes are handed over where they are, in its guarded memory; other content
+    /// is sliced into an array that is wiped once `reply` returns.
     public func read(
         handle: UInt64, offset: Int, size: Int, fillsPageCache: Bool = true, _ reply: (UnsafeRawBufferPointer) -> Void
     ) throws {
@@ -30,15 +30,16 @@ extension KeychainFileSystem {
             // The handle serves what it decrypted at open (a snapshot: one committed state,
             // whole), until it is revoked (Revocation.swift).
             decideAgainIfDue(file, itemClass: c, id: id)
-            let sliced = try file.state.withLock { s -> [UInt8]? in
+            let (guarded, sliced) = try file.state.withLock { s -> (GuardedBytes?, [UInt8]) in
                 if let revoked = s.revoked { throw revoked }
-                if let guarded = s.guarded {
-                    guarded.withSlice(offset: offset, size: size, reply)
-                    return nil
-                }
-                return FileBytes.slice(s.view, offset: offset, size: size)
+                if let guarded = s.guarded { return (guarded, []) }
+                return (nil, FileBytes.slice(s.view, offset: offset, size: size))
             }
-            guard let sliced else { return }
+            // The reply is written outside the handle's lock: the RELEASE of a `cat` arrives as
+            // soon as the reply is read, and a lock held across the write(2) made it spin on one
+            // CPU. The region outlives a release that drops it meanwhile: it is wiped and given
+            // back when this reference goes too.
+            if let guarded { return guarded.withSlice(offset: offset, size: size, reply) }
             bytes = sliced
         }
         bytes.withUnsafeBytes(reply)
