@@ -19,19 +19,19 @@ public struct ProcessIdentity: Sendable {
     public let key: String
 
     init(pid: pid_t, executable: String?, startTime: UInt64) {
+        self.init(pid: pid, executable: executable, startTime: startTime, distinctPart: "\(startTime)")
+    }
+
+    init(pid: pid_t, executable: String?, pidfsInode: UInt64) {
+        self.init(pid: pid, executable: executable, startTime: nil, distinctPart: "pidfs-\(pidfsInode)")
+    }
+
+    private init(pid: pid_t, executable: String?, startTime: UInt64?, distinctPart: String) {
         self.pid = pid
         self.executable = executable
         self.startTime = startTime
         self.description = "pid \(pid) \(executable ?? "?")"
-        self.key = "\(pid):\(startTime)"
-    }
-
-    init(pid: pid_t, executable: String?, pidfsInode: UInt64) {
-        self.pid = pid
-        self.executable = executable
-        self.startTime = nil
-        self.description = "pid \(pid) \(executable ?? "?")"
-        self.key = "\(pid):pidfs-\(pidfsInode)"
+        self.key = "\(pid):\(distinctPart)"
     }
 
     /// Thread → process, cached: /proc/<tid>/status is the slowest file to read (the kernel
@@ -80,8 +80,11 @@ public struct ProcessIdentity: Sendable {
     /// A small /proc file with one read(2), handed to `parse` as bytes: Foundation's
     /// String(contentsOfFile:), and then String splitting, were most of identifying a new
     /// process (each `cat` is one).
-    static func readSmall<T>(_ path: [CChar], _ parse: (UnsafeBufferPointer<UInt8>) -> T?) -> T? {
-        let fd = path.withUnsafeBufferPointer { open($0.baseAddress!, O_RDONLY | O_CLOEXEC) }
+    /// `path` is absolute, or relative to the directory `directory` (a held `/proc/<pid>`).
+    static func readSmall<T>(
+        _ path: [CChar], relativeTo directory: Int32 = AT_FDCWD, _ parse: (UnsafeBufferPointer<UInt8>) -> T?
+    ) -> T? {
+        let fd = path.withUnsafeBufferPointer { openat(directory, $0.baseAddress!, O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 4096) { buffer -> T? in
@@ -95,14 +98,7 @@ public struct ProcessIdentity: Sendable {
 
     /// The start time of the thread whose `/proc/<tid>` directory `directory` is.
     static func startTime(in directory: Int32) -> UInt64? {
-        let fd = openat(directory, "stat", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 4096) { buffer -> UInt64? in
-            let n = read(fd, buffer.baseAddress, buffer.count)
-            guard n > 0 else { return nil }
-            return startTime(inStat: UnsafeBufferPointer(rebasing: buffer[0..<n]))
-        }
+        readSmall(Array("stat".utf8CString), relativeTo: directory, startTime(inStat:))
     }
 
     /// The process led by the thread whose `/proc/<tid>` directory `directory` is (opened
@@ -116,12 +112,7 @@ public struct ProcessIdentity: Sendable {
     /// before that pidfd was opened (a later process with its id), the link read fails and
     /// nothing is returned.
     static func leader(_ pid: pid_t, in directory: Int32, pidfsInode: UInt64) -> ProcessIdentity? {
-        let exe = withUnsafeTemporaryAllocation(of: CChar.self, capacity: 4096) { buffer -> String? in
-            let n = readlinkat(directory, "exe", buffer.baseAddress!, buffer.count - 1)
-            guard n > 0 else { return nil }
-            return String(
-                decoding: UnsafeRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(buffer)[0..<n]), as: UTF8.self)
-        }
+        let exe = readLink(Array("exe".utf8CString), relativeTo: directory)
         if pidfsInode != 0 {
             guard let exe else { return nil }
             return ProcessIdentity(pid: pid, executable: exe, pidfsInode: pidfsInode)
@@ -179,9 +170,12 @@ public struct ProcessIdentity: Sendable {
 
     static func readLink(_ path: String) -> String? { readLink(Array(path.utf8CString)) }
 
-    static func readLink(_ path: [CChar]) -> String? {
+    /// `path` is absolute, or relative to the directory `directory` (a held `/proc/<pid>`).
+    static func readLink(_ path: [CChar], relativeTo directory: Int32 = AT_FDCWD) -> String? {
         withUnsafeTemporaryAllocation(of: CChar.self, capacity: 4096) { buffer -> String? in
-            let n = path.withUnsafeBufferPointer { readlink($0.baseAddress!, buffer.baseAddress!, buffer.count - 1) }
+            let n = path.withUnsafeBufferPointer {
+                readlinkat(directory, $0.baseAddress!, buffer.baseAddress!, buffer.count - 1)
+            }
             guard n > 0 else { return nil }
             return String(
                 decoding: UnsafeRawBufferPointer(rebasing: UnsafeMutableRawBufferPointer(buffer)[0..<n]), as: UTF8.self)
