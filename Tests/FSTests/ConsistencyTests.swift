@@ -282,6 +282,52 @@ struct ConsistencyTests {
         }
     }
 
+    // An O_TRUNC handle's edits make the whole content: its commit does not read the item
+    // back, so what another process committed meanwhile must not leak into it, and an item
+    // deleted meanwhile must still fail the close.
+    @Test(
+        "an O_TRUNC handle commits exactly what it wrote, whatever was committed since its open; a delete since fails close"
+    )
+    func truncatingHandleCommitsItsOwnContent() throws {
+        try withMount(setup: { try $0.addGeneric("trunc", "f", "the original, long") }) { box in
+            let f = box.mnt + "/genp/trunc/f"
+            let flag = box.root + "/go"
+            let script = """
+                import os, sys, time
+                a = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+                open(sys.argv[2] + ".opened", "w").close()
+                while not os.path.exists(sys.argv[2]): time.sleep(0.02)
+                os.write(a, b"short")
+                try:
+                    os.close(a)
+                    print("closed")
+                except OSError as e:
+                    print("close failed", e.errno)
+                print("read", open(sys.argv[1], "rb").read().decode() if os.path.exists(sys.argv[1]) else "-")
+                """
+            // The CLI commits a longer secret while the handle is open.
+            var writer = try box.spawn("/usr/bin/python3", ["-c", script, f, flag])
+            #expect(Self.waitFor(10) { FileManager.default.fileExists(atPath: flag + ".opened") })
+            try box.addGeneric("trunc", "f", "a much longer secret from the CLI", extra: ["-U"])
+            _ = FileManager.default.createFile(atPath: flag, contents: Data())
+            var result = writer.wait(timeout: 20)
+            #expect(result.lines == ["closed", "read short"], "\(result.summary)")
+            #expect(try box.sh("cat '\(f)'").stdout == "short", "from a second process")
+            #expect(try box.findGeneric("trunc", "f") == Array("short".utf8))
+
+            // The CLI deletes the item while the handle is open: the close reports it.
+            try FileManager.default.removeItem(atPath: flag)
+            try FileManager.default.removeItem(atPath: flag + ".opened")
+            writer = try box.spawn("/usr/bin/python3", ["-c", script, f, flag])
+            #expect(Self.waitFor(10) { FileManager.default.fileExists(atPath: flag + ".opened") })
+            let deleted = try box.cli(["delete-generic-password"] + box.unlockArgs + ["-s", "trunc", "-a", "f"])
+            try #require(deleted.status == 0, "delete: \(deleted.summary)")
+            _ = FileManager.default.createFile(atPath: flag, contents: Data())
+            result = writer.wait(timeout: 20)
+            #expect(result.lines.first == "close failed \(ENOENT)", "\(result.summary)")
+        }
+    }
+
     // Issue 9, item 3: a commit drops the kernel's cached attributes of the item before the
     // FLUSH is answered (an attribute-only notice from the committing thread; it used to be
     // handed to another thread, and a `stat` right after `close` could beat it: 1–4 in 300).

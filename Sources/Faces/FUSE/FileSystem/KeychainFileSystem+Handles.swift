@@ -127,19 +127,28 @@ extension KeychainFileSystem {
     ///
     /// When nothing was committed anywhere since the handle's snapshot (the vault's change stamp
     /// is the one recorded with it), the snapshot is what is stored and is not read back: that
-    /// read was 8% of a durable write. The update re-checks visibility and lock state itself.
+    /// read was 8% of a durable write. Nor is it when the edits truncate to nothing (an open
+    /// with O_TRUNC, then writes): what they make does not depend on what they start from, so
+    /// the edits from the last such truncation are replayed on nothing. An item deleted
+    /// meanwhile still fails: the update re-checks visibility and lock state itself.
     private func commitEdits(_ edits: [FileEdit], of file: OpenFile, itemClass c: ItemClass, id: Int64) throws {
+        let emptied = edits.lastIndex { if case .truncate(0) = $0 { true } else { false } }
         let stored = try commits.withLock(item: id) { () -> [UInt8] in
-            let before = try? keychain.changeStamp()
-            let (snapshot, snapshotStamp) = file.state.withLock { ($0.snapshot, $0.snapshotStamp) }
             var content: [UInt8]
-            if let before, before == snapshotStamp {
-                content = snapshot
+            if let emptied {
+                content = []
+                for edit in edits[(emptied + 1)...] { edit.apply(to: &content) }
             } else {
-                let current = try keychain.item(id: id, itemClass: c, withData: true, caller: file.caller)
-                content = FileContent.of(c, current.data ?? [])
+                let before = try? keychain.changeStamp()
+                let (snapshot, snapshotStamp) = file.state.withLock { ($0.snapshot, $0.snapshotStamp) }
+                if let before, before == snapshotStamp {
+                    content = snapshot
+                } else {
+                    let current = try keychain.item(id: id, itemClass: c, withData: true, caller: file.caller)
+                    content = FileContent.of(c, current.data ?? [])
+                }
+                for edit in edits { edit.apply(to: &content) }
             }
-            for edit in edits { edit.apply(to: &content) }
             try audited(file.caller, item: id, .write) {
                 _ = try keychain.update(
                     Query(c, synchronizableAny: true, persistentReference: id),
