@@ -91,23 +91,27 @@ public final class IdentityCache: Sendable {
         // A thread that exited meanwhile is cached anyway: the next request's stat fails and
         // drops it (one system call less for every new process, as each `cat` is).
         let entry = Entry(process: process, threadDirectory: directory, stamp: stamp)
+        if entries.withLock({ $0.count }) >= capacity { sweepExited() }
         let replaced = entries.withLock { table -> [Entry] in
             var gone: [Entry] = []
             if table.count >= capacity {
-                for (id, e) in table where Self.stamp(in: e.threadDirectory) == nil {
-                    gone.append(e)
-                    table[id] = nil
-                }
-                if table.count >= capacity {
-                    gone += table.values
-                    table.removeAll()
-                }
+                gone += table.values
+                table.removeAll()
             }
             if let old = table.updateValue(entry, forKey: tid) { gone.append(old) }
             return gone
         }
         for e in replaced { close(e.threadDirectory) }
         return process
+    }
+
+    /// Drops the entries of threads that have exited. Their `stat`s (one per entry, hundreds)
+    /// are made with the table unlocked: every request's lookup takes that lock, and a lock held
+    /// that long makes the others spin.
+    private func sweepExited() {
+        let held = entries.withLock { Array($0) }
+        let exited = held.filter { Self.stamp(in: $0.value.threadDirectory) == nil }
+        for (tid, entry) in exited { drop(tid, entry) }
     }
 
     private func drop(_ tid: pid_t, _ entry: Entry) {

@@ -178,4 +178,26 @@ struct IdentityCacheTests {
         let uncached = try #require(ProcessIdentity.of(tid: child.pid))
         #expect(uncached.key.hasPrefix("\(child.pid):") && uncached.startTime != nil)
     }
+
+    @Test("a full cache drops the threads that have exited first, and never holds more than its capacity")
+    func fullCacheSweepsExitedThreads() throws {
+        let cache = IdentityCache(capacity: 4)
+        var exited: [pid_t] = []
+        for _ in 0..<4 {
+            let child = try spawnProcess("/usr/bin/sleep", ["30"], env: childEnvironment())
+            #expect(Self.waitUntil(5) { Self.executable(of: child.pid) == "/usr/bin/sleep" })
+            #expect(cache.process(tid: child.pid) != nil)
+            child.kill(SIGKILL)
+            _ = child.wait(timeout: 10)
+            exited.append(child.pid)
+        }
+        #expect(cache.count == 4)
+        let live = try spawnProcess("/usr/bin/sleep", ["30"], env: childEnvironment())
+        defer { live.kill(SIGKILL) }
+        #expect(Self.waitUntil(5) { Self.executable(of: live.pid) == "/usr/bin/sleep" })
+        let found = try #require(cache.process(tid: live.pid))
+        #expect(found.pid == live.pid)
+        #expect(cache.count == 1, "the exited threads' entries were kept: \(cache.count)")
+        #expect(cache.process(tid: live.pid)?.key == found.key)
+    }
 }
