@@ -49,20 +49,23 @@ enum NameListCodec {
         out += name
     }
 
-    /// The entries (in id order) cut into chunks of at most `chunkBytes`, each encoded.
-    static func chunks(_ entries: [NameListEntry], chunkBytes: Int = chunkBytes) -> [[UInt8]] {
-        var chunks: [[UInt8]] = []
+    /// The entries (in id order) cut into chunks of at most `chunkBytes`, each encoded, with the
+    /// id of its first entry.
+    static func chunks(_ entries: [NameListEntry], chunkBytes: Int = chunkBytes) -> [(firstID: Int64, bytes: [UInt8])] {
+        var chunks: [(firstID: Int64, bytes: [UInt8])] = []
         var current: [UInt8] = [version]
+        var firstID: Int64 = 0
         for entry in entries.sorted(by: { $0.id < $1.id }) {
             var one: [UInt8] = []
             append(entry, to: &one)
             if current.count > 1 && current.count + one.count > chunkBytes {
-                chunks.append(current)
+                chunks.append((firstID, current))
                 current = [version]
             }
+            if current.count == 1 { firstID = entry.id }
             current += one
         }
-        if current.count > 1 { chunks.append(current) }
+        if current.count > 1 { chunks.append((firstID, current)) }
         return chunks
     }
 

@@ -33,8 +33,9 @@ struct NameListCodecTests {
             let chunkBytes = [64, 512, NameListCodec.chunkBytes].randomElement()!
             let chunks = NameListCodec.chunks(entries.shuffled(), chunkBytes: chunkBytes)
             var decoded: [NameListEntry] = []
-            for chunk in chunks {
+            for (firstID, chunk) in chunks {
                 let one = try? NameListCodec.decode(chunk, itemClass: itemClass)
+                #expect(one?.first?.id == firstID)
                 #expect(one != nil, "a chunk does not decode")
                 // A chunk over the budget holds one entry that alone exceeds it.
                 #expect(chunk.count <= chunkBytes || one?.count == 1)
@@ -62,7 +63,7 @@ struct NameListCodecTests {
         let entries = (1...5).map {
             NameListEntry(id: $0, .genericPassword, attributes: [Schema.account: .string("a\($0)")])
         }
-        let chunk = try #require(NameListCodec.chunks(entries).first)
+        let chunk = try #require(NameListCodec.chunks(entries).first?.bytes)
         #expect(try NameListCodec.decode(chunk, itemClass: .genericPassword) == entries)
         for bad in [
             Array(chunk.dropLast()), [2] + chunk.dropFirst(), chunk + [0],

@@ -68,6 +68,21 @@ enum FormatFourFixture {
         return ids
     }
 
+    /// A directory's listing from its name lists (format 5): ids and each entry's name attributes
+    /// as the item's own attributes give them.
+    static func expectNameLists(_ kc: Keychain) throws {
+        for (itemClass, value, every, defaultOnly) in listings {
+            for (caller, ids) in [(everyGroup, every), (Caller.default, defaultOnly)] {
+                let entries = try kc.nameList(itemClass, grouping: .string(value), caller: caller)
+                #expect(entries.map(\.id) == ids, "\(itemClass) \(value)")
+                for entry in entries {
+                    let item = try kc.item(id: entry.id, itemClass: itemClass, withData: false, caller: everyGroup)
+                    #expect(entry == NameListEntry(id: entry.id, itemClass, attributes: item.attributes))
+                }
+            }
+        }
+    }
+
     /// Every password item's secret, every listing, the certificate and the key as made.
     static func expectContents(_ kc: Keychain) throws {
         for (id, secret) in secrets {
@@ -90,17 +105,75 @@ enum FormatFourFixture {
 
 @Suite("The format-4 fixture")
 struct FormatFourFixtureTests {
-    @Test("today's code opens the format-4 fixture: every secret, listing, group and search as made; verify is clean")
-    func opens() throws {
+    @Test("verify checks the format-4 fixture as format 4, changing nothing")
+    func verifyBeforeMigration() throws {
+        try withTempDir { dir throws in
+            let (vault, deviceKey) = try FormatFourFixture.copy(into: dir)
+            let before = try FormatFourFixture.preserved(RawDB(vault))
+            let report = try Keychain.open(at: vault, deviceKeyPath: deviceKey).verify(
+                passphrase: try secure(FormatFourFixture.passphrase))
+            #expect(report.isClean && report.format == 4, "\(report.failures) \(report.damaged)")
+            #expect(try RawDB(vault).meta("format") == le64(4))
+            #expect(try FormatFourFixture.preserved(RawDB(vault)) == before)
+        }
+    }
+
+    @Test(
+        "the first unlock migrates format 4 to 5: rows, index rows, buckets, keys and policy byte for byte; every listing as before; verify is clean"
+    )
+    func migrates() throws {
         try withTempDir { dir throws in
             let (vault, deviceKey) = try FormatFourFixture.copy(into: dir)
             #expect(try RawDB(vault).meta("format") == le64(4))
             #expect(try RawDB(vault).query("PRAGMA user_version") == [[.integer(3)]])
+            let before = try FormatFourFixture.preserved(RawDB(vault))
+            let bucketsBefore = try RawDB(vault).query("SELECT bucket, accumulator, count FROM manifest_bucket")
+            let oldStored = try #require(try RawDB(vault).meta("manifest"))
+            let oldCounter = try #require(Manifest.decode(oldStored)).0.counter
             let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
             try kc.unlock(passphrase: try secure(FormatFourFixture.passphrase))
+            let db = try RawDB(vault)
+            #expect(try db.meta("format") == le64(5))
+            // Format-4 code (store schema 3) refuses user_version 4 as newer ("newer than this
+            // keychainfs supports"), and its header check refuses format 5 the same way.
+            #expect(try db.query("PRAGMA user_version") == [[.integer(4)]])
+            #expect(
+                try FormatFourFixture.preserved(db) == before, "no item row, index row, class key or policy changed")
+            #expect(try db.query("SELECT bucket, accumulator, count FROM manifest_bucket") == bucketsBefore)
+            let stored = try #require(try db.meta("manifest"))
+            let manifest = try #require(Manifest.decode(stored)).0
+            #expect(manifest.counter == oldCounter + 1 && manifest.count == 18)
+            // One list per (directory, group) of the password items: 11 services and servers,
+            // `shared` in two groups; one chunk each at this size.
+            #expect(try db.query("SELECT count(*) FROM name_bucket") == [[.integer(12)]])
+            #expect(try db.query("SELECT count(*) FROM name_chunk") == [[.integer(12)]])
+            // Every listing as the format-4 fixture was made (`listings`), walked over the rows and
+            // read from the name lists.
             try FormatFourFixture.expectContents(kc)
+            try FormatFourFixture.expectNameLists(kc)
             let report = try kc.verify(passphrase: try secure(FormatFourFixture.passphrase))
-            #expect(report.isClean, "\(report.failures) \(report.damaged)")
+            #expect(report.isClean && report.format == 5, "\(report.failures) \(report.damaged)")
+
+            // Opened again (incrementally, as a mount does): not migrated again.
+            let again = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
+            try again.unlock(passphrase: try secure(FormatFourFixture.passphrase), incrementalCheck: true)
+            #expect(again.waitForIntegrityCheck() == nil)
+            #expect(try db.meta("manifest") == (try RawDB(vault).meta("manifest")))
+            try FormatFourFixture.expectNameLists(again)
+        }
+    }
+
+    @Test("a tampered format-4 vault is refused, not migrated: the file keeps format 4 and schema 3")
+    func damagedFixtureIsNotMigrated() throws {
+        try withTempDir { dir throws in
+            let (vault, deviceKey) = try FormatFourFixture.copy(into: dir)
+            try RawDB(vault).exec("DELETE FROM items WHERE id = 5")
+            let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
+            expectError(.decode, containing: ["integrity check failed", "not migrated"]) {
+                try kc.unlock(passphrase: try secure(FormatFourFixture.passphrase))
+            }
+            #expect(try RawDB(vault).meta("format") == le64(4))
+            #expect(try RawDB(vault).query("PRAGMA user_version") == [[.integer(3)]])
         }
     }
 }

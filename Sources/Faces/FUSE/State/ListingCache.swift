@@ -3,37 +3,38 @@ import Keychain
 import KeychainAccess
 import Synchronization
 
-/// Directory listings (name → stat) of service/server directories, valid while the vault's
-/// change stamp and the caller's access groups are the ones they were made for. Spelling
-/// 10,000 names means decrypting 10,000 attribute sets, and `ls -l` then looks each name up
-/// again: the second look is answered from here.
+/// Directory listings (name → inode) of service/server directories and of `/genp`, `/inet`,
+/// valid while the vault's change stamp and the caller's access groups are the ones they were
+/// made for. `ls -l` looks each listed name up again: which inode a name is comes from here
+/// (the entry's stat, size and times, is read by id at the lookup, so that a write of an
+/// item's data does not need its directory's listing made again).
 ///
 /// Bounded by entries, least recently used first out: a daemon that walked every directory of
-/// a 100,000-item vault keeps at most `maxEntries` names (with their stats), not all of them.
+/// a 100,000-item vault keeps at most `maxEntries` names (with their inodes), not all of them.
 /// A listing found stale is dropped at once (`evict`), not kept until pushed out.
 final class ListingCache: Sendable {
     struct Listing: Sendable {
         let stamp: [Int64]
         let groups: [String]
-        let entries: [(name: String, stat: NodeStat)]
+        let entries: [(name: String, ino: UInt64)]
         /// Keyed by the name's bytes: NFC and NFD spellings are two names (two items).
-        let byName: [[UInt8]: NodeStat]
+        let byName: [[UInt8]: UInt64]
 
-        init(stamp: [Int64], groups: [String], entries: [(name: String, stat: NodeStat)]) {
+        init(stamp: [Int64], groups: [String], entries: [(name: String, ino: UInt64)]) {
             self.stamp = stamp
             self.groups = groups
             self.entries = entries
             self.byName = Dictionary(
-                entries.map { (Array($0.name.utf8), $0.stat) }, uniquingKeysWith: { first, _ in first })
+                entries.map { (Array($0.name.utf8), $0.ino) }, uniquingKeysWith: { first, _ in first })
         }
 
-        func stat(named name: String) -> NodeStat? { byName[Array(name.utf8)] }
+        func ino(named name: String) -> UInt64? { byName[Array(name.utf8)] }
 
         func isValid(stamp: [Int64], groups: [String]) -> Bool { self.stamp == stamp && self.groups == groups }
     }
 
-    /// Entries kept at most over all listings. An entry (its name, stat and by-name key) costs
-    /// about 200 bytes, so this is a few MiB; it holds the largest directory the benchmark
+    /// Entries kept at most over all listings. An entry (its name, inode and by-name key) costs
+    /// about 150 bytes, so this is a few MiB; it holds the largest directory the benchmark
     /// lists (10,000) with room for the directories around it. A listing larger than this is
     /// made for its request and not kept.
     static let defaultMaxEntries = 32_768
