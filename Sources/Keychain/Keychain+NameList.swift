@@ -61,12 +61,10 @@ extension Keychain {
             var last = Int64.min
             for (position, (chunk, box)) in chunks.enumerated() {
                 let next = position + 1 < chunks.count ? chunks[position + 1].chunk : Int64.max
-                for entry in try lists.open(box, itemClass, sidx, chunk) {
-                    // Where an honest writer puts it: in id order, in its chunk's range, in the
-                    // group whose list it is in.
-                    guard entry.id > last, entry.id >= chunk, entry.id < next,
-                        entry.nameAttributes[Schema.accessGroup] == .string(group)
-                    else {
+                for entry in try lists.open(box, itemClass, sidx, chunk, accessGroup: group, groupingValue: value) {
+                    // Where an honest writer puts it: in id order, in its chunk's range. (Its
+                    // group is the list's: the chunk opens only under its list's sidx.)
+                    guard entry.id > last, entry.id >= chunk, entry.id < next else {
                         throw KeychainError(
                             .decode, "vault integrity check failed: \(NameLists.describe(sidx)) is malformed")
                     }

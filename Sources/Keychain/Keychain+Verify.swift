@@ -156,8 +156,7 @@ extension Keychain {
         try vault.forEachItem { row in
             // A row whose attributes do not open is reported by its own check.
             guard let (itemClass, entry) = try? lists.entry(of: row) else { return }
-            expected[row.secondaryIndex, default: (itemClass, [:])].entries[row.id] = AttributeCodec.encode(
-                entry.nameAttributes)
+            expected[row.secondaryIndex, default: (itemClass, [:])].entries[row.id] = Array(entry.fields)
         }
         var found: [[UInt8]: [Int64: [UInt8]]] = [:]
         var unreadable = Set<[UInt8]>()
@@ -168,7 +167,7 @@ extension Keychain {
                 return
             }
             for entry in entries {
-                if found[sidx, default: [:]].updateValue(AttributeCodec.encode(entry.nameAttributes), forKey: entry.id)
+                if found[sidx, default: [:]].updateValue(Array(entry.fields), forKey: entry.id)
                     != nil
                 {
                     unreadable.insert(sidx)

@@ -48,14 +48,20 @@ struct NameLists {
         try AEAD.seal(plain, associatedData: chunkAD(itemClass, sidx, chunk), key: keys.metadata)
     }
 
-    /// The chunk's entries; errSecDecode when it does not open or decode.
-    func open(_ sealed: [UInt8], _ itemClass: ItemClass, _ sidx: [UInt8], _ chunk: Int64) throws -> [NameListEntry] {
+    /// The chunk's entries, of the list of `accessGroup` (not stored per entry: pass "" where only
+    /// the stored fields matter, as when a chunk is cut again), each with `groupingValue`;
+    /// errSecDecode when it does not open or decode.
+    func open(
+        _ sealed: [UInt8], _ itemClass: ItemClass, _ sidx: [UInt8], _ chunk: Int64, accessGroup: String = "",
+        groupingValue: AttributeValue? = nil
+    ) throws -> [NameListEntry] {
         guard let plain = try? AEAD.open(sealed, associatedData: chunkAD(itemClass, sidx, chunk), key: keys.metadata)
         else {
             throw KeychainError(
                 .decode, "vault integrity check failed: a chunk of \(Self.describe(sidx)) does not authenticate")
         }
-        return try NameListCodec.decode(plain, itemClass: itemClass)
+        return try NameListCodec.decode(
+            plain, itemClass: itemClass, accessGroup: accessGroup, groupingValue: groupingValue)
     }
 
     /// The class and name-list entry of a row of a listed class, its attributes opened (nil for

@@ -160,7 +160,7 @@ struct NameListMountTests {
                 "tamper-\(name.split(separator: " ").last!)",
                 setup: { box in
                     var csv = "title,account,password\n"
-                    for a in 0..<300 { csv += "big,acct\(a),secret-\(a)\n" }
+                    for a in 0..<1_000 { csv += "big,acct\(a),secret-\(a)\n" }
                     let file = box.w + "/items.csv"
                     try csv.write(toFile: file, atomically: true, encoding: .utf8)
                     let r = try box.cli(
@@ -170,7 +170,7 @@ struct NameListMountTests {
                 }
             ) { box in
                 let big = box.mnt + "/genp/big"
-                #expect(try Self.ls(box, big).lines.count == 300)
+                #expect(try Self.ls(box, big).lines.count == 1_000)
                 // For the replay: the last chunk as it is now, then an add that re-seals it.
                 let save = try box.py(
                     """
@@ -181,7 +181,7 @@ struct NameListMountTests {
                     """, [box.vault])
                 try #require(save.status == 0, "save: \(save.summary)")
                 try box.addGeneric("big", "zz-new", "new secret")
-                #expect(try Self.ls(box, big).lines.count == 301)
+                #expect(try Self.ls(box, big).lines.count == 1_001)
                 let tamper = try box.py(
                     "import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1])\n" + script + "\ndb.commit()\n", [box.vault]
                 )

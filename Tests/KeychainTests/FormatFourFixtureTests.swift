@@ -77,7 +77,10 @@ enum FormatFourFixture {
                 #expect(entries.map(\.id) == ids, "\(itemClass) \(value)")
                 for entry in entries {
                     let item = try kc.item(id: entry.id, itemClass: itemClass, withData: false, caller: everyGroup)
-                    #expect(entry == NameListEntry(id: entry.id, itemClass, attributes: item.attributes))
+                    #expect(entry.sameName(as: NameListEntry(id: entry.id, itemClass, attributes: item.attributes)))
+                    #expect(
+                        entry.nameAttributes
+                            == NameListEntry(id: entry.id, itemClass, attributes: item.attributes).nameAttributes)
                 }
             }
         }

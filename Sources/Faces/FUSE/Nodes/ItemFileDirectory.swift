@@ -89,11 +89,15 @@ struct GroupDirectory: ItemFileDirectory {
         // Only hits come from the listing: a miss takes the full path (one index probe),
         // which also audits names of other access groups.
         if let file = fs.memoryFile(named: name, in: ino, caller: caller) { return file.stat() }
-        if let cached = try validListing(in: fs, caller: caller), let ino = cached.ino(named: name),
-            let (itemClass, id) = Inode.decodeItem(ino)
+        if let cached = try validListing(in: fs, caller: caller), let item = cached.ino(named: name),
+            let (itemClass, id) = Inode.decodeItem(item)
         {
-            // The listing says which item the name is; its stat (size, times) is read by id.
-            return try ItemNode(itemClass: itemClass, id: id).stat(in: fs, caller: caller)
+            // The listing says which item the name is; its stat (size, times) is read by id once
+            // per listing (a data write changes no listing, so none is kept in it).
+            if let stat = fs.listings.stat(of: item, in: ino, stamp: cached.stamp) { return stat }
+            let stat = try ItemNode(itemClass: itemClass, id: id).stat(in: fs, caller: caller)
+            fs.listings.remember(stat, in: ino, stamp: cached.stamp)
+            return stat
         }
         return try lookupItem(name, in: fs, caller: caller)
     }

@@ -42,15 +42,14 @@ extension KeychainFileSystem {
         let entries = try keychain.nameList(itemClass, grouping: value, caller: caller)
         var out: [(name: String, ino: UInt64)] = []
         out.reserveCapacity(entries.count)
+        // Each name spelled from the entry itself (its values decoded as the spelling asks for
+        // them): no attribute set per entry.
         for entry in entries {
-            var attributes = entry.nameAttributes
-            attributes[grouping] = value
             if !sameForAll {
-                guard let directory = PathCodec.directory(of: itemClass, attributes),
-                    PathCodec.same(directory, spelling)
+                guard let directory = PathCodec.directory(of: itemClass, entry), PathCodec.same(directory, spelling)
                 else { continue }
             }
-            out.append((name: PathCodec.leaf(of: itemClass, attributes), ino: Inode.item(itemClass, id: entry.id)))
+            out.append((name: PathCodec.leaf(of: itemClass, entry), ino: Inode.item(itemClass, id: entry.id)))
         }
         return out
     }

@@ -135,7 +135,7 @@ public enum PathCodec {
 
     /// The directory an item lives in under its class directory (genp: service,
     /// inet: protocol/server/port), or nil for classes whose items sit in the class directory.
-    public static func directory(of itemClass: ItemClass, _ attributes: Attributes) -> String? {
+    public static func directory<A: AttributeLookup>(of itemClass: ItemClass, _ attributes: A) -> String? {
         switch itemClass {
         case .genericPassword:
             return fitted(component(escape(string(attributes, Schema.service))))
@@ -165,7 +165,7 @@ public enum PathCodec {
     }
 
     /// The file name of an item within its directory.
-    public static func leaf(of itemClass: ItemClass, _ attributes: Attributes) -> String {
+    public static func leaf<A: AttributeLookup>(of itemClass: ItemClass, _ attributes: A) -> String {
         var out: String
         var suffix: [(String, String)] = []
         switch itemClass {
@@ -297,12 +297,12 @@ public enum PathCodec {
         return attributes
     }
 
-    static func string(_ attributes: Attributes, _ attribute: Attribute) -> String {
+    static func string<A: AttributeLookup>(_ attributes: A, _ attribute: Attribute) -> String {
         if case .string(let s)? = attributes[attribute] { return s }
         return ""
     }
 
-    static func number(_ attributes: Attributes, _ attribute: Attribute) -> Int64 {
+    static func number<A: AttributeLookup>(_ attributes: A, _ attribute: Attribute) -> Int64 {
         if case .number(let n)? = attributes[attribute] { return n }
         return 0
     }

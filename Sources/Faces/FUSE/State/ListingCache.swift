@@ -18,17 +18,21 @@ final class ListingCache: Sendable {
         let groups: [String]
         let entries: [(name: String, ino: UInt64)]
         /// Keyed by the name's bytes: NFC and NFD spellings are two names (two items).
-        let byName: [[UInt8]: UInt64]
+        let byName: [NameBytes: UInt64]
 
         init(stamp: [Int64], groups: [String], entries: [(name: String, ino: UInt64)]) {
             self.stamp = stamp
             self.groups = groups
             self.entries = entries
-            self.byName = Dictionary(
-                entries.map { (Array($0.name.utf8), $0.ino) }, uniquingKeysWith: { first, _ in first })
+            var byName: [NameBytes: UInt64] = [:]
+            byName.reserveCapacity(entries.count)
+            for entry in entries where byName[NameBytes(entry.name)] == nil {
+                byName[NameBytes(entry.name)] = entry.ino
+            }
+            self.byName = byName
         }
 
-        func ino(named name: String) -> UInt64? { byName[Array(name.utf8)] }
+        func ino(named name: String) -> UInt64? { byName[NameBytes(name)] }
 
         func isValid(stamp: [Int64], groups: [String]) -> Bool { self.stamp == stamp && self.groups == groups }
     }
@@ -44,6 +48,9 @@ final class ListingCache: Sendable {
     private struct Kept {
         var listing: Listing
         var lastUse: UInt64
+        /// Stats of listed items read at their lookups while the listing is valid (`remember`):
+        /// at most one per entry, gone with the listing.
+        var stats: [UInt64: NodeStat] = [:]
     }
 
     private struct State {
@@ -86,9 +93,43 @@ final class ListingCache: Sendable {
         }
     }
 
+    /// The stat of a listed item, read at an earlier lookup while the vault was as it is now
+    /// (`stamp`, the listing's).
+    func stat(of item: UInt64, in directory: UInt64, stamp: [Int64]) -> NodeStat? {
+        state.withLock { s in
+            guard let kept = s.kept[directory], kept.listing.stamp == stamp else { return nil }
+            return kept.stats[item]
+        }
+    }
+
+    /// Keeps an item's stat with its directory's listing, if that listing is still the one made
+    /// at `stamp`: the next lookup of the name (`ls -l` again, an open) reads no row. Any change to
+    /// the vault changes the stamp, and the listing and its stats go together.
+    func remember(_ stat: NodeStat, in directory: UInt64, stamp: [Int64]) {
+        state.withLock { s in
+            guard s.kept[directory]?.listing.stamp == stamp else { return }
+            s.kept[directory]!.stats[stat.ino] = stat
+        }
+    }
+
     /// Drops a directory's listing (found stale: the vault changed since it was made).
     func evict(_ directory: UInt64) { state.withLock { $0.remove(directory) } }
 
     /// Listings and entries kept now.
     var size: (listings: Int, entries: Int) { state.withLock { ($0.kept.count, $0.entries) } }
+}
+
+/// A name compared and hashed by its UTF-8 bytes (Swift's String equality is canonical
+/// equivalence: NFC and NFD spellings are two names here), without copying the bytes out.
+struct NameBytes: Hashable, Sendable {
+    let name: String
+
+    init(_ name: String) { self.name = name }
+
+    static func == (a: NameBytes, b: NameBytes) -> Bool { a.name.utf8.elementsEqual(b.name.utf8) }
+
+    func hash(into hasher: inout Hasher) {
+        var name = name
+        name.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
 }
