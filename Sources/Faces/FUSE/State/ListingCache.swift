@@ -17,22 +17,17 @@ final class ListingCache: Sendable {
         let stamp: [Int64]
         let groups: [String]
         let entries: [(name: String, ino: UInt64)]
-        /// Keyed by the name's bytes: NFC and NFD spellings are two names (two items).
-        let byName: [NameBytes: UInt64]
+        /// Keyed by the name's bytes: NFC and NFD spellings are two names (two items). Made at the
+        /// first lookup, not with the listing: a readdir alone (`ls -f`, a glob) looks nothing up.
+        private let byName = NameIndex()
 
         init(stamp: [Int64], groups: [String], entries: [(name: String, ino: UInt64)]) {
             self.stamp = stamp
             self.groups = groups
             self.entries = entries
-            var byName: [NameBytes: UInt64] = [:]
-            byName.reserveCapacity(entries.count)
-            for entry in entries where byName[NameBytes(entry.name)] == nil {
-                byName[NameBytes(entry.name)] = entry.ino
-            }
-            self.byName = byName
         }
 
-        func ino(named name: String) -> UInt64? { byName[NameBytes(name)] }
+        func ino(named name: String) -> UInt64? { byName.ino(named: name, in: entries) }
 
         func isValid(stamp: [Int64], groups: [String]) -> Bool { self.stamp == stamp && self.groups == groups }
     }
@@ -131,5 +126,24 @@ struct NameBytes: Hashable, Sendable {
     func hash(into hasher: inout Hasher) {
         var name = name
         name.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+}
+
+/// A listing's names → inodes, made once, at the first lookup that needs it.
+final class NameIndex: Sendable {
+    private let index = Mutex<[NameBytes: UInt64]?>(nil)
+
+    func ino(named name: String, in entries: [(name: String, ino: UInt64)]) -> UInt64? {
+        index.withLock { index in
+            if index == nil {
+                var made: [NameBytes: UInt64] = [:]
+                made.reserveCapacity(entries.count)
+                for entry in entries where made[NameBytes(entry.name)] == nil {
+                    made[NameBytes(entry.name)] = entry.ino
+                }
+                index = made
+            }
+            return index![NameBytes(name)]
+        }
     }
 }
