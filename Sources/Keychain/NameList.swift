@@ -76,7 +76,7 @@ public struct NameListEntry: Sendable, AttributeLookup, CustomStringConvertible 
             let index = Int(fields[i]), tag = fields[i + 1]
             i += 2
             let length = Int(NameListCodec.varint(fields, at: &i) ?? 0)
-            if index == wanted { return AttributeCodec.value(tag: tag, fields[i..<(i + length)]) }
+            if index == wanted { return NameListCodec.value(tag: tag, fields[i..<(i + length)]) }
             if index > wanted { break }
             i += length
         }
@@ -137,6 +137,17 @@ enum NameListCodec {
             shift += 7
         }
         return nil
+    }
+
+    /// A stored value (checked when its chunk was decoded). An ASCII string, the common case, is
+    /// made without `String(validating:)`, whose generic metadata lookup was a tenth of a listing.
+    static func value(tag: UInt8, _ bytes: ArraySlice<UInt8>) -> AttributeValue? {
+        guard tag == 1, isASCII(bytes) else { return AttributeCodec.value(tag: tag, bytes) }
+        return .string(bytes.withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) })
+    }
+
+    static func isASCII(_ bytes: ArraySlice<UInt8>) -> Bool {
+        bytes.withUnsafeBufferPointer { buffer in buffer.allSatisfy { $0 < 0x80 } }
     }
 
     static func encode(_ entries: [NameListEntry]) -> [UInt8] {
@@ -215,9 +226,16 @@ enum NameListCodec {
                 let index = Int(fields[j]), tag = fields[j + 1]
                 j += 2
                 guard index > lastIndex, index < names.count, let n = varint(fields, at: &j),
-                    n <= UInt64(fields.endIndex - j),
-                    let value = AttributeCodec.value(tag: tag, fields[j..<(j + Int(n))]), value.fits(names[index].type)
+                    n <= UInt64(fields.endIndex - j)
                 else { throw bad }
+                // An ASCII string needs no value made to be known valid.
+                let bytes = fields[j..<(j + Int(n))]
+                let asciiString = tag == 1 && names[index].type == .string && isASCII(bytes)
+                if !asciiString {
+                    guard let value = AttributeCodec.value(tag: tag, bytes), value.fits(names[index].type) else {
+                        throw bad
+                    }
+                }
                 lastIndex = index
                 j += Int(n)
             }
