@@ -67,10 +67,31 @@ public struct NameListEntry: Sendable, AttributeLookup, CustomStringConvertible 
             groupingValue: attributes[Schema.groupingAttribute(of: itemClass)], fields: fields[...])
     }
 
+    /// Per class, by schema order: the attribute's index in `nameAttributes(of:)`, or a mark for
+    /// the list's own attributes. Read once per value a spelling asks for, so it is an array look-up
+    /// of an integer (no attribute copied, no search).
+    private enum Slot {
+        static let accessGroup = -1, grouping = -2, none = -3
+        static let byClass: [[Int]] = ItemClass.allCases.map { itemClass in
+            let orders = Schema.attributes(of: itemClass).map(\.order) + [Schema.accessGroup.order]
+            var slots = [Int](repeating: none, count: (orders.max() ?? 0) + 1)
+            for (index, attribute) in NameListEntry.nameAttributes(of: itemClass).enumerated() {
+                slots[attribute.order] = index
+            }
+            slots[Schema.groupingAttribute(of: itemClass).order] = grouping
+            slots[Schema.accessGroup.order] = accessGroup
+            return slots
+        }
+        static let synchronizable = Schema.synchronizable.order
+    }
+
     public subscript(_ attribute: Attribute) -> AttributeValue? {
-        if attribute == Schema.accessGroup { return .string(accessGroup) }
-        if attribute == Schema.groupingAttribute(of: itemClass) { return groupingValue }
-        guard let wanted = Self.nameAttributes(of: itemClass).firstIndex(of: attribute) else { return nil }
+        let slots = Slot.byClass[itemClass.tableIndex]
+        let order = attribute.order
+        let wanted = order >= 0 && order < slots.count ? slots[order] : Slot.none
+        if wanted == Slot.accessGroup { return .string(accessGroup) }
+        if wanted == Slot.grouping { return groupingValue }
+        if wanted == Slot.none { return nil }
         var i = fields.startIndex
         while i < fields.endIndex {
             let index = Int(fields[i]), tag = fields[i + 1]
@@ -80,7 +101,7 @@ public struct NameListEntry: Sendable, AttributeLookup, CustomStringConvertible 
             if index > wanted { break }
             i += length
         }
-        return attribute == Schema.synchronizable ? .bool(false) : nil
+        return order == Slot.synchronizable ? .bool(false) : nil
     }
 
     /// The entry as an attribute set (the list's group and grouping value included).
