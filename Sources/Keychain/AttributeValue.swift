@@ -78,7 +78,8 @@ enum AttributeCodec {
         return out
     }
 
-    private static func encode(_ value: AttributeValue) -> (UInt8, [UInt8]) {
+    /// A value's type tag and bytes (also the name lists' value encoding, NameList.swift).
+    static func encode(_ value: AttributeValue) -> (UInt8, [UInt8]) {
         func int(_ v: Int64) -> [UInt8] { withUnsafeBytes(of: v.littleEndian) { Array($0) } }
         switch value {
         case .string(let s): return (1, Array(s.utf8))
@@ -104,10 +105,6 @@ enum AttributeCodec {
             defer { i += n }
             return bytes[i..<(i + n)]
         }
-        func int64(_ s: ArraySlice<UInt8>) throws -> Int64 {
-            guard s.count == 8 else { throw bad }
-            return s.reversed().reduce(Int64(0)) { ($0 << 8) | Int64($1) }
-        }
         while i < bytes.count {
             let codeLen = Int(try take(1).first!)
             let code = try take(codeLen)
@@ -115,34 +112,40 @@ enum AttributeCodec {
             let lenBytes = try take(4)
             let len = Int(lenBytes.reversed().reduce(UInt32(0)) { ($0 << 8) | UInt32($1) })
             let v = try take(len)
-            guard let attribute = Schema.attribute(codeBytes: code, in: itemClass) else { throw bad }
-            let value: AttributeValue
-            switch tag {
-            case 1:
-                // The standard library's validating decode: Foundation's String(bytes:encoding:) was
-                // half of this function (6% of a getxattr) and dropped a leading U+FEFF that the
-                // encoder had stored, so such a value did not read back as written.
-                guard let s = String(validating: v, as: UTF8.self) else { throw bad }
-                value = .string(s)
-            case 2: value = .data(Array(v))
-            case 3: value = .number(try int64(v))
-            case 4: value = .bool(v.first == 1)
-            case 5: value = .date(Date(timeIntervalSince1970: Double(bitPattern: UInt64(bitPattern: try int64(v)))))
-            case 6:
-                guard let a = Accessibility(rawValue: String(decoding: v, as: UTF8.self)) else { throw bad }
-                value = .accessibility(a)
-            case 7:
-                guard let zero = v.firstIndex(of: 0),
-                    let a = Accessibility(rawValue: String(decoding: v[v.startIndex..<zero], as: UTF8.self))
-                else { throw bad }
-                let flags = AccessControlFlags(rawValue: UInt32(truncatingIfNeeded: try int64(v[(zero + 1)...])))
-                value = .accessControl(AccessControl(protection: a, flags: flags))
-            default: throw bad
-            }
-            guard value.fits(attribute.type) else { throw bad }
+            guard let attribute = Schema.attribute(codeBytes: code, in: itemClass),
+                let value = value(tag: tag, v), value.fits(attribute.type)
+            else { throw bad }
             out[attribute] = value
         }
         return out
+    }
+
+    /// The value a type tag and its bytes encode, or nil when they are malformed.
+    static func value(tag: UInt8, _ v: ArraySlice<UInt8>) -> AttributeValue? {
+        func int64(_ s: ArraySlice<UInt8>) -> Int64? {
+            guard s.count == 8 else { return nil }
+            return s.reversed().reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+        }
+        switch tag {
+        case 1:
+            // The standard library's validating decode: Foundation's String(bytes:encoding:) was
+            // half of this function (6% of a getxattr) and dropped a leading U+FEFF that the
+            // encoder had stored, so such a value did not read back as written.
+            return String(validating: v, as: UTF8.self).map { .string($0) }
+        case 2: return .data(Array(v))
+        case 3: return int64(v).map { .number($0) }
+        case 4: return .bool(v.first == 1)
+        case 5: return int64(v).map { .date(Date(timeIntervalSince1970: Double(bitPattern: UInt64(bitPattern: $0)))) }
+        case 6: return Accessibility(rawValue: String(decoding: v, as: UTF8.self)).map { .accessibility($0) }
+        case 7:
+            guard let zero = v.firstIndex(of: 0),
+                let a = Accessibility(rawValue: String(decoding: v[v.startIndex..<zero], as: UTF8.self)),
+                let raw = int64(v[(zero + 1)...])
+            else { return nil }
+            return .accessControl(
+                AccessControl(protection: a, flags: AccessControlFlags(rawValue: UInt32(truncatingIfNeeded: raw))))
+        default: return nil
+        }
     }
 }
 

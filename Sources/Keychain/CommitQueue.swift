@@ -145,7 +145,8 @@ extension Keychain {
                     }
                     let manifest = try before.verified(try vault.meta("manifest"), keys: keys)
                     try refuseRollback(manifest.counter, accepting: false)
-                    let writer = ManifestedWriter(vault, manifest: manifest, entryKey: keys.entry)
+                    let writer = ManifestedWriter(
+                        vault, manifest: manifest, keys: keys, vaultID: before.header.vaultID)
                     var committed = 0
                     for member in batch {
                         guard let run = member.run else { continue }

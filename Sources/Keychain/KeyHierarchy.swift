@@ -21,14 +21,20 @@ struct VaultHeader {
     /// accumulator; format-1 and format-2 vaults get it at their first unlock. 4: the manifest's
     /// accumulator is split into buckets of item ids (the `manifest_bucket` table, store schema 3,
     /// ManifestBuckets.swift), so a mount checks each bucket at its first read; older vaults get
-    /// the buckets at their first unlock, and format-3 code refuses the vault as newer.
-    static let formatVersion: Int64 = 4
+    /// the buckets at their first unlock, and format-3 code refuses the vault as newer. 5: a sealed
+    /// name list per secondary-index value (the `name_chunk` and `name_bucket` tables, store
+    /// schema 4, NameLists.swift), covered by the manifest, so a directory is listed without
+    /// opening every item; older vaults get the lists at their first unlock, and format-4 code
+    /// refuses the vault as newer.
+    static let formatVersion: Int64 = 5
     /// The first format whose manifest is authenticated (formats 2 to 4 share its layout).
     static let authenticatedManifestFormat: Int64 = 2
     /// The first format with the attribute index.
     static let attributeIndexFormat: Int64 = 3
     /// The first format whose manifest accumulator is folded from buckets.
     static let bucketedManifestFormat: Int64 = 4
+    /// The first format with the name lists.
+    static let nameListFormat: Int64 = 5
 
     var format: Int64
     var vaultID: [UInt8]

@@ -129,14 +129,15 @@ extension Keychain {
         rollbackMark.raise(to: counter)
     }
 
-    // MARK: Migration from formats 1, 2 and 3
+    // MARK: Migration from formats 1 to 4
 
-    /// Format 1, 2 or 3 → 4 in one write transaction. The stored manifest is checked as its own
+    /// Format 1, 2, 3 or 4 → 5 in one write transaction. The stored manifest is checked as its own
     /// format checks it (format 1: count and accumulator; formats 2 and 3: tag, table, index,
     /// policy and the device's rollback mark), then the store gets the new tables
     /// (`upgradeSchema`); a format-1 or format-2 vault gets every password item's attribute-index
     /// tags (`buildAttributeIndex`); the manifest's buckets are tallied from the table and index
-    /// and stored, and their entries make the new top accumulator (ManifestBuckets.swift); the
+    /// and stored, and their entries make the new top accumulator (ManifestBuckets.swift); every
+    /// name list is built from the rows and its bucket's entry XORed into the top (NameLists.swift); the
     /// master key is re-wrapped under the new format's associated data with the same KEK and
     /// salt, and the authenticated manifest is written. Rows, index rows, class keys and the
     /// policy are kept byte for byte. Returns the new header (or the one another process
@@ -154,7 +155,10 @@ extension Keychain {
                 var manifest =
                     try header.format == 1
                     ? formatOneManifest(vault, keys: keys, metadataKey: metadataKey)
-                    : formatTwoManifest(vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback)
+                    : header.format == VaultHeader.bucketedManifestFormat
+                        ? formatFourManifest(
+                            vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback)
+                        : formatTwoManifest(vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback)
                 if header.format < 3 {
                     try buildAttributeIndex(
                         in: vault, metadataKey: metadataKey, indexKey: indexKey, entryKey: keys.entry,
@@ -163,6 +167,8 @@ extension Keychain {
                 let buckets = try ManifestBuckets.tally(vault, key: keys.entry)
                 try ManifestBuckets.write(buckets, to: vault)
                 (manifest.accumulator, manifest.count) = ManifestBuckets.fold(buckets, key: keys.entry)
+                let names = try NameLists(vaultID: header.vaultID, keys: keys).rebuild(in: vault)
+                manifest.accumulator = Manifest.xor(manifest.accumulator, NameLists.fold(names, key: keys.entry))
                 header.format = VaultHeader.formatVersion
                 header.wrappedMaster = try master.withUnsafeBytes {
                     try AEAD.seal($0, associatedData: header.masterAssociatedData, key: kek)
@@ -198,6 +204,25 @@ extension Keychain {
         return manifest
     }
 
+    /// A format-4 vault's manifest, verified as the full check verified it in that format (tag, the
+    /// buckets tallied from every row and index row folded to the top, policy, rollback mark;
+    /// the name-list tables are new and empty here), with the counter moved on by this write.
+    private func formatFourManifest(
+        _ vault: any ItemStoreWriter, keys: ManifestKeys, metadataKey: SecureBytes, acceptRollback: Bool
+    ) throws -> Manifest {
+        let expected = try AuthenticatedState.read(from: vault).verified(try vault.meta("manifest"), keys: keys)
+        let (found, _) = try Manifest.bucketTally(vault, key: keys.entry)
+        if let problem = Manifest.mismatch(found: found, expected: expected) {
+            let damaged = try damagedRows(in: vault, metadataKey: metadataKey)
+            throw KeychainError(
+                .decode, "vault integrity check failed: \(problem), so it is not migrated; \(Self.describe(damaged))")
+        }
+        try refuseRollback(expected.counter, accepting: acceptRollback)
+        var manifest = expected
+        manifest.counter += 1
+        return manifest
+    }
+
     /// A format-2 or format-3 vault's manifest, verified as unlock verified it in that format
     /// (tag, the flat accumulator over every row and index row, policy, rollback mark), with the
     /// counter moved on by this write.
@@ -218,27 +243,29 @@ extension Keychain {
 }
 
 extension Manifest {
-    /// Format 4: the manifest of what the store holds now (counter 0) and its buckets: count
-    /// and top accumulator folded from the buckets tallied over every row and index row, the
-    /// highest id in either, and the policy's entry.
+    /// Formats 4 and 5: the manifest of what the store holds now (counter 0) and its buckets:
+    /// count and top accumulator folded from the buckets tallied over every row and index row
+    /// (and, format 5, every name list's chunks), the highest id in either, and the policy's entry.
     static func bucketTally(_ vault: any ItemStoreReader, key: SecureBytes) throws
         -> (Manifest, [Int64: ManifestBucket])
     {
         let buckets = try ManifestBuckets.tally(vault, key: key)
-        let (accumulator, count) = ManifestBuckets.fold(buckets, key: key)
+        var (accumulator, count) = ManifestBuckets.fold(buckets, key: key)
+        accumulator = xor(accumulator, NameLists.fold(try NameLists.tally(vault, key: key), key: key))
         let found = Manifest(
             counter: 0, count: count, highestID: try vault.highestStoredID(), accumulator: accumulator,
             policy: policyEntry(try vault.meta("access_policy"), key: key))
         return (found, buckets)
     }
 
-    /// Format 4, without reading a row: what differs between the stored bucket table (with the
-    /// policy and the highest id stored) and the authenticated manifest, in words; nil when they
-    /// agree. One keyed hash per bucket.
+    /// Formats 4 and 5, without reading a row: what differs between the stored bucket tables (id
+    /// buckets and name-list buckets, with the policy and the highest id stored) and the
+    /// authenticated manifest, in words; nil when they agree. One keyed hash per bucket.
     static func bucketTableMismatch(
         _ vault: any ItemStoreReader, _ stored: [Int64: ManifestBucket], expected: Manifest, key: SecureBytes
     ) throws -> String? {
-        let (accumulator, count) = ManifestBuckets.fold(stored, key: key)
+        var (accumulator, count) = ManifestBuckets.fold(stored, key: key)
+        accumulator = xor(accumulator, NameLists.fold(try NameLists.stored(vault), key: key))
         let found = Manifest(
             counter: 0, count: count, highestID: try vault.highestStoredID(), accumulator: accumulator,
             policy: policyEntry(try vault.meta("access_policy"), key: key))
@@ -249,6 +276,9 @@ extension Manifest {
         return
             "the manifest's bucket table does not match its authenticated manifest: a bucket was deleted, added, altered or replayed from an older copy"
     }
+
+    /// Two accumulators XORed (the id buckets' and the name lists' parts of the top).
+    static func xor(_ a: [UInt8], _ b: [UInt8]) -> [UInt8] { zip(a, b).map { $0 ^ $1 } }
 
     /// Formats 2 and 3: the manifest of what the store holds now (counter 0): count, accumulator
     /// and highest id over every row, and the policy's entry.

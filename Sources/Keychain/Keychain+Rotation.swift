@@ -84,7 +84,9 @@ extension Keychain {
                         "access_policy", try sealedPolicy(policy, metadataKey: newKeys.metadata, signingKey: signingKey)
                     )
                 }
-                // The buckets under the new entry key, written anew.
+                // The name lists sealed under the new metadata key, then the buckets under the new
+                // entry key (the name lists' with them), written anew.
+                try NameLists(vaultID: current.vaultID, keys: newKeys.manifest).rebuild(in: vault)
                 var (next, buckets) = try Manifest.bucketTally(vault, key: newKeys.manifest.entry)
                 try ManifestBuckets.write(buckets, to: vault)
                 next.counter = manifest.counter + 1

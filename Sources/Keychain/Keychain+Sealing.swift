@@ -55,6 +55,12 @@ extension Keychain {
     /// - version: an older box of the same row does not open in a newer row, and replaying
     ///   the old version number with it changes the row's manifest entry, caught at unlock.
     private func attributesAD(id: Int64, itemClass: ItemClass, version: Int64) -> [UInt8] {
+        Self.attributesAD(vaultID: vaultID, id: id, itemClass: itemClass, version: version)
+    }
+
+    /// The same AD for a vault given by its id (the writer that keeps the name lists opens rows
+    /// with it, NameLists.swift).
+    static func attributesAD(vaultID: [UInt8], id: Int64, itemClass: ItemClass, version: Int64) -> [UInt8] {
         Framing.frame([
             Framing.text("kcfs/item-attrs/v1"), vaultID, Framing.int(id),
             Framing.text(itemClass.rawValue), Framing.int(version),

@@ -89,6 +89,12 @@ extension Keychain {
                         report.failures.append("the access policy does not verify: its signature or encryption fails")
                     }
                 }
+                if state.header.format >= VaultHeader.nameListFormat,
+                    let problem = try nameListProblem(
+                        vault, NameLists(vaultID: state.header.vaultID, keys: manifestKeys))
+                {
+                    report.failures.append(problem)
+                }
                 try vault.forEachItem { row in
                     report.itemsByClass[row.itemClass, default: 0] += 1
                     switch checkRow(row, metadataKey: metadata, classKeys: classKeys) {
@@ -139,6 +145,42 @@ extension Keychain {
         let expected = Self.attributeTags(itemClass, attributes, key: indexKey)
         guard Set(try vault.attributeTags(itemID: row.id)) != Set(expected) else { return nil }
         return "its attribute-index entries do not match its attributes"
+    }
+
+    /// Whether the name lists list exactly the rows (format 5): each list made again from the rows'
+    /// attributes and compared, entry by entry (id and name attributes), with its chunks opened.
+    /// The manifest already covers the chunks; this finds a writer that got a list wrong (or a
+    /// list no row stands for), named by its bucket only. nil when they agree.
+    private func nameListProblem(_ vault: any ItemStoreReader, _ lists: NameLists) throws -> String? {
+        var expected: [[UInt8]: (itemClass: ItemClass, entries: [Int64: [UInt8]])] = [:]
+        try vault.forEachItem { row in
+            // A row whose attributes do not open is reported by its own check.
+            guard let (itemClass, entry) = try? lists.entry(of: row) else { return }
+            expected[row.secondaryIndex, default: (itemClass, [:])].entries[row.id] = Array(entry.fields)
+        }
+        var found: [[UInt8]: [Int64: [UInt8]]] = [:]
+        var unreadable = Set<[UInt8]>()
+        try vault.forEachNameChunk { sidx, chunk, sealed in
+            let classes = expected[sidx].map { [$0.itemClass] } ?? Array(NameLists.listedClasses)
+            guard let entries = classes.lazy.compactMap({ try? lists.open(sealed, $0, sidx, chunk) }).first else {
+                unreadable.insert(sidx)
+                return
+            }
+            for entry in entries {
+                if found[sidx, default: [:]].updateValue(Array(entry.fields), forKey: entry.id)
+                    != nil
+                {
+                    unreadable.insert(sidx)
+                }
+            }
+        }
+        let differing = Set(expected.keys).union(found.keys).filter {
+            unreadable.contains($0) || (expected[$0]?.entries ?? [:]) != (found[$0] ?? [:])
+        }
+        guard !differing.isEmpty else { return nil }
+        let named = differing.prefix(10).map(NameLists.describe).joined(separator: ", ")
+        return
+            "the name lists do not match the items in \(differing.count) director\(differing.count == 1 ? "y" : "ies"): \(named)"
     }
 
     enum RowCheck: Equatable {

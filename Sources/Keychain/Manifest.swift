@@ -107,14 +107,21 @@ struct Manifest: Equatable {
     }
 }
 
-/// The two manifest keys, subkeys of the master key: one for row entries, one for the tag.
+/// The manifest keys, subkeys of the master key: one for row entries, one for the tag (and the
+/// metadata key the name lists are sealed under).
 struct ManifestKeys: Sendable {
     let entry: SecureBytes
     let tag: SecureBytes
 
+    /// The attribute boxes' key (Subkey.metadata), here because every write keeps the name
+    /// lists (vault format 5, NameLists.swift): the writer opens an added or renamed row's
+    /// attributes for its name and seals the name list's chunks under it.
+    let metadata: SecureBytes
+
     init(master: SecureBytes) throws {
         entry = try KeyDerivation.subkey(of: master, id: Subkey.manifest.rawValue, context: Subkey.context)
         tag = try KeyDerivation.subkey(of: master, id: Subkey.manifestTag.rawValue, context: Subkey.context)
+        metadata = try KeyDerivation.subkey(of: master, id: Subkey.metadata.rawValue, context: Subkey.context)
     }
 }
 

@@ -13,13 +13,17 @@ final class ManifestedWriter: ItemStoreWriter {
     private let key: SecureBytes
     private var manifest: Manifest
     private var buckets = BucketChanges()
+    /// Keeps the name lists (vault format 5, NameLists.swift) with the rows.
+    private let nameLists: NameLists
+    private var names = NameListChanges()
     /// A header field or a class key was written: the tag's state must be read again.
     private(set) var authenticatedStateChanged = false
 
-    init(_ inner: any ItemStoreWriter, manifest: Manifest, entryKey: SecureBytes) {
+    init(_ inner: any ItemStoreWriter, manifest: Manifest, keys: ManifestKeys, vaultID: [UInt8]) {
         self.inner = inner
         self.manifest = manifest
-        self.key = entryKey
+        self.key = keys.entry
+        self.nameLists = NameLists(vaultID: vaultID, keys: keys)
     }
 
     // MARK: Reads, as they are
@@ -58,11 +62,23 @@ final class ManifestedWriter: ItemStoreWriter {
     func manifestBucket(_ bucket: Int64) throws -> (accumulator: [UInt8], count: Int64)? {
         try inner.manifestBucket(bucket)
     }
+    func nameChunks(secondaryIndex: [UInt8]) throws -> [(chunk: Int64, sealed: [UInt8])] {
+        try inner.nameChunks(secondaryIndex: secondaryIndex)
+    }
+    func forEachNameChunk(_ body: ([UInt8], Int64, [UInt8]) throws -> Void) throws {
+        try inner.forEachNameChunk(body)
+    }
+    func nameBuckets() throws -> [[UInt8]: (accumulator: [UInt8], count: Int64)] { try inner.nameBuckets() }
+    func nameBucket(secondaryIndex: [UInt8]) throws -> (accumulator: [UInt8], count: Int64)? {
+        try inner.nameBucket(secondaryIndex: secondaryIndex)
+    }
 
-    /// The manifest after every change made through this writer: the buckets touched are
-    /// rewritten and the top accumulator follows them. Called once, by the commit.
+    /// The manifest after every change made through this writer: the name lists and the
+    /// buckets touched are rewritten and the top accumulator follows them. Called once, by the
+    /// commit.
     func finishedManifest() throws -> Manifest {
         var finished = manifest
+        try nameLists.apply(names, to: inner, manifest: &finished)
         try buckets.fold(into: &finished, vault: inner, key: key)
         return finished
     }
@@ -82,6 +98,7 @@ final class ManifestedWriter: ItemStoreWriter {
         buckets.count(id, 1)
         buckets.toggle(id, Manifest.entry(row, key: key))
         toggle(id, item.attributeTags ?? [])
+        if let (itemClass, entry) = try nameLists.entry(of: row) { names.add(entry, to: row.secondaryIndex, itemClass) }
     }
 
     func replace(_ item: StoredItem) throws {
@@ -99,6 +116,24 @@ final class ManifestedWriter: ItemStoreWriter {
         buckets.toggle(item.id, Manifest.entry(old, key: key))
         buckets.toggle(item.id, Manifest.entry(item, key: key))
         if let tags = item.attributeTags { toggle(item.id, oldTags + tags) }
+        // The name is spelled from the primary key, which the primary index hashes (with the
+        // class and group, which the indexes hash too): a replace that keeps the class and both
+        // indexes (a secret rewritten) changes no name list and opens nothing.
+        if old.itemClass != item.itemClass || old.primaryIndex != item.primaryIndex
+            || old.secondaryIndex != item.secondaryIndex
+        {
+            removeName(old)
+            if let (itemClass, entry) = try nameLists.entry(of: item) {
+                names.add(entry, to: item.secondaryIndex, itemClass)
+            }
+        }
+    }
+
+    private func removeName(_ row: StoredItem) {
+        guard let itemClass = ItemClass(rawValue: row.itemClass), NameLists.listedClasses.contains(itemClass) else {
+            return
+        }
+        names.remove(row.id, from: row.secondaryIndex, itemClass)
     }
 
     func delete(id: Int64) throws {
@@ -109,6 +144,7 @@ final class ManifestedWriter: ItemStoreWriter {
         buckets.count(id, -1)
         buckets.toggle(id, Manifest.entry(old, key: key))
         toggle(id, oldTags)
+        removeName(old)
     }
 
     func upgradeSchema() throws { try inner.upgradeSchema() }
@@ -116,11 +152,13 @@ final class ManifestedWriter: ItemStoreWriter {
     /// The savepoint undoes the rows; the working manifest is put back with them.
     func savepoint<R>(_ body: () throws -> R) throws -> R {
         let (savedManifest, savedBuckets, savedChanged) = (manifest, buckets, authenticatedStateChanged)
+        let savedNames = names
         do {
             return try inner.savepoint(body)
         } catch {
             manifest = savedManifest
             buckets = savedBuckets
+            names = savedNames
             authenticatedStateChanged = savedChanged
             throw error
         }
@@ -156,5 +194,14 @@ final class ManifestedWriter: ItemStoreWriter {
     }
     func clearManifestBuckets() throws {
         preconditionFailure("the manifest's buckets are written by writeTransaction only")
+    }
+    func setNameChunk(secondaryIndex: [UInt8], chunk: Int64, sealed: [UInt8]?) throws {
+        preconditionFailure("the name lists follow the rows: written by writeTransaction only")
+    }
+    func setNameBucket(secondaryIndex: [UInt8], _ value: (accumulator: [UInt8], count: Int64)?) throws {
+        preconditionFailure("the name lists follow the rows: written by writeTransaction only")
+    }
+    func clearNameLists() throws {
+        preconditionFailure("the name lists follow the rows: written by writeTransaction only")
     }
 }

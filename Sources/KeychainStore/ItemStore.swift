@@ -76,6 +76,15 @@ public protocol ItemStoreReader {
     func manifestBuckets() throws -> [Int64: (accumulator: [UInt8], count: Int64)]
     /// One stored manifest bucket, or nil when it has none.
     func manifestBucket(_ bucket: Int64) throws -> (accumulator: [UInt8], count: Int64)?
+    /// The sealed chunks of one secondary-index value's name list (vault format 5), in chunk
+    /// order; none when it has none or the store's schema has no name lists yet.
+    func nameChunks(secondaryIndex: [UInt8]) throws -> [(chunk: Int64, sealed: [UInt8])]
+    /// Visits every name-list chunk (secondary index, chunk, sealed) in (index, chunk) order.
+    func forEachNameChunk(_ body: ([UInt8], Int64, [UInt8]) throws -> Void) throws
+    /// Every stored name-list bucket: secondary index → (accumulator, chunk count).
+    func nameBuckets() throws -> [[UInt8]: (accumulator: [UInt8], count: Int64)]
+    /// One secondary-index value's stored name-list bucket, or nil when it has none.
+    func nameBucket(secondaryIndex: [UInt8]) throws -> (accumulator: [UInt8], count: Int64)?
 }
 
 /// Writes, valid only inside the `write` that handed them out.
@@ -101,6 +110,12 @@ public protocol ItemStoreWriter: ItemStoreReader {
     func setManifestBucket(_ bucket: Int64, _ value: (accumulator: [UInt8], count: Int64)?) throws
     /// Removes every manifest bucket (before a migration or a rotation writes them all anew).
     func clearManifestBuckets() throws
+    /// Writes one name-list chunk; `nil` removes it.
+    func setNameChunk(secondaryIndex: [UInt8], chunk: Int64, sealed: [UInt8]?) throws
+    /// Writes one name-list bucket; `nil` removes it (an empty list has none).
+    func setNameBucket(secondaryIndex: [UInt8], _ value: (accumulator: [UInt8], count: Int64)?) throws
+    /// Removes every name-list chunk and bucket (before a migration or a rotation builds them anew).
+    func clearNameLists() throws
     /// Runs `body` under a savepoint of the current transaction: if it throws, its changes are
     /// undone and the transaction goes on without them (one member of a group commit failing
     /// leaves the others' changes in).

@@ -77,10 +77,11 @@ public final class VaultStore: ItemStore {
     public static let applicationID: Int32 = 0x4B43_4653
     /// The SQL schema version this build reads and writes. 1: meta, class_keys, items.
     /// 2: and attr_index (the Secret Service attribute index). 3: and manifest_bucket (the
-    /// manifest's buckets, vault format 4). An older file gets the new tables in the core's
+    /// manifest's buckets, vault format 4). 4: and name_chunk, name_bucket (the sealed name
+    /// lists of vault format 5). An older file gets the new tables in the core's
     /// migration at first unlock (`upgradeSchema`), and older code refuses the file as newer
     /// (`user_version`).
-    public static let schemaVersion = 3
+    public static let schemaVersion = 4
 
     private init(path: String, connection: Connection) throws {
         self.path = path
@@ -131,6 +132,7 @@ public final class VaultStore: ItemStore {
                     tag BLOB NOT NULL, item_id INTEGER NOT NULL, PRIMARY KEY(tag, item_id)) WITHOUT ROWID;
                 CREATE INDEX attr_index_by_item ON attr_index(item_id);
                 \(Statements.bucketTable)
+                \(Statements.nameListTables)
                 COMMIT;
                 """)
             return try VaultStore(path: path, connection: connection)
@@ -493,6 +495,7 @@ private struct Statements: ItemStoreWriter {
                 tag BLOB NOT NULL, item_id INTEGER NOT NULL, PRIMARY KEY(tag, item_id)) WITHOUT ROWID;
             CREATE INDEX IF NOT EXISTS attr_index_by_item ON attr_index(item_id);
             \(Self.bucketTable)
+            \(Self.nameListTables)
             PRAGMA user_version = \(VaultStore.schemaVersion);
             """)
     }
@@ -503,6 +506,90 @@ private struct Statements: ItemStoreWriter {
         CREATE TABLE IF NOT EXISTS manifest_bucket(
             bucket INTEGER PRIMARY KEY, accumulator BLOB NOT NULL, count INTEGER NOT NULL);
         """
+
+    /// The name lists (vault format 5, the core's NameLists.swift): each secondary-index value's
+    /// list in sealed chunks of about one page, keyed by the lowest id a chunk holds, and one
+    /// bucket per value (accumulator over its chunks, chunk count) that the manifest covers.
+    static let nameListTables = """
+        CREATE TABLE IF NOT EXISTS name_chunk(
+            sidx BLOB NOT NULL, chunk INTEGER NOT NULL, sealed BLOB NOT NULL, PRIMARY KEY(sidx, chunk)) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS name_bucket(
+            sidx BLOB PRIMARY KEY, accumulator BLOB NOT NULL, count INTEGER NOT NULL) WITHOUT ROWID;
+        """
+
+    /// Whether the file has a table yet (a vault not yet migrated may not): asked of
+    /// `sqlite_master` until the answer is yes, then remembered by the connection.
+    private func hasTable(_ name: String) throws -> Bool {
+        if connection.tablesSeen.contains(name) { return true }
+        var found = false
+        try connection.run("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [.text(name)]) { _ in
+            found = true
+        }
+        if found { connection.tablesSeen.insert(name) }
+        return found
+    }
+
+    // MARK: Name lists
+
+    func nameChunks(secondaryIndex: [UInt8]) throws -> [(chunk: Int64, sealed: [UInt8])] {
+        guard try hasTable("name_chunk") else { return [] }
+        var chunks: [(chunk: Int64, sealed: [UInt8])] = []
+        try connection.run(
+            "SELECT chunk, sealed FROM name_chunk WHERE sidx = ? ORDER BY chunk", [.blob(secondaryIndex)]
+        ) { chunks.append(($0.int(0), $0.blob(1))) }
+        return chunks
+    }
+
+    func forEachNameChunk(_ body: ([UInt8], Int64, [UInt8]) throws -> Void) throws {
+        guard try hasTable("name_chunk") else { return }
+        try connection.run("SELECT sidx, chunk, sealed FROM name_chunk ORDER BY sidx, chunk") {
+            try body($0.blob(0), $0.int(1), $0.blob(2))
+        }
+    }
+
+    func nameBuckets() throws -> [[UInt8]: (accumulator: [UInt8], count: Int64)] {
+        guard try hasTable("name_bucket") else { return [:] }
+        var buckets: [[UInt8]: (accumulator: [UInt8], count: Int64)] = [:]
+        try connection.run("SELECT sidx, accumulator, count FROM name_bucket") {
+            buckets[$0.blob(0)] = ($0.blob(1), $0.int(2))
+        }
+        return buckets
+    }
+
+    func nameBucket(secondaryIndex: [UInt8]) throws -> (accumulator: [UInt8], count: Int64)? {
+        guard try hasTable("name_bucket") else { return nil }
+        var found: (accumulator: [UInt8], count: Int64)?
+        try connection.run("SELECT accumulator, count FROM name_bucket WHERE sidx = ?", [.blob(secondaryIndex)]) {
+            found = ($0.blob(0), $0.int(1))
+        }
+        return found
+    }
+
+    func setNameChunk(secondaryIndex: [UInt8], chunk: Int64, sealed: [UInt8]?) throws {
+        guard let sealed else {
+            try connection.run(
+                "DELETE FROM name_chunk WHERE sidx = ? AND chunk = ?", [.blob(secondaryIndex), .integer(chunk)])
+            return
+        }
+        try connection.run(
+            "INSERT OR REPLACE INTO name_chunk(sidx, chunk, sealed) VALUES(?, ?, ?)",
+            [.blob(secondaryIndex), .integer(chunk), .blob(sealed)])
+    }
+
+    func setNameBucket(secondaryIndex: [UInt8], _ value: (accumulator: [UInt8], count: Int64)?) throws {
+        guard let value else {
+            try connection.run("DELETE FROM name_bucket WHERE sidx = ?", [.blob(secondaryIndex)])
+            return
+        }
+        try connection.run(
+            "INSERT OR REPLACE INTO name_bucket(sidx, accumulator, count) VALUES(?, ?, ?)",
+            [.blob(secondaryIndex), .blob(value.accumulator), .integer(value.count)])
+    }
+
+    func clearNameLists() throws {
+        try connection.run("DELETE FROM name_chunk")
+        try connection.run("DELETE FROM name_bucket")
+    }
 
     /// Whether the file has the attribute index yet (a vault of schema 1 not yet migrated has not).
     /// Asked of `sqlite_master` until the answer is yes, then remembered by the connection

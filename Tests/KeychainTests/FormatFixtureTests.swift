@@ -95,7 +95,7 @@ struct FormatFixtureTests {
                 "SELECT name, value FROM meta WHERE name IN ('access_policy', 'kdf_salt', 'vault_id') ORDER BY name")
     }
 
-    @Test("the first unlock migrates the fixture to format 4 in one transaction, losing nothing")
+    @Test("the first unlock migrates the fixture to format 5 in one transaction, losing nothing")
     func migratesFixture() throws {
         try withTempDir { dir throws in
             let (vault, deviceKey) = try FormatOneFixture.copy(into: dir)
@@ -106,7 +106,7 @@ struct FormatFixtureTests {
             try FormatOneFixture.expectContents(kc)
             let db = try RawDB(vault)
             // Format-1 code reads this field and refuses anything above 1 as "newer".
-            #expect(try db.meta("format") == le64(4))
+            #expect(try db.meta("format") == le64(5))
             #expect(try db.meta("manifest")?.count == 120)
             #expect(try Self.preserved(db) == before)
             // Opened again: verified, not migrated again; writes go on with ids never reused

@@ -89,13 +89,22 @@ struct GroupDirectory: ItemFileDirectory {
         // Only hits come from the listing: a miss takes the full path (one index probe),
         // which also audits names of other access groups.
         if let file = fs.memoryFile(named: name, in: ino, caller: caller) { return file.stat() }
-        if let cached = try validListing(in: fs, caller: caller), let stat = cached.stat(named: name) { return stat }
+        if let cached = try validListing(in: fs, caller: caller), let item = cached.ino(named: name),
+            let (itemClass, id) = Inode.decodeItem(item)
+        {
+            // The listing says which item the name is; its stat (size, times) is read by id once
+            // per listing (a data write changes no listing, so none is kept in it).
+            if let stat = fs.listings.stat(of: item, in: ino, stamp: cached.stamp) { return stat }
+            let stat = try ItemNode(itemClass: itemClass, id: id).stat(in: fs, caller: caller)
+            fs.listings.remember(stat, in: ino, stamp: cached.stamp)
+            return stat
+        }
         return try lookupItem(name, in: fs, caller: caller)
     }
 
     func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
         try listing(in: fs, caller: caller).entries.map {
-            DirectoryEntry(name: $0.name, ino: $0.stat.ino, isDirectory: false)
+            DirectoryEntry(name: $0.name, ino: $0.ino, isDirectory: false)
         }
             + fs.memoryFileEntries(in: ino, caller: caller)
     }
@@ -110,7 +119,7 @@ struct GroupDirectory: ItemFileDirectory {
         return cached
     }
 
-    /// The directory's items as (name, stat), from the cache when nothing in the vault changed
+    /// The directory's items as (name, inode), from the cache when nothing in the vault changed
     /// since it was made for these access groups.
     private func listing(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing {
         let stamp = try fs.keychain.changeStamp()

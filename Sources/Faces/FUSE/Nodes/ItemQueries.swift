@@ -20,23 +20,36 @@ extension KeychainFileSystem {
         } catch KeychainStatus.itemNotFound { return [] }
     }
 
-    /// A service/server directory's entries (name, stat), each item's attributes dropped as soon
-    /// as its name is spelled: a 10,000-item directory never holds 10,000 attribute sets. A
+    /// A service/server directory's entries (name, inode), from the directory's sealed name
+    /// lists (vault format 5): no item's attributes are opened. An inet server's list holds
+    /// every protocol and port of the server: only the entries of this directory are kept. A
     /// directory whose spelling names no grouping value (a long name) is listed as `items` does.
     func listItems(inDirectory itemClass: ItemClass, _ spelling: String, caller: Caller) throws
-        -> [(name: String, stat: NodeStat)]
+        -> [(name: String, ino: UInt64)]
     {
         let grouping = Schema.groupingAttribute(of: itemClass)
         guard let value = PathCodec.parseDirectory(itemClass, spelling)?[grouping] else {
             return try items(inDirectory: itemClass, spelling, caller: caller)
-                .map { (name: PathCodec.leaf(of: itemClass, $0.attributes), stat: itemStat($0)) }
+                .map { (name: PathCodec.leaf(of: itemClass, $0.attributes), ino: Inode.item(itemClass, id: $0.id)) }
         }
-        var out: [(name: String, stat: NodeStat)] = []
-        try keychain.forEachItem(itemClass, grouping: value, caller: caller) { item in
-            guard let directory = PathCodec.directory(of: itemClass, item.attributes),
-                PathCodec.same(directory, spelling)
-            else { return }
-            out.append((name: PathCodec.leaf(of: itemClass, item.attributes), stat: itemStat(item)))
+        // A service directory is spelled from the service alone: one check for the whole list.
+        let sameForAll = itemClass == .genericPassword
+        if sameForAll,
+            !(PathCodec.directory(of: itemClass, [grouping: value]).map { PathCodec.same($0, spelling) } ?? false)
+        {
+            return []
+        }
+        let entries = try keychain.nameList(itemClass, grouping: value, caller: caller)
+        var out: [(name: String, ino: UInt64)] = []
+        out.reserveCapacity(entries.count)
+        // Each name spelled from the entry itself (its values decoded as the spelling asks for
+        // them): no attribute set per entry.
+        for entry in entries {
+            if !sameForAll {
+                guard let directory = PathCodec.directory(of: itemClass, entry), PathCodec.same(directory, spelling)
+                else { continue }
+            }
+            out.append((name: PathCodec.leaf(of: itemClass, entry), ino: Inode.item(itemClass, id: entry.id)))
         }
         return out
     }

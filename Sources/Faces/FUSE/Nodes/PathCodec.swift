@@ -50,6 +50,14 @@ public enum PathCodec {
     /// scratch files (`isScratchName`), which would be kept in memory instead of stored. Such a
     /// spelling has its first byte (`.`, `#` or `4`, always ASCII) escaped, or its trailing `~`.
     static func component(_ spelled: String) -> String {
+        // Most names are none of those (no `~` at the end; not starting with `.`, `#` or `4`):
+        // returned as they are, without copying their bytes (a listing spells thousands).
+        let utf8 = spelled.utf8
+        if let first = utf8.first, first != UInt8(ascii: "."), first != UInt8(ascii: "#"), first != UInt8(ascii: "4"),
+            utf8.last != UInt8(ascii: "~")
+        {
+            return spelled
+        }
         var bytes = Array(spelled.utf8)
         if bytes.last == UInt8(ascii: "~") { bytes = bytes.dropLast() + escaped(UInt8(ascii: "~")) }
         if bytes == [0x2E] || bytes == [0x2E, 0x2E] || isScratchName(bytes) {
@@ -89,8 +97,8 @@ public enum PathCodec {
     /// A component longer than a filename may be is spelled as a prefix, `%~` and a hash of
     /// the full spelling: still unique and stable, resolved by comparing spellings.
     static func fitted(_ spelled: String) -> String {
+        guard spelled.utf8.count > maxComponentBytes else { return spelled }
         let bytes = Array(spelled.utf8)
-        guard bytes.count > maxComponentBytes else { return spelled }
         let hash = AttributeText.hex(KeyedHash.digest([bytes])).prefix(16)
         var cut = maxComponentBytes - longNameMarker.utf8.count - hash.count
         // Do not cut inside a %XX escape or a UTF-8 sequence.
@@ -135,7 +143,7 @@ public enum PathCodec {
 
     /// The directory an item lives in under its class directory (genp: service,
     /// inet: protocol/server/port), or nil for classes whose items sit in the class directory.
-    public static func directory(of itemClass: ItemClass, _ attributes: Attributes) -> String? {
+    public static func directory<A: AttributeLookup>(of itemClass: ItemClass, _ attributes: A) -> String? {
         switch itemClass {
         case .genericPassword:
             return fitted(component(escape(string(attributes, Schema.service))))
@@ -165,7 +173,7 @@ public enum PathCodec {
     }
 
     /// The file name of an item within its directory.
-    public static func leaf(of itemClass: ItemClass, _ attributes: Attributes) -> String {
+    public static func leaf<A: AttributeLookup>(of itemClass: ItemClass, _ attributes: A) -> String {
         var out: String
         var suffix: [(String, String)] = []
         switch itemClass {
@@ -297,12 +305,12 @@ public enum PathCodec {
         return attributes
     }
 
-    static func string(_ attributes: Attributes, _ attribute: Attribute) -> String {
+    static func string<A: AttributeLookup>(_ attributes: A, _ attribute: Attribute) -> String {
         if case .string(let s)? = attributes[attribute] { return s }
         return ""
     }
 
-    static func number(_ attributes: Attributes, _ attribute: Attribute) -> Int64 {
+    static func number<A: AttributeLookup>(_ attributes: A, _ attribute: Attribute) -> Int64 {
         if case .number(let n)? = attributes[attribute] { return n }
         return 0
     }

@@ -1,0 +1,79 @@
+import Foundation
+import KeychainCrypto
+import KeychainStore
+
+// A service or server directory listed from its sealed name lists (vault format 5,
+// NameLists.swift): one read of the caller's groups' lists and of the manifest, a few dozen
+// chunks opened, no item's attribute box opened.
+
+extension Keychain {
+    /// The entries (id and name attributes) of the items of `itemClass` whose grouping attribute
+    /// (service, server) is `value`, in every access group of the caller, in id order. Checked in
+    /// one snapshot: the manifest's tag, the rollback mark, the bucket tables against the tag's
+    /// top accumulator, and each list's chunks against its bucket; then each chunk opened with the
+    /// AD of its place. A list that does not match is errSecDecode naming the list's bucket only
+    /// (nothing read from a chunk); it fails this listing, not the vault's other reads, whose
+    /// rows are checked by their own buckets.
+    public func nameList(
+        _ itemClass: ItemClass, grouping value: AttributeValue, caller callerArgument: Caller? = nil
+    ) throws -> [NameListEntry] {
+        guard NameLists.listedClasses.contains(itemClass) else {
+            throw KeychainError(.param, "\(itemClass.rawValue) items are not listed by directory")
+        }
+        let call = callContext(callerArgument)
+        let keys = try call.unlockedKeys()
+        let groups = call.caller.accessGroups
+        try state.withLock { s in
+            if let failure = s.integrity.failure { throw KeychainError(.decode, failure) }
+        }
+        let lists = NameLists(vaultID: vaultID, keys: keys.manifest)
+        let indexes = groups.map { secondaryIndex(itemClass, group: $0, value, keys: keys) }
+        let seen = highestCounterSeen()
+        let sealed = try storeCall {
+            try store.read { vault in
+                let state = try AuthenticatedState.read(from: vault)
+                let expected = try state.verified(try vault.meta("manifest"), keys: keys.manifest)
+                try refuseRollback(expected.counter, seen: seen, accepting: false)
+                if let problem = try Manifest.bucketTableMismatch(
+                    vault, try ManifestBuckets.stored(vault), expected: expected, key: keys.manifest.entry)
+                {
+                    throw KeychainError(.decode, "vault integrity check failed: \(problem)")
+                }
+                return try indexes.map { sidx in
+                    let chunks = try vault.nameChunks(secondaryIndex: sidx)
+                    let found = NameLists.tally(chunks, sidx, key: keys.manifest.entry)
+                    let want =
+                        try vault.nameBucket(secondaryIndex: sidx).map {
+                            ManifestBucket(accumulator: $0.accumulator, count: $0.count)
+                        } ?? ManifestBucket()
+                    guard found == want else {
+                        throw KeychainError(
+                            .decode,
+                            "vault integrity check failed: \(NameLists.describe(sidx)) does not match the authenticated manifest (\(found.count) chunks found, \(want.count) expected): chunks were altered, deleted, added, swapped or replayed from an older copy"
+                        )
+                    }
+                    return chunks
+                }
+            }
+        }
+        var out: [NameListEntry] = []
+        for (group, (sidx, chunks)) in zip(groups, zip(indexes, sealed)) {
+            var last = Int64.min
+            for (position, (chunk, box)) in chunks.enumerated() {
+                let next = position + 1 < chunks.count ? chunks[position + 1].chunk : Int64.max
+                for entry in try lists.open(box, itemClass, sidx, chunk, accessGroup: group, groupingValue: value) {
+                    // Where an honest writer puts it: in id order, in its chunk's range. (Its
+                    // group is the list's: the chunk opens only under its list's sidx.)
+                    guard entry.id > last, entry.id >= chunk, entry.id < next else {
+                        throw KeychainError(
+                            .decode, "vault integrity check failed: \(NameLists.describe(sidx)) is malformed")
+                    }
+                    last = entry.id
+                    out.append(entry)
+                }
+            }
+        }
+        if groups.count > 1 { out.sort { $0.id < $1.id } }
+        return out
+    }
+}
