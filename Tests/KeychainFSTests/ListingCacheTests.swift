@@ -10,7 +10,8 @@ import Testing
 struct ListingCacheTests {
     static func listing(_ n: Int, stamp: Int64 = 1) -> ListingCache.Listing {
         ListingCache.Listing(
-            stamp: [stamp], groups: ["g"], entries: (0..<n).map { (name: "acct\($0)", ino: UInt64($0 + 1)) })
+            stamp: [stamp], groups: ["g"],
+            entries: (0..<n).map { DirectoryEntry(name: "acct\($0)", ino: UInt64($0 + 1), isDirectory: false) })
     }
 
     @Test("entries stay within the bound; the least recently used listing is evicted first")

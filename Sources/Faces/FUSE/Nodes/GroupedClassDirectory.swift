@@ -31,7 +31,7 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
 
     func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
         let listed = try directoriesWithItems(in: fs, caller: caller)
-        var out = listed.entries.map { DirectoryEntry(name: $0.name, ino: $0.ino, isDirectory: true) }
+        var out = listed.entries
         for (spelling, ino) in fs.directories.emptyDirectories(of: itemClass) where listed.ino(named: spelling) == nil {
             out.append(DirectoryEntry(name: spelling, ino: ino, isDirectory: true))
         }
@@ -47,13 +47,14 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
         if let cached = fs.listings.listing(ino), cached.isValid(stamp: stamp, groups: caller.accessGroups) {
             return cached
         }
-        var entries: [(name: String, ino: UInt64)] = []
+        var entries: [DirectoryEntry] = []
         var seen = Set<[UInt8]>()  // bytes: NFC and NFD services are two directories
         try fs.keychain.forEachItem(itemClass, caller: caller) { item in
             guard let spelling = PathCodec.directory(of: itemClass, item.attributes),
                 seen.insert(Array(spelling.utf8)).inserted
             else { return }
-            entries.append((name: spelling, ino: fs.directories.inode(itemClass, spelling)))
+            entries.append(
+                DirectoryEntry(name: spelling, ino: fs.directories.inode(itemClass, spelling), isDirectory: true))
         }
         let made = ListingCache.Listing(stamp: stamp, groups: caller.accessGroups, entries: entries)
         fs.listings.store(made, for: ino)

@@ -103,10 +103,9 @@ struct GroupDirectory: ItemFileDirectory {
     }
 
     func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
-        try listing(in: fs, caller: caller).entries.map {
-            DirectoryEntry(name: $0.name, ino: $0.ino, isDirectory: false)
-        }
-            + fs.memoryFileEntries(in: ino, caller: caller)
+        let listed = try listing(in: fs, caller: caller).entries
+        let memory = fs.memoryFileEntries(in: ino, caller: caller)
+        return memory.isEmpty ? listed : listed + memory
     }
 
     private func validListing(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing? {

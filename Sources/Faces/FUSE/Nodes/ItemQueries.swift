@@ -24,13 +24,15 @@ extension KeychainFileSystem {
     /// lists (vault format 5): no item's attributes are opened. An inet server's list holds
     /// every protocol and port of the server: only the entries of this directory are kept. A
     /// directory whose spelling names no grouping value (a long name) is listed as `items` does.
-    func listItems(inDirectory itemClass: ItemClass, _ spelling: String, caller: Caller) throws
-        -> [(name: String, ino: UInt64)]
-    {
+    func listItems(inDirectory itemClass: ItemClass, _ spelling: String, caller: Caller) throws -> [DirectoryEntry] {
         let grouping = Schema.groupingAttribute(of: itemClass)
         guard let value = PathCodec.parseDirectory(itemClass, spelling)?[grouping] else {
             return try items(inDirectory: itemClass, spelling, caller: caller)
-                .map { (name: PathCodec.leaf(of: itemClass, $0.attributes), ino: Inode.item(itemClass, id: $0.id)) }
+                .map {
+                    DirectoryEntry(
+                        name: PathCodec.leaf(of: itemClass, $0.attributes), ino: Inode.item(itemClass, id: $0.id),
+                        isDirectory: false)
+                }
         }
         // A service directory is spelled from the service alone: one check for the whole list.
         let sameForAll = itemClass == .genericPassword
@@ -40,7 +42,7 @@ extension KeychainFileSystem {
             return []
         }
         let entries = try keychain.nameList(itemClass, grouping: value, caller: caller)
-        var out: [(name: String, ino: UInt64)] = []
+        var out: [DirectoryEntry] = []
         out.reserveCapacity(entries.count)
         // Each name spelled from the entry itself (its values decoded as the spelling asks for
         // them): no attribute set per entry.
@@ -49,7 +51,10 @@ extension KeychainFileSystem {
                 guard let directory = PathCodec.directory(of: itemClass, entry), PathCodec.same(directory, spelling)
                 else { continue }
             }
-            out.append((name: PathCodec.leaf(of: itemClass, entry), ino: Inode.item(itemClass, id: entry.id)))
+            out.append(
+                DirectoryEntry(
+                    name: PathCodec.leaf(of: itemClass, entry), ino: Inode.item(itemClass, id: entry.id),
+                    isDirectory: false))
         }
         return out
     }

@@ -22,11 +22,13 @@ public enum PathCodec {
     /// `..` or an editor's scratch file: `component`.)
     static func escape(_ text: String, extra: [UInt8] = []) -> String {
         // Most names need no escape: return them as they are, without copying their bytes.
-        if !text.utf8.isEmpty
-            && !text.utf8.contains(where: { $0 == 0x25 || $0 == 0x2F || $0 == 0 || extra.contains($0) })
-        {
-            return text
-        }
+        // (Scanned as a buffer where the string has one: a listing spells thousands, and the
+        // generic scan of a UTF8View was a tenth of a first listing.)
+        func needsEscape(_ b: UInt8) -> Bool { b == 0x25 || b == 0x2F || b == 0 || extra.contains(b) }
+        let clean =
+            text.utf8.withContiguousStorageIfAvailable { !$0.isEmpty && !$0.contains(where: needsEscape) }
+            ?? (!text.utf8.isEmpty && !text.utf8.contains(where: needsEscape))
+        if clean { return text }
         let bytes = Array(text.utf8)
         if bytes.isEmpty { return "%" }
         var out = [UInt8]()

@@ -16,12 +16,13 @@ final class ListingCache: Sendable {
     struct Listing: Sendable {
         let stamp: [Int64]
         let groups: [String]
-        let entries: [(name: String, ino: UInt64)]
+        /// As readdir answers them: a first listing is not copied into another array for it.
+        let entries: [DirectoryEntry]
         /// Keyed by the name's bytes: NFC and NFD spellings are two names (two items). Made at the
         /// first lookup, not with the listing: a readdir alone (`ls -f`, a glob) looks nothing up.
         private let byName = NameIndex()
 
-        init(stamp: [Int64], groups: [String], entries: [(name: String, ino: UInt64)]) {
+        init(stamp: [Int64], groups: [String], entries: [DirectoryEntry]) {
             self.stamp = stamp
             self.groups = groups
             self.entries = entries
@@ -133,7 +134,7 @@ struct NameBytes: Hashable, Sendable {
 final class NameIndex: Sendable {
     private let index = Mutex<[NameBytes: UInt64]?>(nil)
 
-    func ino(named name: String, in entries: [(name: String, ino: UInt64)]) -> UInt64? {
+    func ino(named name: String, in entries: [DirectoryEntry]) -> UInt64? {
         index.withLock { index in
             if index == nil {
                 var made: [NameBytes: UInt64] = [:]
