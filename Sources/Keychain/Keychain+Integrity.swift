@@ -156,9 +156,12 @@ extension Keychain {
                     try header.format == 1
                     ? formatOneManifest(vault, keys: keys, metadataKey: metadataKey)
                     : header.format == VaultHeader.bucketedManifestFormat
-                        ? formatFourManifest(
-                            vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback)
-                        : formatTwoManifest(vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback)
+                        ? verifiedManifest(
+                            vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback,
+                            tally: { try Manifest.bucketTally($0, key: keys.entry).0 })
+                        : verifiedManifest(
+                            vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback,
+                            tally: { try Manifest.tally($0, key: keys.entry) })
                 if header.format < 3 {
                     try buildAttributeIndex(
                         in: vault, metadataKey: metadataKey, indexKey: indexKey, entryKey: keys.entry,
@@ -204,33 +207,16 @@ extension Keychain {
         return manifest
     }
 
-    /// A format-4 vault's manifest, verified as the full check verified it in that format (tag, the
-    /// buckets tallied from every row and index row folded to the top, policy, rollback mark;
-    /// the name-list tables are new and empty here), with the counter moved on by this write.
-    private func formatFourManifest(
-        _ vault: any ItemStoreWriter, keys: ManifestKeys, metadataKey: SecureBytes, acceptRollback: Bool
+    /// The manifest of a format-2, -3 or -4 vault, verified as unlock verified it in that format
+    /// (the tag; the accumulator `tally` makes from every row and index row: flat in formats 2
+    /// and 3, the buckets folded to the top in format 4, whose name-list tables are new and empty
+    /// here; the policy; the rollback mark), with the counter moved on by this write.
+    private func verifiedManifest(
+        _ vault: any ItemStoreWriter, keys: ManifestKeys, metadataKey: SecureBytes, acceptRollback: Bool,
+        tally: (any ItemStoreWriter) throws -> Manifest
     ) throws -> Manifest {
         let expected = try AuthenticatedState.read(from: vault).verified(try vault.meta("manifest"), keys: keys)
-        let (found, _) = try Manifest.bucketTally(vault, key: keys.entry)
-        if let problem = Manifest.mismatch(found: found, expected: expected) {
-            let damaged = try damagedRows(in: vault, metadataKey: metadataKey)
-            throw KeychainError(
-                .decode, "vault integrity check failed: \(problem), so it is not migrated; \(Self.describe(damaged))")
-        }
-        try refuseRollback(expected.counter, accepting: acceptRollback)
-        var manifest = expected
-        manifest.counter += 1
-        return manifest
-    }
-
-    /// A format-2 or format-3 vault's manifest, verified as unlock verified it in that format
-    /// (tag, the flat accumulator over every row and index row, policy, rollback mark), with the
-    /// counter moved on by this write.
-    private func formatTwoManifest(
-        _ vault: any ItemStoreWriter, keys: ManifestKeys, metadataKey: SecureBytes, acceptRollback: Bool
-    ) throws -> Manifest {
-        let expected = try AuthenticatedState.read(from: vault).verified(try vault.meta("manifest"), keys: keys)
-        if let problem = Manifest.mismatch(found: try Manifest.tally(vault, key: keys.entry), expected: expected) {
+        if let problem = Manifest.mismatch(found: try tally(vault), expected: expected) {
             let damaged = try damagedRows(in: vault, metadataKey: metadataKey)
             throw KeychainError(
                 .decode, "vault integrity check failed: \(problem), so it is not migrated; \(Self.describe(damaged))")
