@@ -155,7 +155,7 @@ public final class AuditLog: Sendable {
         line.append(UInt8(ascii: " "))
         if caller.processDescription.isEmpty { line += "pid ?".utf8 } else { line += caller.processDescription.utf8 }
         line += " item=".utf8
-        if let item { Self.appendDecimal(item, to: &line) } else { line.append(UInt8(ascii: "-")) }
+        if let item { DecimalText.append(item, to: &line) } else { line.append(UInt8(ascii: "-")) }
         line += " op=".utf8
         line += operation.text.utf8
         line += allowed ? " allow".utf8 : " deny".utf8
@@ -169,18 +169,6 @@ public final class AuditLog: Sendable {
         }
         line.append(UInt8(ascii: "\n"))
         append(line)
-    }
-
-    /// `n` in decimal, without a String in between.
-    static func appendDecimal(_ n: Int64, to line: inout [UInt8]) {
-        if n < 0 { line.append(UInt8(ascii: "-")) }
-        let start = line.count
-        var magnitude = n.magnitude
-        repeat {
-            line.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
-            magnitude /= 10
-        } while magnitude > 0
-        line[start...].reverse()
     }
 
     /// Appends one whole line: written now, or buffered (see the type's comment).

@@ -147,27 +147,22 @@ public final class IdentityCache: Sendable {
 /// string interpolation.
 enum ProcPath {
     static func of(_ pid: pid_t, _ name: StaticString) -> [CChar] {
-        var out = directory(pid)
-        out.append(CChar(bitPattern: UInt8(ascii: "/")))
-        name.withUTF8Buffer { for byte in $0 { out.append(CChar(bitPattern: byte)) } }
-        out.append(0)
-        return out
+        var bytes = directory(pid)
+        bytes.append(UInt8(ascii: "/"))
+        name.withUTF8Buffer { bytes += $0 }
+        return cString(bytes)
     }
 
-    static func of(_ pid: pid_t) -> [CChar] { directory(pid) + [0] }
+    static func of(_ pid: pid_t) -> [CChar] { cString(directory(pid)) }
 
     /// `/proc/<pid>`, not terminated.
-    private static func directory(_ pid: pid_t) -> [CChar] {
-        var out: [CChar] = []
-        out.reserveCapacity(32)
-        for byte in "/proc/".utf8 { out.append(CChar(bitPattern: byte)) }
-        var digits: [CChar] = []
-        var n = Int(pid)
-        repeat {
-            digits.append(CChar(48 + n % 10))
-            n /= 10
-        } while n > 0
-        out += digits.reversed()
-        return out
+    private static func directory(_ pid: pid_t) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(32)
+        bytes += "/proc/".utf8
+        DecimalText.append(Int64(pid), to: &bytes)
+        return bytes
     }
+
+    private static func cString(_ bytes: [UInt8]) -> [CChar] { bytes.map { CChar(bitPattern: $0) } + [0] }
 }

@@ -25,6 +25,21 @@ public enum Log {
     }
 }
 
+/// An integer in decimal, appended to bytes without a String in between (audit lines, /proc
+/// paths: both made on every open or new caller).
+enum DecimalText {
+    static func append(_ n: Int64, to out: inout [UInt8]) {
+        if n < 0 { out.append(UInt8(ascii: "-")) }
+        let start = out.count
+        var magnitude = n.magnitude
+        repeat {
+            out.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
+            magnitude /= 10
+        } while magnitude > 0
+        out[start...].reverse()
+    }
+}
+
 enum AttributeTextTime {
     /// Now in UTC, `2026-11-23T09:13:02.123Z`.
     static func now() -> String {

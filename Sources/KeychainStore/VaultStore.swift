@@ -518,7 +518,8 @@ private struct Statements: ItemStoreWriter {
         """
 
     /// Whether the file has a table yet (a vault not yet migrated may not): asked of
-    /// `sqlite_master` until the answer is yes, then remembered by the connection.
+    /// `sqlite_master` until the answer is yes, then remembered by the connection (`tablesSeen`):
+    /// without that, every rewrite of a secret asked it again.
     private func hasTable(_ name: String) throws -> Bool {
         if connection.tablesSeen.contains(name) { return true }
         var found = false
@@ -592,17 +593,7 @@ private struct Statements: ItemStoreWriter {
     }
 
     /// Whether the file has the attribute index yet (a vault of schema 1 not yet migrated has not).
-    /// Asked of `sqlite_master` until the answer is yes, then remembered by the connection
-    /// (`tablesSeen`): every rewrite of a secret asked it once more.
-    private func hasAttributeIndex() throws -> Bool {
-        if connection.tablesSeen.contains("attr_index") { return true }
-        var found = false
-        try connection.run("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'attr_index'") { _ in
-            found = true
-        }
-        if found { connection.tablesSeen.insert("attr_index") }
-        return found
-    }
+    private func hasAttributeIndex() throws -> Bool { try hasTable("attr_index") }
 
     func setAttributeTags(_ tags: [[UInt8]], itemID: Int64) throws {
         try connection.run("DELETE FROM attr_index WHERE item_id = ?", [.integer(itemID)])
