@@ -58,8 +58,7 @@ extension Keychain {
         Self.attributesAD(vaultID: vaultID, id: id, itemClass: itemClass, version: version)
     }
 
-    /// The same AD for a vault given by its id (the writer that keeps the name lists opens rows
-    /// with it, NameLists.swift).
+    /// The same AD for a vault given by its id.
     static func attributesAD(vaultID: [UInt8], id: Int64, itemClass: ItemClass, version: Int64) -> [UInt8] {
         Framing.frame([
             Framing.text("kcfs/item-attrs/v1"), vaultID, Framing.int(id),
@@ -196,11 +195,19 @@ extension Keychain {
     }
 
     func openAttributes(_ row: StoredItem, itemClass: ItemClass, metadataKey: SecureBytes) throws -> Attributes {
+        try Self.openAttributes(row, itemClass: itemClass, vaultID: vaultID, metadataKey: metadataKey)
+    }
+
+    /// The same for a vault given by its id (the writer that keeps the name lists opens rows
+    /// with it, NameLists.swift).
+    static func openAttributes(_ row: StoredItem, itemClass: ItemClass, vaultID: [UInt8], metadataKey: SecureBytes)
+        throws -> Attributes
+    {
         do {
             let plain = try AEAD.open(
                 row.sealedAttributes,
-                associatedData: attributesAD(id: row.id, itemClass: itemClass, version: row.version), key: metadataKey
-            )
+                associatedData: attributesAD(vaultID: vaultID, id: row.id, itemClass: itemClass, version: row.version),
+                key: metadataKey)
             return try AttributeCodec.decode(plain, itemClass: itemClass)
         } catch {
             throw KeychainError(

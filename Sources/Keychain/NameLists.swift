@@ -70,12 +70,8 @@ struct NameLists {
         guard let itemClass = ItemClass(rawValue: row.itemClass), Self.listedClasses.contains(itemClass) else {
             return nil
         }
-        let ad = Keychain.attributesAD(vaultID: vaultID, id: row.id, itemClass: itemClass, version: row.version)
-        guard let plain = try? AEAD.open(row.sealedAttributes, associatedData: ad, key: keys.metadata) else {
-            throw KeychainError(
-                .decode, "item \(row.id) is damaged or was tampered with: its attributes do not authenticate")
-        }
-        let attributes = try AttributeCodec.decode(plain, itemClass: itemClass)
+        let attributes = try Keychain.openAttributes(
+            row, itemClass: itemClass, vaultID: vaultID, metadataKey: keys.metadata)
         return (itemClass, NameListEntry(id: row.id, itemClass, attributes: attributes))
     }
 
