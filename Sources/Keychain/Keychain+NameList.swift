@@ -42,10 +42,7 @@ extension Keychain {
                 return try indexes.map { sidx in
                     let chunks = try vault.nameChunks(secondaryIndex: sidx)
                     let found = NameLists.tally(chunks, sidx, key: keys.manifest.entry)
-                    let want =
-                        try vault.nameBucket(secondaryIndex: sidx).map {
-                            ManifestBucket(accumulator: $0.accumulator, count: $0.count)
-                        } ?? ManifestBucket()
+                    let want = try NameLists.stored(vault, sidx)
                     guard found == want else {
                         throw KeychainError(
                             .decode,

@@ -124,6 +124,12 @@ struct NameLists {
         return buckets
     }
 
+    /// One list's stored bucket; empty when the list has none.
+    static func stored(_ vault: any ItemStoreReader, _ sidx: [UInt8]) throws -> ManifestBucket {
+        try vault.nameBucket(secondaryIndex: sidx).map { ManifestBucket(accumulator: $0.accumulator, count: $0.count) }
+            ?? ManifestBucket()
+    }
+
     static func stored(_ vault: any ItemStoreReader) throws -> [[UInt8]: ManifestBucket] {
         try vault.nameBuckets().mapValues { ManifestBucket(accumulator: $0.accumulator, count: $0.count) }
     }
@@ -177,10 +183,7 @@ struct NameLists {
     func apply(_ changes: NameListChanges, to vault: any ItemStoreWriter, manifest: inout Manifest) throws {
         for (sidx, change) in changes.lists {
             let stored = try vault.nameChunks(secondaryIndex: sidx)
-            let old =
-                try vault.nameBucket(secondaryIndex: sidx).map {
-                    ManifestBucket(accumulator: $0.accumulator, count: $0.count)
-                } ?? ManifestBucket()
+            let old = try Self.stored(vault, sidx)
             var bucket = old
             // Chunk position → its entries, for the chunks a change falls in; -1: no chunk yet.
             var touched: [Int: [NameListEntry]] = [:]
