@@ -17,6 +17,18 @@ extension Keychain {
     public func nameList(
         _ itemClass: ItemClass, grouping value: AttributeValue, caller callerArgument: Caller? = nil
     ) throws -> [NameListEntry] {
+        var out: [NameListEntry] = []
+        try forEachNameListEntry(itemClass, grouping: value, caller: callerArgument) { out.append($0) }
+        return out
+    }
+
+    /// The same entries handed to `body` one at a time, as their chunks are decoded: a listing
+    /// of 10,000 names keeps no array of entries. A damaged chunk throws after `body` has seen
+    /// the entries before it, so a caller drops what it gathered when this throws.
+    public func forEachNameListEntry(
+        _ itemClass: ItemClass, grouping value: AttributeValue, caller callerArgument: Caller? = nil,
+        _ body: (NameListEntry) throws -> Void
+    ) throws {
         guard NameLists.listedClasses.contains(itemClass) else {
             throw KeychainError(.param, "\(itemClass.rawValue) items are not listed by directory")
         }
@@ -53,12 +65,13 @@ extension Keychain {
                 }
             }
         }
-        var out: [NameListEntry] = []
+        // One group's list is in id order as it is stored; several are merged by id.
+        var merged: [NameListEntry] = []
         for (group, (sidx, chunks)) in zip(groups, zip(indexes, sealed)) {
             var last = Int64.min
             for (position, (chunk, box)) in chunks.enumerated() {
                 let next = position + 1 < chunks.count ? chunks[position + 1].chunk : Int64.max
-                for entry in try lists.open(box, itemClass, sidx, chunk, accessGroup: group, groupingValue: value) {
+                try lists.forEachEntry(box, itemClass, sidx, chunk, accessGroup: group, groupingValue: value) { entry in
                     // Where an honest writer puts it: in id order, in its chunk's range. (Its
                     // group is the list's: the chunk opens only under its list's sidx.)
                     guard entry.id > last, entry.id >= chunk, entry.id < next else {
@@ -66,11 +79,12 @@ extension Keychain {
                             .decode, "vault integrity check failed: \(NameLists.describe(sidx)) is malformed")
                     }
                     last = entry.id
-                    out.append(entry)
+                    if groups.count > 1 { merged.append(entry) } else { try body(entry) }
                 }
             }
         }
-        if groups.count > 1 { out.sort { $0.id < $1.id } }
-        return out
+        guard groups.count > 1 else { return }
+        merged.sort { $0.id < $1.id }
+        for entry in merged { try body(entry) }
     }
 }

@@ -104,6 +104,22 @@ public struct NameListEntry: Sendable, AttributeLookup, CustomStringConvertible 
         return order == Slot.synchronizable ? .bool(false) : nil
     }
 
+    /// The stored UTF-8 bytes of `attribute`'s string value when it is the one field the entry
+    /// stores (a generic password's account, not synchronizable: most entries), without making
+    /// a value; nil otherwise. The bytes are valid UTF-8, checked when the chunk was decoded.
+    public func soleString(_ attribute: Attribute) -> ArraySlice<UInt8>? {
+        let slots = Slot.byClass[itemClass.tableIndex]
+        let order = attribute.order
+        guard order >= 0, order < slots.count, fields.count >= 3, Int(fields[fields.startIndex]) == slots[order],
+            fields[fields.startIndex + 1] == 1
+        else { return nil }
+        var i = fields.startIndex + 2
+        guard let length = NameListCodec.varint(fields, at: &i), length == UInt64(fields.endIndex - i) else {
+            return nil
+        }
+        return fields[i...]
+    }
+
     /// The entry as an attribute set (the list's group and grouping value included).
     public var nameAttributes: Attributes {
         var out: Attributes = [Schema.accessGroup: .string(accessGroup)]
@@ -218,10 +234,26 @@ enum NameListCodec {
     static func decode(
         _ bytes: [UInt8], itemClass: ItemClass, accessGroup: String, groupingValue: AttributeValue? = nil
     ) throws -> [NameListEntry] {
+        var out: [NameListEntry] = []
+        try forEachEntry(bytes, itemClass: itemClass, accessGroup: accessGroup, groupingValue: groupingValue) {
+            out.append($0)
+        }
+        return out
+    }
+
+    /// Each entry of a chunk, in id order, handed to `body` as it is decoded (a listing spells
+    /// its names from them without an array of entries). Throws at the first malformed entry,
+    /// after `body` has seen the ones before it: a caller that keeps what it was given drops it
+    /// on a throw.
+    static func forEachEntry(
+        _ bytes: [UInt8], itemClass: ItemClass, accessGroup: String, groupingValue: AttributeValue? = nil,
+        _ body: (NameListEntry) throws -> Void
+    ) throws {
         let bad = KeychainError(.decode, "a name list is malformed")
         guard bytes.first == version else { throw bad }
-        let names = NameListEntry.nameAttributes(of: itemClass)
-        var out: [NameListEntry] = []
+        // The types by index, read once a chunk (an `Attribute` copied per field was a tenth of
+        // decoding a listing).
+        let types = NameListEntry.nameAttributes(of: itemClass).map(\.type)
         var i = 1
         var previous: Int64?
         while i < bytes.count {
@@ -246,26 +278,25 @@ enum NameListCodec {
                 guard fields.endIndex - j >= 2 else { throw bad }
                 let index = Int(fields[j]), tag = fields[j + 1]
                 j += 2
-                guard index > lastIndex, index < names.count, let n = varint(fields, at: &j),
+                guard index > lastIndex, index < types.count, let n = varint(fields, at: &j),
                     n <= UInt64(fields.endIndex - j)
                 else { throw bad }
                 // An ASCII string needs no value made to be known valid.
                 let bytes = fields[j..<(j + Int(n))]
-                let asciiString = tag == 1 && names[index].type == .string && isASCII(bytes)
+                let asciiString = tag == 1 && types[index] == .string && isASCII(bytes)
                 if !asciiString {
-                    guard let value = AttributeCodec.value(tag: tag, bytes), value.fits(names[index].type) else {
+                    guard let value = AttributeCodec.value(tag: tag, bytes), value.fits(types[index]) else {
                         throw bad
                     }
                 }
                 lastIndex = index
                 j += Int(n)
             }
-            out.append(
+            try body(
                 NameListEntry(
                     id: id, itemClass: itemClass, accessGroup: accessGroup, groupingValue: groupingValue,
                     fields: fields))
             previous = id
         }
-        return out
     }
 }

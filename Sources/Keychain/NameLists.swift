@@ -55,13 +55,25 @@ struct NameLists {
         _ sealed: [UInt8], _ itemClass: ItemClass, _ sidx: [UInt8], _ chunk: Int64, accessGroup: String = "",
         groupingValue: AttributeValue? = nil
     ) throws -> [NameListEntry] {
+        var out: [NameListEntry] = []
+        try forEachEntry(sealed, itemClass, sidx, chunk, accessGroup: accessGroup, groupingValue: groupingValue) {
+            out.append($0)
+        }
+        return out
+    }
+
+    /// The same, each entry handed to `body` as it is decoded (`NameListCodec.forEachEntry`).
+    func forEachEntry(
+        _ sealed: [UInt8], _ itemClass: ItemClass, _ sidx: [UInt8], _ chunk: Int64, accessGroup: String,
+        groupingValue: AttributeValue?, _ body: (NameListEntry) throws -> Void
+    ) throws {
         guard let plain = try? AEAD.open(sealed, associatedData: chunkAD(itemClass, sidx, chunk), key: keys.metadata)
         else {
             throw KeychainError(
                 .decode, "vault integrity check failed: a chunk of \(Self.describe(sidx)) does not authenticate")
         }
-        return try NameListCodec.decode(
-            plain, itemClass: itemClass, accessGroup: accessGroup, groupingValue: groupingValue)
+        try NameListCodec.forEachEntry(
+            plain, itemClass: itemClass, accessGroup: accessGroup, groupingValue: groupingValue, body)
     }
 
     /// The class and name-list entry of a row of a listed class, its attributes opened (nil for

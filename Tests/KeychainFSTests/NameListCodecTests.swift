@@ -73,9 +73,57 @@ struct NameListCodecTests {
                 PathCodec.leaf(of: item.itemClass, entry).utf8.elementsEqual(
                     PathCodec.leaf(of: item.itemClass, attributes).utf8), "\(item)")
             #expect(
+                PathCodec.ListedLeaves(item.itemClass).leaf(entry).utf8.elementsEqual(
+                    PathCodec.leaf(of: item.itemClass, attributes).utf8), "\(item)")
+            #expect(
                 PathCodec.directory(of: item.itemClass, entry).map { Array($0.utf8) }
                     == PathCodec.directory(of: item.itemClass, attributes).map { Array($0.utf8) }, "\(item)")
         }
+    }
+
+    @Test(
+        "a listing's names made from stored bytes are the names leaf(of:) spells, at the edges of that path (5,000 names)"
+    )
+    func listedLeavesAtTheEdges() {
+        // Plain ASCII accounts with the bytes that decide between the two paths put first, last
+        // or inside: the ones escaped, the component rules' (`.`, `#`, `4` first, `~` last),
+        // lengths around the 255-byte limit, and the empty account.
+        var rng = SystemRandomNumberGenerator()
+        let edges = Array(".#4~;%/\0 =".utf8) + [0]
+        var fast = 0
+        for round in 0..<5_000 {
+            var bytes = (0..<Int.random(in: 0...12, using: &rng)).map { _ in UInt8.random(in: 0x61...0x7A, using: &rng)
+            }
+            if round % 50 == 0 { bytes += Array(repeating: UInt8(ascii: "a"), count: 240 + round % 30) }
+            if !bytes.isEmpty, Bool.random(using: &rng) {
+                bytes[[0, bytes.count - 1, bytes.count / 2].randomElement(using: &rng)!] = edges.randomElement(
+                    using: &rng)!
+            }
+            let account = String(decoding: bytes, as: UTF8.self)
+            var attributes: Attributes = [
+                Schema.service: .string("svc"), Schema.account: .string(account),
+                Schema.accessGroup: .string(round % 7 == 0 ? "team" : Caller.defaultAccessGroup),
+                Schema.synchronizable: .bool(round % 11 == 0),
+            ]
+            if round % 13 == 0 { attributes[Schema.accessGroup] = .string("") }
+            let group: String = if case .string(let g)? = attributes[Schema.accessGroup] { g } else { "" }
+            let chunk = NameListCodec.encode([NameListEntry(id: 9, .genericPassword, attributes: attributes)])
+            guard
+                let entry = try? NameListCodec.decode(
+                    chunk, itemClass: .genericPassword, accessGroup: group, groupingValue: .string("svc")
+                ).first
+            else {
+                Issue.record("does not decode: \(bytes)")
+                continue
+            }
+            let listed = PathCodec.ListedLeaves(.genericPassword).leaf(entry)
+            #expect(
+                listed.utf8.elementsEqual(PathCodec.leaf(of: .genericPassword, attributes).utf8),
+                "\(bytes) \(attributes)")
+            if entry.soleString(Schema.account).map(PathCodec.isPlainLeaf) == true { fast += 1 }
+        }
+        // Both paths were taken many times.
+        #expect(fast > 1_000 && fast < 4_900, "\(fast) names made from stored bytes")
     }
 
     @Test("an entry keeps only the attributes a name is spelled from: no dates, no size, no label")

@@ -34,15 +34,11 @@ extension KeychainFileSystem {
     }
 
     /// readdir: `.`, `..`, then the node's entries.
-    public func list(_ ino: UInt64, caller: Caller) throws -> [DirectoryEntry] {
+    public func list(_ ino: UInt64, caller: Caller) throws -> DirectoryListing {
         let node = try node(ino)
         guard node.isDirectory else { throw Errno.notDirectory }
         let entries = try (node as? any NodeReaddirer)?.entries(in: self, caller: caller) ?? []
-        return [
-            DirectoryEntry(name: ".", ino: ino, isDirectory: true),
-            DirectoryEntry(name: "..", ino: Inode.root, isDirectory: true),
-        ]
-            + entries
+        return DirectoryListing(ino: ino, parent: Inode.root, entries: entries)
     }
 
     public func mkdir(parent: UInt64, name: String, caller: Caller) throws -> NodeStat {

@@ -122,10 +122,10 @@ struct GroupDirectory: ItemFileDirectory {
     /// since it was made for these access groups.
     private func listing(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing {
         let stamp = try fs.keychain.changeStamp()
-        if let cached = fs.listings.listing(ino), cached.isValid(stamp: stamp, groups: caller.accessGroups) {
-            return cached
-        }
-        let entries = try fs.listItems(inDirectory: itemClass, spelling, caller: caller)
+        let cached = fs.listings.listing(ino)
+        if let cached, cached.isValid(stamp: stamp, groups: caller.accessGroups) { return cached }
+        let entries = try fs.listItems(
+            inDirectory: itemClass, spelling, caller: caller, capacity: cached?.entries.count ?? 0)
         let made = ListingCache.Listing(stamp: stamp, groups: caller.accessGroups, entries: entries)
         fs.listings.store(made, for: ino)
         return made

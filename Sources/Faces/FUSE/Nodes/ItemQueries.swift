@@ -24,7 +24,11 @@ extension KeychainFileSystem {
     /// lists (vault format 5): no item's attributes are opened. An inet server's list holds
     /// every protocol and port of the server: only the entries of this directory are kept. A
     /// directory whose spelling names no grouping value (a long name) is listed as `items` does.
-    func listItems(inDirectory itemClass: ItemClass, _ spelling: String, caller: Caller) throws -> [DirectoryEntry] {
+    /// `capacity`: the entries expected (the directory's last listing's count), so that 10,000
+    /// names are not copied from array to array as it grows.
+    func listItems(inDirectory itemClass: ItemClass, _ spelling: String, caller: Caller, capacity: Int = 0) throws
+        -> [DirectoryEntry]
+    {
         let grouping = Schema.groupingAttribute(of: itemClass)
         guard let value = PathCodec.parseDirectory(itemClass, spelling)?[grouping] else {
             return try items(inDirectory: itemClass, spelling, caller: caller)
@@ -41,19 +45,19 @@ extension KeychainFileSystem {
         {
             return []
         }
-        let entries = try keychain.nameList(itemClass, grouping: value, caller: caller)
         var out: [DirectoryEntry] = []
-        out.reserveCapacity(entries.count)
-        // Each name spelled from the entry itself (its values decoded as the spelling asks for
-        // them): no attribute set per entry.
-        for entry in entries {
+        out.reserveCapacity(capacity)
+        let leaves = PathCodec.ListedLeaves(itemClass)
+        // Each name spelled from the entry itself, as its chunk is decoded (its values decoded
+        // only where the spelling needs them): no attribute set and no array of entries.
+        try keychain.forEachNameListEntry(itemClass, grouping: value, caller: caller) { entry in
             if !sameForAll {
                 guard let directory = PathCodec.directory(of: itemClass, entry), PathCodec.same(directory, spelling)
-                else { continue }
+                else { return }
             }
             out.append(
                 DirectoryEntry(
-                    name: PathCodec.leaf(of: itemClass, entry), ino: Inode.item(itemClass, id: entry.id),
+                    name: leaves.leaf(entry), ino: Inode.item(itemClass, id: entry.id),
                     isDirectory: false))
         }
         return out

@@ -29,6 +29,25 @@ public struct DirectoryEntry: Sendable {
     public let isDirectory: Bool
 }
 
+/// What readdir answers for a directory handle: `.` and `..`, then the directory's entries.
+/// The two dots are answered from the inodes, not put in front of the entries: a listing of
+/// 10,000 names is served from the array it was made in (often the listing cache's own).
+public struct DirectoryListing: Sendable {
+    public let ino: UInt64
+    public let parent: UInt64
+    public let entries: [DirectoryEntry]
+
+    public var count: Int { entries.count + 2 }
+
+    public subscript(index: Int) -> DirectoryEntry {
+        switch index {
+        case 0: DirectoryEntry(name: ".", ino: ino, isDirectory: true)
+        case 1: DirectoryEntry(name: "..", ino: parent, isDirectory: true)
+        default: entries[index - 2]
+        }
+    }
+}
+
 /// A file handle made by open or create, and what the kernel is told of the file.
 public struct Opened: Sendable {
     public let handle: UInt64

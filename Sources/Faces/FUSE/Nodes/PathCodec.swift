@@ -201,6 +201,43 @@ public enum PathCodec {
         return fitted(component(out))
     }
 
+    /// File names of listed items, as `leaf(of:_:)` spells them, made once per listing. The
+    /// common name, a generic password's account that is the entry's one field (so not
+    /// synchronizable), in the default access group, and that needs no escape, is made straight
+    /// from the entry's stored bytes: no value decoded, no string made twice. Every other entry
+    /// is spelled by `leaf(of:_:)`. The two agree byte for byte on every entry
+    /// (NameListCodecTests).
+    public struct ListedLeaves {
+        let itemClass: ItemClass
+        // Read once here, not per entry (each is a global of another module).
+        private let account = Schema.account
+        private let defaultGroup = Caller.defaultAccessGroup
+
+        public init(_ itemClass: ItemClass) { self.itemClass = itemClass }
+
+        public func leaf(_ entry: NameListEntry) -> String {
+            if itemClass == .genericPassword, let bytes = entry.soleString(account), PathCodec.isPlainLeaf(bytes),
+                entry.accessGroup.isEmpty || entry.accessGroup == defaultGroup
+            {
+                return bytes.withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) }
+            }
+            return PathCodec.leaf(of: itemClass, entry)
+        }
+    }
+
+    /// A name `escape`, `component` and `fitted` leave as it is, in a leaf: not empty, no byte
+    /// escaped (`%`, `/`, NUL, `;`), not starting with `.`, `#` or `4` nor ending with `~`, and
+    /// no longer than a file name may be.
+    static func isPlainLeaf(_ bytes: ArraySlice<UInt8>) -> Bool {
+        bytes.withUnsafeBufferPointer { b in
+            guard let first = b.first, let last = b.last, b.count <= maxComponentBytes,
+                first != UInt8(ascii: "."), first != UInt8(ascii: "#"), first != UInt8(ascii: "4"),
+                last != UInt8(ascii: "~")
+            else { return false }
+            return !b.contains { $0 == 0x25 || $0 == 0x2F || $0 == 0 || $0 == 0x3B }
+        }
+    }
+
     // MARK: Parsing
 
     /// Parses a directory component into the attributes it names. Nil when it is not the

@@ -171,12 +171,12 @@ extension FuseSession {
         }
         ops.readdir = { req, ino, size, off, fi in
             FuseSession.serve(req, "readdir", ino) { s in
-                guard let fi, let entries = s.listing(fi.pointee.fh) else { throw Errno.badFileDescriptor }
+                guard let fi, let listing = s.listing(fi.pointee.fh) else { throw Errno.badFileDescriptor }
                 var buffer = [CChar](repeating: 0, count: size)
                 var used = 0
                 var index = Int(off)
-                while index < entries.count {
-                    let entry = entries[index]
+                while index < listing.count {
+                    let entry = listing[index]
                     var st = Glibc.stat()
                     st.st_ino = UInt(entry.ino)
                     st.st_mode = entry.isDirectory ? S_IFDIR : S_IFREG

@@ -22,7 +22,7 @@ public final class FuseSession: Sendable {
         var session: SessionHandle?
         var onRequest: (@Sendable () -> Void)?
         /// Directory listings made at opendir, by directory handle, until releasedir.
-        var listings: [UInt64: [DirectoryEntry]] = [:]
+        var listings: [UInt64: DirectoryListing] = [:]
         var nextListing: UInt64 = 1
     }
     private let state = Mutex(State())
@@ -131,16 +131,16 @@ public final class FuseSession: Sendable {
 
     // MARK: Directory handles
 
-    func openListing(_ entries: [DirectoryEntry]) -> UInt64 {
+    func openListing(_ listing: DirectoryListing) -> UInt64 {
         state.withLock { s in
             let handle = s.nextListing
             s.nextListing += 1
-            s.listings[handle] = entries
+            s.listings[handle] = listing
             return handle
         }
     }
 
-    func listing(_ handle: UInt64) -> [DirectoryEntry]? { state.withLock { $0.listings[handle] } }
+    func listing(_ handle: UInt64) -> DirectoryListing? { state.withLock { $0.listings[handle] } }
 
     func closeListing(_ handle: UInt64) { _ = state.withLock { $0.listings.removeValue(forKey: handle) } }
 
