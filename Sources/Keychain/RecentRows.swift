@@ -49,16 +49,13 @@ final class RecentRows: Sendable {
     init(capacity: Int = 4096) { self.capacity = capacity }
 
     /// The entry for `id`, if it is still good for a store whose commit count is `commits` and
-    /// younger than `seconds`.
+    /// younger than `seconds`. An entry too old or from before a commit stays: the row read
+    /// instead may well be the same box, whose attributes it then gives (`attributes(sameAs:)`).
     func get(_ id: Int64, commits: Int64, within seconds: Double) -> (StoredItem, Attributes)? {
         let now = MonotonicClock.coarseNanoseconds()
         let limit = UInt64(min(seconds, Self.longestLifetime) * 1e9)
         return entries.withLock { table in
-            guard let e = table[id] else { return nil }
-            guard e.commits == commits, now &- e.readAt < limit else {
-                table[id] = nil
-                return nil
-            }
+            guard let e = table[id], e.commits == commits, now &- e.readAt < limit else { return nil }
             return (e.row, e.attributes)
         }
     }
