@@ -10,6 +10,10 @@ struct MountUsableFigures {
     var usable = Samples()  // spawn of `keychainfs mount` → its exit → `cat` of an item exits 0
     var commandReturned = Samples()  // spawn → `keychainfs mount` exits 0
     var kdf = Samples()  // Argon2id INTERACTIVE alone, alternated with the mounts
+    /// The first readdir of the 10,000-entry directory once the mount is usable (from 11,000
+    /// items): a listing made from the store by a daemon that has listed nothing yet, while the
+    /// fresh mount's background integrity pass may still run beside it on the same CPU.
+    var firstReaddir = Samples()
     /// The same figure for `--baseline-keychainfs` (another build, e.g. main's), alternated too.
     var baselineUsable = Samples()
     var baselineCommandReturned = Samples()
@@ -79,6 +83,22 @@ enum MountUsable {
                 MountTable.lazyUnmount(mp)
                 throw BenchError("cat \(item) on the fresh mount exited \(catStatus)")
             }
+            if !isBaseline && Layout.hasLargeDirectory(vault.size) {
+                let directory = mp + "/genp/" + Layout.largeDirectory
+                let t = Clock.now()
+                guard let d = opendir(directory) else {
+                    MountTable.lazyUnmount(mp)
+                    throw BenchError("opendir \(directory) on the fresh mount: \(String(cString: strerror(errno)))")
+                }
+                var n = 0
+                while readdir(d) != nil { n += 1 }
+                closedir(d)
+                f.firstReaddir.add(Clock.since(t))
+                guard n == Layout.largeCount + 2 else {
+                    MountTable.lazyUnmount(mp)
+                    throw BenchError("readdir \(directory) on the fresh mount: \(n) entries")
+                }
+            }
             if isBaseline {
                 f.baselineCommandReturned.add(returned)
                 f.baselineUsable.add(usable)
@@ -103,7 +123,9 @@ enum MountUsable {
         return f
     }
 
-    static func print(_ f: MountUsableFigures, size: Int) {
+    /// `floorReaddir`: the floor's readdir of the same directory in this run (p50), beside
+    /// which the first readdir after a mount is printed.
+    static func print(_ f: MountUsableFigures, size: Int, floorReaddir: Double? = nil) {
         let target = f.kdf.p50 + Self.target
         Out.line()
         Out.line(
@@ -129,6 +151,16 @@ enum MountUsable {
                 "≤ 100 ms \(f.usable.p50 - f.kdf.p50 <= Self.target ? "(within)" : "(over)")",
             ],
         ]
+        if f.firstReaddir.count > 0 {
+            let floor = floorReaddir.map {
+                "\(Fmt.ratio(f.firstReaddir.p50 / $0)) the floor's readdir (\(Fmt.duration($0)))"
+            }
+            rows.append([
+                "first readdir of 10,000 after mounting", Fmt.duration(f.firstReaddir.p50),
+                Fmt.duration(f.firstReaddir.p99),
+                Fmt.duration(f.firstReaddir.max), floor ?? "",
+            ])
+        }
         if f.baseline != nil {
             rows += [
                 [

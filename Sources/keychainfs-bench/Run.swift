@@ -199,7 +199,8 @@ enum Runner {
                     Out.progress("fs: mount until usable at \(Fmt.grouped(size)) items (5 mounts)")
                     let figures = try MountUsable.measure(
                         vault, cli: cli, baseline: o.baselineKeychainfs, directory: root)
-                    MountUsable.print(figures, size: size)
+                    MountUsable.print(
+                        figures, size: size, floorReaddir: r.hasLarge ? r.floor.readdirLarge.p50 : nil)
                 }
             }
             try bench.stopFloor()
