@@ -11,9 +11,10 @@ import Synchronization
 ///   filesystem's stat and xattr reads use it (an `ls -l`, each `cat`'s fstat, each getxattr),
 ///   which already show changes made outside the mount only within a second (the kernel's
 ///   attribute and entry caches); nothing else does. What keeps such an entry true: it was read
-///   after this process's commit count was taken, and is used only while that count is
-///   unchanged (any commit of this process, by any face, drops every entry at once) and while
-///   younger than the caller's limit (at most a second).
+///   after this process's commit count was taken, and is used so only while that count is
+///   unchanged (any commit of this process, by any face, ends this use of every entry at once)
+///   and while younger than the caller's limit (at most a second). The entry itself stays, for
+///   the second use.
 /// - **The attributes of a row read again** (`attributes(sameAs:metadataKey:)`): a row just read
 ///   from the store whose sealed attributes, id, class and version are byte for byte those of
 ///   the entry, under the same metadata key object, has the entry's attributes, with no AEAD
