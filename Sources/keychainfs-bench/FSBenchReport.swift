@@ -112,6 +112,9 @@ extension FSBench {
             )
         }
         Out.line(
+            "  measured once the keychainfs daemon was idle (its background integrity pass done): \(Fmt.duration(k.idleAfterMount)) after its mount, 0.2 s of it the idle time waited for"
+        )
+        Out.line(
             "  samples: open+read+close \(Fmt.grouped(k.openReadClose.count)) per fs, cat \(k.cat.count), getxattr \(Fmt.grouped(k.xattrValue.count)), ls -l \(k.lsSmallCold.count) cold + \(k.lsSmallWarm.count) warm, writes \(k.writes.count)"
         )
     }
