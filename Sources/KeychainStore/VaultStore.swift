@@ -323,6 +323,17 @@ private struct Statements: ItemStoreWriter {
         return value
     }
 
+    func meta(_ names: [String]) throws -> [String: [UInt8]] {
+        var values: [String: [UInt8]] = [:]
+        guard !names.isEmpty else { return values }
+        // One statement per count of names (cached like any other), bound with the names.
+        let marks = Array(repeating: "?", count: names.count).joined(separator: ", ")
+        try connection.run("SELECT name, value FROM meta WHERE name IN (\(marks))", names.map { .text($0) }) {
+            values[$0.text(0)] = $0.blob(1)
+        }
+        return values
+    }
+
     func setMeta(_ name: String, _ value: [UInt8]) throws {
         try connection.run(
             "INSERT INTO meta(name, value) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
