@@ -65,9 +65,16 @@ struct VaultHeader {
         ]
     }
 
+    /// The meta rows the header is made of.
+    static let fieldNames = ["format", "vault_id", "kdf_ops", "kdf_mem", "kdf_salt", "master_key", "device_key_id"]
+
+    /// Every field read by one statement: a commit checks the manifest against the header as
+    /// stored, so this runs in every write transaction (seven statements were ~1.5 % of a
+    /// durable close's CPU).
     static func read(from store: any ItemStoreReader) throws -> VaultHeader {
+        let fields = try store.meta(fieldNames)
         func field(_ name: String) throws -> [UInt8] {
-            guard let v = try store.meta(name) else {
+            guard let v = fields[name] else {
                 throw KeychainError(.decode, "vault header is incomplete: '\(name)' is missing")
             }
             return v

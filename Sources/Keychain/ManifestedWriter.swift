@@ -45,6 +45,7 @@ final class ManifestedWriter: ItemStoreWriter {
     func forEachItem(_ body: (StoredItem) throws -> Void) throws { try inner.forEachItem(body) }
     func itemCount() throws -> Int { try inner.itemCount() }
     func meta(_ name: String) throws -> [UInt8]? { try inner.meta(name) }
+    func meta(_ names: [String]) throws -> [String: [UInt8]] { try inner.meta(names) }
     func classKeys() throws -> [String: [UInt8]] { try inner.classKeys() }
     func attributeTags(itemID: Int64) throws -> [[UInt8]] { try inner.attributeTags(itemID: itemID) }
     func forEachAttributeTag(_ body: (Int64, [UInt8]) throws -> Void) throws { try inner.forEachAttributeTag(body) }

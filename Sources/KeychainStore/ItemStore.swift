@@ -55,6 +55,9 @@ public protocol ItemStoreReader {
     func forEachItem(_ body: (StoredItem) throws -> Void) throws
     func itemCount() throws -> Int
     func meta(_ name: String) throws -> [UInt8]?
+    /// The values of several meta rows read by one statement, by name (an absent name is not
+    /// in the result): the vault header's seven fields, read at every commit's check.
+    func meta(_ names: [String]) throws -> [String: [UInt8]]
     /// Wrapped class keys by protection class code.
     func classKeys() throws -> [String: [UInt8]]
     /// The attribute-index tags of one item (none when it has none, or the store has no index yet).

@@ -328,6 +328,37 @@ struct ConsistencyTests {
         }
     }
 
+    // An O_TRUNC open takes no change stamp (its edits start with the truncation, replayed on
+    // nothing). Truncating an empty item records no truncation, so that handle's writes are
+    // replayed on the item as stored at its close, as on ext4: what another process committed
+    // meanwhile stays where the handle did not write. A commit that trusted the empty snapshot
+    // instead would lose it.
+    @Test("an O_TRUNC handle on an empty item writes over what was committed since its open, as on ext4")
+    func truncatingAnEmptyItemKeepsLaterCommits() throws {
+        try withMount(setup: { try $0.addGeneric("empty", "f", "not yet empty") }) { box in
+            let f = box.mnt + "/genp/empty/f"
+            let flag = box.root + "/go"
+            #expect(try box.sh("truncate -s 0 '\(f)'").status == 0)
+            try #require(try box.findGeneric("empty", "f") == [], "the item is not empty before the test")
+            let script = """
+                import os, sys, time
+                a = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+                open(sys.argv[2] + ".opened", "w").close()
+                while not os.path.exists(sys.argv[2]): time.sleep(0.02)
+                os.write(a, b"ab")
+                os.close(a)
+                print("read", open(sys.argv[1], "rb").read().decode())
+                """
+            let writer = try box.spawn("/usr/bin/python3", ["-c", script, f, flag])
+            #expect(Self.waitFor(10) { FileManager.default.fileExists(atPath: flag + ".opened") })
+            try box.addGeneric("empty", "f", "XXXXXXXX", extra: ["-U"])
+            _ = FileManager.default.createFile(atPath: flag, contents: Data())
+            let result = writer.wait(timeout: 20)
+            #expect(result.lines == ["read abXXXXXX"], "\(result.summary)")
+            #expect(try box.findGeneric("empty", "f") == Array("abXXXXXX".utf8))
+        }
+    }
+
     // Issue 9, item 3: a commit drops the kernel's cached attributes of the item before the
     // FLUSH is answered (an attribute-only notice from the committing thread; it used to be
     // handed to another thread, and a `stat` right after `close` could beat it: 1–4 in 300).
