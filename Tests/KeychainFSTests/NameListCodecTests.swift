@@ -159,5 +159,14 @@ struct NameListCodecTests {
                 try NameListCodec.decode(bad, itemClass: .genericPassword, accessGroup: "default")
             }
         }
+        // Handed out one by one: the entries before the bad one are seen, then the chunk throws
+        // (a listing that gathered them drops them: the listing fails as a whole).
+        var seen: [Int64] = []
+        #expect(throws: KeychainError.self) {
+            try NameListCodec.forEachEntry(chunk + [0], itemClass: .genericPassword, accessGroup: "default") {
+                seen.append($0.id)
+            }
+        }
+        #expect(seen == [1, 2, 3, 4, 5])
     }
 }
