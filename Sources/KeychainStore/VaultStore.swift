@@ -57,7 +57,14 @@ public final class VaultStore: ItemStore {
     private let connection: Connection
     /// The reading connection, used only inside `reading.withLock`.
     private let readerConnection: Connection
-    private let reading = Mutex(())
+    /// The reading connection's read transaction, when one is held between reads
+    /// (`withCurrentReadTransaction`); only inside `reading.withLock`.
+    private let reading = Mutex<HeldRead?>(nil)
+    /// Ends a held read transaction that has not been used for `heldReadIdle` seconds.
+    private let heldReadRelease = DispatchQueue(label: "keychainfs.store.held-read")
+    /// How long an unused read transaction is held: while one is, a checkpoint cannot move the
+    /// WAL past it, and the WAL cannot start over.
+    static let heldReadIdle = 0.05
     /// Where SQLite maps the reading connection's wal-index (its first region), as an address;
     /// 0 until the connection has opened it. Stays valid while the connection is open.
     private let walIndex = Atomic<Int>(0)
@@ -182,9 +189,75 @@ public final class VaultStore: ItemStore {
     // MARK: Transactions
 
     public func lookup<R>(_ body: (any ItemStoreReader) throws -> R) throws -> R {
-        try reading.withLock { _ in
-            defer { noteWalIndex() }
-            return try body(Statements(connection: readerConnection))
+        try withCurrentReadTransaction { try body(Statements(connection: readerConnection)) }
+    }
+
+    /// A read transaction on the reading connection, kept open after a read while nothing
+    /// commits, so that the next read (a stat, a getxattr, a listing's check) does not begin and
+    /// end one: a read transaction's begin and end were two `fcntl` locks and their releases, more
+    /// than the row it read.
+    struct HeldRead {
+        /// The wal-index header read before the transaction began.
+        let header: WalIndexHeader
+        var lastUse: UInt64
+        var releaseScheduled = false
+    }
+
+    /// Runs `body` on the reading connection in a read transaction of the current state: the one
+    /// held since an earlier read if the wal-index header is still the one read before it began,
+    /// else a new one. Why that is the current state: the header was read whole before the
+    /// transaction's snapshot was taken (at its first read), so the snapshot is of that state or
+    /// a later one; an equal header now means no transaction has committed since it was read, by
+    /// any connection of any process, so there is no later state, and the snapshot is now's (the
+    /// same test as `RowSnapshots`, and SQLite's own readers trust their page cache on it). A
+    /// header that cannot be read whole (a writer changing it) ends the held transaction and holds
+    /// no new one. An unused transaction ends after `heldReadIdle` seconds, so an idle daemon
+    /// never keeps the WAL from being checkpointed and restarted.
+    private func withCurrentReadTransaction<R>(_ body: () throws -> R) throws -> R {
+        let header = walIndexHeader()
+        return try reading.withLock { held in
+            if let current = held, header == nil || current.header != header {
+                try? readerConnection.run("COMMIT")
+                held = nil
+            }
+            if held == nil {
+                try readerConnection.run("BEGIN")
+                if let header { held = HeldRead(header: header, lastUse: 0) }
+            }
+            let result: R
+            do {
+                result = try body()
+            } catch {
+                try? readerConnection.run("ROLLBACK")
+                held = nil
+                throw error
+            }
+            noteWalIndex()
+            if held == nil {
+                try? readerConnection.run("COMMIT")
+            } else {
+                held!.lastUse = DispatchTime.now().uptimeNanoseconds
+                if !held!.releaseScheduled {
+                    held!.releaseScheduled = true
+                    scheduleHeldReadRelease()
+                }
+            }
+            return result
+        }
+    }
+
+    private func scheduleHeldReadRelease() {
+        heldReadRelease.asyncAfter(deadline: .now() + Self.heldReadIdle) { [weak self] in
+            guard let self else { return }
+            let again = reading.withLock { held -> Bool in
+                guard let current = held else { return false }
+                let idle = Double(DispatchTime.now().uptimeNanoseconds &- current.lastUse) / 1e9
+                guard idle >= Self.heldReadIdle else { return true }
+                try? readerConnection.run("COMMIT")
+                held = nil
+                return false
+            }
+            if again { scheduleHeldReadRelease() }
         }
     }
 
@@ -213,11 +286,7 @@ public final class VaultStore: ItemStore {
     }
 
     public func read<R>(_ body: (any ItemStoreReader) throws -> R) throws -> R {
-        try reading.withLock { _ in
-            try readerConnection.run("BEGIN")
-            defer { try? readerConnection.run("COMMIT") }
-            return try body(Statements(connection: readerConnection))
-        }
+        try withCurrentReadTransaction { try body(Statements(connection: readerConnection)) }
     }
 
     /// On any thrown error the whole transaction rolls back: nothing half-written is ever
@@ -256,10 +325,9 @@ public final class VaultStore: ItemStore {
         if let header, let stamp = lastStamp.withLock({ $0?.header == header ? $0?.stamp : nil }), stamp[1] == local {
             return stamp
         }
-        let stamp = try reading.withLock { _ in
+        let stamp = try withCurrentReadTransaction {
             var version: Int64 = 0
             try readerConnection.run("PRAGMA data_version") { version = $0.int(0) }
-            noteWalIndex()
             return [version, local]
         }
         if let header { lastStamp.withLock { $0 = (header, stamp) } }

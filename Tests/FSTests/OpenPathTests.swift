@@ -141,6 +141,31 @@ struct OpenPathTests {
         return nil
     }
 
+    @Test(
+        "an idle daemon holds no read transaction: 0.3 s after reads through the mount, another process's TRUNCATE checkpoint is not held back"
+    )
+    func idleDaemonHoldsNoReadTransaction() throws {
+        try withMount(setup: { try $0.addGeneric("ck", "item", "first") }) { box in
+            let item = box.mnt + "/genp/ck/item"
+            let read = try box.py(
+                """
+                import os, sys
+                print(open(sys.argv[1]).read(), os.getxattr(sys.argv[1], "user.keychain.account").decode())
+                """, [item])
+            #expect(read.stdout == "first item\n", "\(read.summary)")
+            Thread.sleep(forTimeInterval: 0.3)
+            let checkpoint = try box.py(
+                """
+                import sqlite3, sys
+                db = sqlite3.connect(sys.argv[1], timeout=0.1)
+                print(db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
+                """, [box.vault])
+            #expect(checkpoint.stdout == "0\n", "the checkpoint was held back: \(checkpoint.summary)")
+            // And the mount reads on, from a new transaction.
+            #expect(try box.sh("cat '\(item)'").stdout == "first")
+        }
+    }
+
     @Test("an attribute changed by another process shows through the mount within a second; with -o cache=0 at once")
     func attributesFromOtherProcesses() throws {
         try withMount(setup: { try $0.addGeneric("rr", "item", "s", extra: ["-j", "old"]) }) { box in
