@@ -59,7 +59,7 @@ public final class VaultStore: ItemStore {
     private let readerConnection: Connection
     /// The reading connection's read transaction, when one is held between reads
     /// (`withCurrentReadTransaction`); only inside `reading.withLock`.
-    private let reading = Mutex<HeldRead?>(nil)
+    private let reading = Mutex(ReadingState())
     /// Ends a held read transaction that has not been used for `heldReadIdle` seconds.
     private let heldReadRelease = DispatchQueue(label: "keychainfs.store.held-read")
     /// How long an unused read transaction is held: while one is, a checkpoint cannot move the
@@ -200,7 +200,13 @@ public final class VaultStore: ItemStore {
         /// The wal-index header read before the transaction began.
         let header: WalIndexHeader
         var lastUse: UInt64
-        var releaseScheduled = false
+    }
+
+    struct ReadingState {
+        var held: HeldRead?
+        /// Whether a check for an unused held transaction is due (one at a time, whatever the
+        /// number of transactions begun and ended meanwhile: at most 20 wake-ups a second).
+        var releaseDue = false
     }
 
     /// Runs `body` on the reading connection in a read transaction of the current state: the one
@@ -215,30 +221,30 @@ public final class VaultStore: ItemStore {
     /// never keeps the WAL from being checkpointed and restarted.
     private func withCurrentReadTransaction<R>(_ body: () throws -> R) throws -> R {
         let header = walIndexHeader()
-        return try reading.withLock { held in
-            if let current = held, header == nil || current.header != header {
+        return try reading.withLock { r in
+            if let current = r.held, header == nil || current.header != header {
                 try? readerConnection.run("COMMIT")
-                held = nil
+                r.held = nil
             }
-            if held == nil {
+            if r.held == nil {
                 try readerConnection.run("BEGIN")
-                if let header { held = HeldRead(header: header, lastUse: 0) }
+                if let header { r.held = HeldRead(header: header, lastUse: 0) }
             }
             let result: R
             do {
                 result = try body()
             } catch {
                 try? readerConnection.run("ROLLBACK")
-                held = nil
+                r.held = nil
                 throw error
             }
             noteWalIndex()
-            if held == nil {
+            if r.held == nil {
                 try? readerConnection.run("COMMIT")
             } else {
-                held!.lastUse = DispatchTime.now().uptimeNanoseconds
-                if !held!.releaseScheduled {
-                    held!.releaseScheduled = true
+                r.held!.lastUse = DispatchTime.now().uptimeNanoseconds
+                if !r.releaseDue {
+                    r.releaseDue = true
                     scheduleHeldReadRelease()
                 }
             }
@@ -246,15 +252,26 @@ public final class VaultStore: ItemStore {
         }
     }
 
+    /// Ends the held read transaction, if there is one.
+    private func endHeldRead() {
+        reading.withLock { r in
+            guard r.held != nil else { return }
+            try? readerConnection.run("COMMIT")
+            r.held = nil
+        }
+    }
+
     private func scheduleHeldReadRelease() {
         heldReadRelease.asyncAfter(deadline: .now() + Self.heldReadIdle) { [weak self] in
             guard let self else { return }
-            let again = reading.withLock { held -> Bool in
-                guard let current = held else { return false }
-                let idle = Double(DispatchTime.now().uptimeNanoseconds &- current.lastUse) / 1e9
-                guard idle >= Self.heldReadIdle else { return true }
-                try? readerConnection.run("COMMIT")
-                held = nil
+            let again = reading.withLock { r -> Bool in
+                if let current = r.held {
+                    let idle = Double(DispatchTime.now().uptimeNanoseconds &- current.lastUse) / 1e9
+                    if idle < Self.heldReadIdle { return true }
+                    try? readerConnection.run("COMMIT")
+                    r.held = nil
+                }
+                r.releaseDue = false
                 return false
             }
             if again { scheduleHeldReadRelease() }
@@ -292,7 +309,11 @@ public final class VaultStore: ItemStore {
     /// On any thrown error the whole transaction rolls back: nothing half-written is ever
     /// committed.
     public func write<R>(_ body: (any ItemStoreWriter) throws -> R) throws -> R {
-        try state.withLock { _ in
+        // A read transaction held across this commit would keep the commit's checkpoint from
+        // reaching the WAL's end, and a WAL never checkpointed to its end is never started over:
+        // it would grow for as long as writes go on, each commit's fsync growing the file.
+        endHeldRead()
+        return try state.withLock { _ in
             // Cached statements, as for every statement here: sqlite3_exec parsed these four
             // (with the savepoint's two) again on every commit.
             try connection.run("BEGIN IMMEDIATE")
