@@ -207,6 +207,13 @@ public final class VaultStore: ItemStore {
         /// Whether a check for an unused held transaction is due (one at a time, whatever the
         /// number of transactions begun and ended meanwhile: at most 20 wake-ups a second).
         var releaseDue = false
+
+        /// Ends the held transaction on `connection` (the reading one), if there is one.
+        mutating func endHeld(on connection: Connection) {
+            guard held != nil else { return }
+            try? connection.run("COMMIT")
+            held = nil
+        }
     }
 
     /// Runs `body` on the reading connection in a read transaction of the current state: the one
@@ -222,10 +229,7 @@ public final class VaultStore: ItemStore {
     private func withCurrentReadTransaction<R>(_ body: () throws -> R) throws -> R {
         let header = walIndexHeader()
         return try reading.withLock { r in
-            if let current = r.held, header == nil || current.header != header {
-                try? readerConnection.run("COMMIT")
-                r.held = nil
-            }
+            if let current = r.held, header == nil || current.header != header { r.endHeld(on: readerConnection) }
             if r.held == nil {
                 try readerConnection.run("BEGIN")
                 if let header { r.held = HeldRead(header: header, lastUse: 0) }
@@ -254,11 +258,7 @@ public final class VaultStore: ItemStore {
 
     /// Ends the held read transaction, if there is one.
     private func endHeldRead() {
-        reading.withLock { r in
-            guard r.held != nil else { return }
-            try? readerConnection.run("COMMIT")
-            r.held = nil
-        }
+        reading.withLock { $0.endHeld(on: readerConnection) }
     }
 
     private func scheduleHeldReadRelease() {
@@ -268,8 +268,7 @@ public final class VaultStore: ItemStore {
                 if let current = r.held {
                     let idle = Double(DispatchTime.now().uptimeNanoseconds &- current.lastUse) / 1e9
                     if idle < Self.heldReadIdle { return true }
-                    try? readerConnection.run("COMMIT")
-                    r.held = nil
+                    r.endHeld(on: readerConnection)
                 }
                 r.releaseDue = false
                 return false
