@@ -185,10 +185,10 @@ final class FSBench {
         let large = { (root: String) in root + "/genp/" + Layout.largeDirectory }
         try alternate(6) { w, root in
             for _ in 0..<3 {
-                r[keyPath: figures(w)].readdirSmall.add(try readdirTimed(small(root), expect: Layout.smallCount))
+                r[keyPath: figures(w)].readdirSmall.add(try Self.readdirTimed(small(root), expect: Layout.smallCount))
             }
             if r.hasLarge {
-                r[keyPath: figures(w)].readdirLarge.add(try readdirTimed(large(root), expect: Layout.largeCount))
+                r[keyPath: figures(w)].readdirLarge.add(try Self.readdirTimed(large(root), expect: Layout.largeCount))
             }
         }
         // The first listing after the vault changed (keychainfs's listing cache is keyed on the
@@ -205,7 +205,7 @@ final class FSBench {
                         root + "/" + "genp/\(Layout.service(7))/\(Layout.account(7))",
                         Layout.secret(changes, tag: "chg"))
                     r[keyPath: figures(w)].readdirLargeFirst.add(
-                        try readdirTimed(large(root), expect: Layout.largeCount))
+                        try Self.readdirTimed(large(root), expect: Layout.largeCount))
                 }
             }
         }
@@ -328,7 +328,9 @@ final class FSBench {
         return s
     }
 
-    private func readdirTimed(_ path: String, expect: Int) throws -> Double {
+    /// opendir, readdir to the end and closedir of `path`, timed; throws unless it listed
+    /// `expect` entries besides `.` and `..`.
+    static func readdirTimed(_ path: String, expect: Int) throws -> Double {
         let t = Clock.now()
         guard let d = opendir(path) else { throw BenchError("opendir \(path): \(String(cString: strerror(errno)))") }
         var n = 0

@@ -84,19 +84,12 @@ enum MountUsable {
                 throw BenchError("cat \(item) on the fresh mount exited \(catStatus)")
             }
             if !isBaseline && Layout.hasLargeDirectory(vault.size) {
-                let directory = mp + "/genp/" + Layout.largeDirectory
-                let t = Clock.now()
-                guard let d = opendir(directory) else {
+                do {
+                    f.firstReaddir.add(
+                        try FSBench.readdirTimed(mp + "/genp/" + Layout.largeDirectory, expect: Layout.largeCount))
+                } catch {
                     MountTable.lazyUnmount(mp)
-                    throw BenchError("opendir \(directory) on the fresh mount: \(String(cString: strerror(errno)))")
-                }
-                var n = 0
-                while readdir(d) != nil { n += 1 }
-                closedir(d)
-                f.firstReaddir.add(Clock.since(t))
-                guard n == Layout.largeCount + 2 else {
-                    MountTable.lazyUnmount(mp)
-                    throw BenchError("readdir \(directory) on the fresh mount: \(n) entries")
+                    throw error
                 }
             }
             if isBaseline {
