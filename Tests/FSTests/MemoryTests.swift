@@ -24,16 +24,10 @@ struct MemoryTests {
     @Test("three full scans (sequential and 8 in parallel): RSS after the third within 6 MiB of the first")
     func repeatedScans() throws {
         try withMount(setup: { box in
-            var csv = "title,account,password\n"
-            for s in 0..<Self.services {
-                for a in 0..<Self.perService { csv += "svc\(s),acct\(a),sec-\(s)-\(a)\n" }
-            }
-            let file = box.w + "/items.csv"
-            try csv.write(toFile: file, atomically: true, encoding: .utf8)
-            let r = try box.cli(
-                ["import-csv", "generic", file, "--columns", "title=title,account=account,password=password"]
-                    + box.unlockArgs, timeout: 300)
-            try #require(r.status == 0, "import-csv failed: \(r.summary)")
+            try box.importGeneric(
+                (0..<Self.services).flatMap { s in
+                    (0..<Self.perService).map { a in ("svc\(s)", "acct\(a)", "sec-\(s)-\(a)") }
+                })
         }) { box in
             let pid = try #require(box.daemons().first, "no daemon found")
             var rss: [Int] = []

@@ -104,14 +104,7 @@ struct NameListMountTests {
     @Test("a 1,000-entry directory: right at once after an add and a delete by the CLI (another process)")
     func largeDirectoryAfterAnotherProcess() throws {
         try withMount(setup: { box in
-            var csv = "title,account,password\n"
-            for a in 0..<1_000 { csv += "big,acct\(String(format: "%04d", a)),secret-\(a)\n" }
-            let file = box.w + "/items.csv"
-            try csv.write(toFile: file, atomically: true, encoding: .utf8)
-            let r = try box.cli(
-                ["import-csv", "generic", file, "--columns", "title=title,account=account,password=password"]
-                    + box.unlockArgs, timeout: 300)
-            try #require(r.status == 0, "import-csv failed: \(r.summary)")
+            try box.importGeneric((0..<1_000).map { ("big", "acct\(String(format: "%04d", $0))", "secret-\($0)") })
         }) { box in
             let big = box.mnt + "/genp/big"
             let first = try Self.ls(box, big)
@@ -158,16 +151,7 @@ struct NameListMountTests {
         for (name, script) in Self.tamperings {
             try withMount(
                 "tamper-\(name.split(separator: " ").last!)",
-                setup: { box in
-                    var csv = "title,account,password\n"
-                    for a in 0..<1_000 { csv += "big,acct\(a),secret-\(a)\n" }
-                    let file = box.w + "/items.csv"
-                    try csv.write(toFile: file, atomically: true, encoding: .utf8)
-                    let r = try box.cli(
-                        ["import-csv", "generic", file, "--columns", "title=title,account=account,password=password"]
-                            + box.unlockArgs, timeout: 300)
-                    try #require(r.status == 0, "import-csv failed: \(r.summary)")
-                }
+                setup: { box in try box.importGeneric((0..<1_000).map { ("big", "acct\($0)", "secret-\($0)") }) }
             ) { box in
                 let big = box.mnt + "/genp/big"
                 #expect(try Self.ls(box, big).lines.count == 1_000)

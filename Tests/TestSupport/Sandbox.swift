@@ -170,6 +170,29 @@ open class TestSandbox: @unchecked Sendable {
         try addGeneric(service, account, Array(secret.utf8), extra: extra, sourceLocation: sourceLocation)
     }
 
+    /// Many generic passwords at once, by one `import-csv generic` run (one KDF, one durable
+    /// transaction per batch): each row's service, account and secret. The values are written
+    /// into the CSV as they are, so none may hold a comma, a quote or a line break.
+    public func importGeneric(
+        _ rows: [(service: String, account: String, secret: String)], sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
+        var csv = "title,account,password\n"
+        for row in rows {
+            for value in [row.service, row.account, row.secret] {
+                try #require(
+                    !value.contains(where: { ",\"\n\r".contains($0) }), "needs CSV quoting: \(value)",
+                    sourceLocation: sourceLocation)
+            }
+            csv += "\(row.service),\(row.account),\(row.secret)\n"
+        }
+        let file = w + "/items.csv"
+        try csv.write(toFile: file, atomically: true, encoding: .utf8)
+        let r = try cli(
+            ["import-csv", "generic", file, "--columns", "title=title,account=account,password=password"] + unlockArgs,
+            timeout: 300)
+        try #require(r.status == 0, "import-csv failed: \(r.summary)", sourceLocation: sourceLocation)
+    }
+
     // MARK: Mounting
 
     /// The `-f` daemon of `mount(foreground: true)`, if it runs.
