@@ -67,6 +67,7 @@ final class RawSQLite {
     let shape: RowShape
     private var count = 0
     private var insertStmt: OpaquePointer?, selectStmt: OpaquePointer?, updateStmt: OpaquePointer?
+    private var beginStmt: OpaquePointer?, commitStmt: OpaquePointer?
 
     init(path: String, shape: RowShape) throws {
         self.path = path
@@ -98,10 +99,12 @@ final class RawSQLite {
         updateStmt = try prepare(
             "UPDATE items SET version = version + 1, data_gen = data_gen + 1, attrs = ?, item_key = ?, data = ? WHERE id = ?"
         )
+        beginStmt = try prepare("BEGIN IMMEDIATE")
+        commitStmt = try prepare("COMMIT")
     }
 
     deinit {
-        for s in [insertStmt, selectStmt, updateStmt] { sqlite3_finalize(s) }
+        for s in [insertStmt, selectStmt, updateStmt, beginStmt, commitStmt] { sqlite3_finalize(s) }
         sqlite3_close_v2(db)
         for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
     }
@@ -191,16 +194,38 @@ final class RawSQLite {
         var s = Samples()
         for _ in 0..<n {
             let id = Int64.random(in: 1...Int64(count), using: &rng)
-            s.add(
-                try Clock.time {
-                    bind(updateStmt, 1, Array(filler.prefix(shape.attrs)))
-                    bind(updateStmt, 2, Array(filler.prefix(shape.itemKey)))
-                    bind(updateStmt, 3, Array(filler.prefix(shape.data)))
-                    sqlite3_bind_int64(updateStmt, 4, id)
-                    try step(updateStmt)
-                })
+            s.add(try Clock.time { try update(id, filler: filler) })
         }
         return s
+    }
+
+    /// The rows `ids` updated as `timedUpdates` updates one, in one durable commit: an
+    /// autocommit update alone, or one transaction for several (the durable floor's group
+    /// commit, `FloorCommits`).
+    func commitUpdates(_ ids: [Int64], filler: [UInt8]) throws {
+        guard ids.count > 1 else {
+            if let id = ids.first { try update(id, filler: filler) }
+            return
+        }
+        try step(beginStmt)
+        do {
+            for id in ids { try update(id, filler: filler) }
+            try step(commitStmt)
+        } catch {
+            try? exec("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Rows this table holds (ids 1...rowCount).
+    var rowCount: Int { count }
+
+    private func update(_ id: Int64, filler: [UInt8]) throws {
+        bind(updateStmt, 1, Array(filler.prefix(shape.attrs)))
+        bind(updateStmt, 2, Array(filler.prefix(shape.itemKey)))
+        bind(updateStmt, 3, Array(filler.prefix(shape.data)))
+        sqlite3_bind_int64(updateStmt, 4, id)
+        try step(updateStmt)
     }
 }
 

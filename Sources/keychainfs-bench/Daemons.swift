@@ -8,6 +8,8 @@ import KeychainFS
 /// own `/proc/<pid>/status`, and lets a mount be timed from process start to a live mount.
 ///
 /// - the floor: this same binary re-run as `_serve-floor`;
+/// - the durable floor: the same with `--durable`, a raw SQLite table of its own
+///   (`FloorCommits`);
 /// - keychainfs: the built CLI, `keychainfs mount VAULT MOUNTPOINT -f --passphrase-fd 3
 ///   --ready-fd 4` (the daemon exactly as users run it: audit log, control socket, access
 ///   layer), started through `setpriv --pdeathsig TERM` so it unmounts if the bench dies;
@@ -19,11 +21,15 @@ import KeychainFS
 final class Daemon {
     enum Kind {
         case floor
+        /// The floor whose FLUSH commits a row of a raw SQLite table of `rows` rows of `shape`
+        /// at `database` (created by the child).
+        case durableFloor(database: String, rows: Int, shape: RawSQLite.RowShape)
         /// `cli`: path of the built `keychainfs` binary; nil for the built-in daemon.
         case keychainfs(BenchVault, cli: String?, stateDirectory: String)
         var name: String {
             switch self {
             case .floor: "floor"
+            case .durableFloor: "durable floor"
             case .keychainfs: "keychainfs"
             }
         }
@@ -63,6 +69,11 @@ final class Daemon {
         switch kind {
         case .floor:
             args = ["_serve-floor", mountpoint]
+        case .durableFloor(let database, let rows, let shape):
+            args = [
+                "_serve-floor", mountpoint, "--durable", database, "\(rows)", "\(shape.attrs)", "\(shape.itemKey)",
+                "\(shape.data)",
+            ]
         case .keychainfs(let v, let cli?, let state):
             program = "/usr/bin/setpriv"
             args = [
@@ -217,11 +228,28 @@ enum DaemonMain {
         close(4)
     }
 
-    /// `_serve-floor MOUNTPOINT`
+    /// `_serve-floor MOUNTPOINT [--durable DATABASE ROWS ATTRS_BYTES KEY_BYTES DATA_BYTES]`
     static func serveFloor(_ args: [String]) -> Int32 {
         ParentDeath.terminateWithParent()
-        guard args.count == 1 else { report("error usage"); return 2 }
-        let fs = FloorFS(directories: Layout.floorDirectories())
+        var commits: FloorCommits?
+        switch args.count {
+        case 1: break
+        case 7 where args[1] == "--durable":
+            guard let rows = Int(args[3]), rows > 0, let attrs = Int(args[4]), let key = Int(args[5]),
+                let data = Int(args[6])
+            else { report("error usage"); return 2 }
+            do {
+                for suffix in ["", "-wal", "-shm"] { unlink(args[2] + suffix) }
+                let raw = try RawSQLite(
+                    path: args[2], shape: RawSQLite.RowShape(attrs: attrs, itemKey: key, data: data))
+                try raw.fill(rows)
+                commits = FloorCommits(database: raw)
+            } catch {
+                report("error \(error)"); return 1
+            }
+        default: report("error usage"); return 2
+        }
+        let fs = FloorFS(directories: Layout.floorDirectories(), commits: commits)
         let t = Clock.now()
         do { try fs.mount(args[0]) } catch { report("error \(error)"); return 1 }
         report("ok mount_s=\(Clock.since(t))")

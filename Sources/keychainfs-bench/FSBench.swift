@@ -39,6 +39,10 @@ struct FSSizeFigures {
     var rawUpdate = Samples()
     /// Closes/s of one writer and of 8 at once through the keychainfs mount (FSBenchWriters.swift).
     var concurrentWrites = ConcurrentWriteFigures()
+    /// The same writes through the durable floor (`FloorCommits`): the floor whose FLUSH makes
+    /// the raw update above, grouped; what a FUSE filesystem doing nothing else reaches.
+    var durableFloorWrites = Samples()
+    var durableFloorConcurrentWrites = ConcurrentWriteFigures()
     var cpus = ""
 }
 
@@ -251,18 +255,41 @@ final class FSBench {
         }
 
         Out.progress("  durable writes")
+        let durableMount = directory + "/mnt-durable-floor-\(vault.size)"
+        try FileManager.default.createDirectory(atPath: durableMount, withIntermediateDirectories: true)
+        let durableFloor = try Daemon.start(
+            .durableFloor(
+                database: directory + "/durable-floor-\(vault.size).sqlite", rows: vault.size,
+                shape: try vault.rowShape()),
+            mountpoint: durableMount, log: directory + "/durable-floor-\(vault.size).log")
+        defer { try? durableFloor.stop() }
         var counter = 0
-        try alternate(4) { w, root in
+        func writeBlock(_ root: String) throws -> Samples {
+            var s = Samples()
             for _ in 0..<150 {
                 let i = counter % 250
                 counter += 1
                 let path = root + "/genp/\(Layout.service(i))/\(Layout.account(i))"
-                r[keyPath: figures(w)].writes.add(try writeTimed(path, Layout.secret(counter, tag: "wrt")))
+                s.add(try writeTimed(path, Layout.secret(counter, tag: "wrt")))
             }
-            if w == 1 { r.rawUpdate.add(try raw.timedUpdates(150, rng: &rng)) }
+            return s
+        }
+        var durableBlocks = 0
+        try alternate(4) { w, root in
+            r[keyPath: figures(w)].writes.add(try writeBlock(root))
+            guard w == 1 else { return }
+            // After each keychainfs block, the two durable-commit floors, in alternating order.
+            durableBlocks += 1
+            for side in (durableBlocks % 2 == 0 ? [0, 1] : [1, 0]) {
+                if side == 0 {
+                    r.rawUpdate.add(try raw.timedUpdates(150, rng: &rng))
+                } else {
+                    r.durableFloorWrites.add(try writeBlock(durableFloor.mountpoint))
+                }
+            }
         }
         // The last write must be readable through the mount.
-        for root in roots {
+        for root in roots + [durableFloor.mountpoint] {
             let i = (counter - 1) % 250
             guard try readOnce(root + "/genp/\(Layout.service(i))/\(Layout.account(i))") == 12 else {
                 throw BenchError("a written item did not read back")
@@ -270,7 +297,10 @@ final class FSBench {
         }
 
         Out.progress("  concurrent durable writers")
-        r.concurrentWrites = try measureConcurrentWrites(root: roots[1])
+        let concurrent = try measureConcurrentWrites(roots: [kc.mountpoint, durableFloor.mountpoint])
+        r.concurrentWrites = concurrent[0]
+        r.durableFloorConcurrentWrites = concurrent[1]
+        try durableFloor.stop()
 
         r.kc.rssAfterWork = kc.rss
         r.kc.peakRSS = kc.peakRSS

@@ -18,18 +18,21 @@ struct ConcurrentWriteFigures {
 }
 
 extension FSBench {
-    /// Measures `ConcurrentWriteFigures` on the keychainfs mount at `root` (items 0..<250 of the
-    /// layout; writer w uses its own 30).
-    func measureConcurrentWrites(root: String, blocks: Int = 3) throws -> ConcurrentWriteFigures {
-        var figures = ConcurrentWriteFigures()
+    /// Measures `ConcurrentWriteFigures` on each of the mounts at `roots` (items 0..<250 of the
+    /// layout; writer w uses its own 30), block by block, the mounts' order alternating.
+    func measureConcurrentWrites(roots: [String], blocks: Int = 3) throws -> [ConcurrentWriteFigures] {
+        var figures = [ConcurrentWriteFigures](repeating: ConcurrentWriteFigures(), count: roots.count)
         let n = ConcurrentWriteFigures.closesPerWriter
         for block in 0..<(2 * blocks) {
             let concurrent = block % 4 == 1 || block % 4 == 2  // one, many, many, one, one, many
             let count = concurrent ? ConcurrentWriteFigures.writers : 1
-            let started = Clock.now()
-            try Self.runWriters(count, closes: concurrent ? n : n * 2, root: root, tag: block)
-            let rate = Double(concurrent ? count * n : n * 2) / Clock.since(started)
-            if concurrent { figures.many.append(rate) } else { figures.one.append(rate) }
+            let order = block % 2 == 0 ? Array(roots.indices) : roots.indices.reversed()
+            for m in order {
+                let started = Clock.now()
+                try Self.runWriters(count, closes: concurrent ? n : n * 2, root: roots[m], tag: block)
+                let rate = Double(concurrent ? count * n : n * 2) / Clock.since(started)
+                if concurrent { figures[m].many.append(rate) } else { figures[m].one.append(rate) }
+            }
         }
         return figures
     }

@@ -9,6 +9,10 @@ import Foundation
 /// `/genp/<service>/<account>` holding 12-byte files, plus the empty `inet cert keys idnt`.
 /// Whatever keychainfs costs above this is its own work (store, crypto, path codec).
 ///
+/// With `commits` it is the durable floor: the FLUSH (or fsync) of a handle that truncated or
+/// wrote a file answers only after a durable SQLite commit (`FloorCommits`), as keychainfs's
+/// FLUSH answers after its item's update is durable.
+///
 /// The operations table is built in a function of this file, never as top-level code in
 /// main.swift (field notes: such closures are main-actor isolated and trap on the first
 /// request).
@@ -19,6 +23,8 @@ final class FloorFS: @unchecked Sendable {
         let ino: UInt64
         let isDirectory: Bool
         var data: [UInt8]
+        /// Truncated or written since its last durable commit (durable floor only).
+        var dirty = false
         var children: [String: UInt64] = [:]
         var order: [(String, UInt64)] = []
         init(ino: UInt64, isDirectory: Bool, data: [UInt8] = []) {
@@ -38,9 +44,12 @@ final class FloorFS: @unchecked Sendable {
     private var session: OpaquePointer?
     let uid = getuid(), gid = getgid()
     let mtime = Date()
+    let commits: FloorCommits?
 
-    /// `directories`: service name → the (account, 12-byte content) pairs it holds.
-    init(directories: [(String, [(String, [UInt8])])]) {
+    /// `directories`: service name → the (account, 12-byte content) pairs it holds;
+    /// `commits`: the durable floor's SQLite commits, nil for the floor.
+    init(directories: [(String, [(String, [UInt8])])], commits: FloorCommits? = nil) {
+        self.commits = commits
         let root = Node(ino: 1, isDirectory: true)
         nodes[1] = root
         var genp: Node?
@@ -127,6 +136,20 @@ final class FloorFS: @unchecked Sendable {
         return rc
     }
 
+    /// The durable floor's FLUSH and fsync: a durable commit when the file changed since its
+    /// last one (0 or EIO); the floor's: nothing (0).
+    func commitIfDirty(_ ino: UInt64) -> Int32 {
+        guard let commits, let n = node(ino) else { return 0 }
+        let changed = lock.withLock {
+            defer { n.dirty = false }
+            return n.dirty
+        }
+        guard changed else { return 0 }
+        if commits.commit(row: commits.row(forInode: ino)) { return 0 }
+        lock.withLock { n.dirty = true }
+        return EIO
+    }
+
     static func of(_ req: fuse_req_t?) -> FloorFS {
         Unmanaged<FloorFS>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
     }
@@ -188,7 +211,10 @@ final class FloorFS: @unchecked Sendable {
             guard !n.isDirectory else { fuse_reply_err(req, EISDIR); return }
             let access = fi.pointee.flags & O_ACCMODE
             if fi.pointee.flags & O_TRUNC != 0 && (access == O_WRONLY || access == O_RDWR) {
-                fs.lock.withLock { n.data = [] }
+                fs.lock.withLock {
+                    n.data = []
+                    n.dirty = true
+                }
             }
             fi.pointee.fh = ino
             kcfs_fi_set_direct_io(fi, 1)
@@ -215,11 +241,12 @@ final class FloorFS: @unchecked Sendable {
                 let start = Int(off)
                 if n.data.count < start + size { n.data += [UInt8](repeating: 0, count: start + size - n.data.count) }
                 n.data.replaceSubrange(start..<(start + size), with: UnsafeRawBufferPointer(start: buf, count: size))
+                n.dirty = true
             }
             fuse_reply_write(req, size)
         }
-        ops.flush = { req, _, _ in fuse_reply_err(req, 0) }
-        ops.fsync = { req, _, _, _ in fuse_reply_err(req, 0) }
+        ops.flush = { req, ino, _ in fuse_reply_err(req, FloorFS.of(req).commitIfDirty(ino)) }
+        ops.fsync = { req, ino, _, _ in fuse_reply_err(req, FloorFS.of(req).commitIfDirty(ino)) }
         ops.release = { req, _, _ in fuse_reply_err(req, 0) }
         ops.opendir = { req, ino, fi in
             let fs = FloorFS.of(req)
