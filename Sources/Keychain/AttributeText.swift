@@ -62,8 +62,9 @@ public enum AttributeText {
         throws -> AttributeValue
     {
         func text() throws -> String {
-            guard let s = String(validatingUTF8: bytes.map { CChar(bitPattern: $0) } + [0]), s.utf8.count == bytes.count
-            else {
+            // Validated as UTF-8 over every byte: NUL is a valid character of a value (a service
+            // may hold one; the path spells it %00), not the end of a C string.
+            guard let s = String(validating: bytes, as: UTF8.self) else {
                 throw KeychainError(.param, "value of '\(attribute.name)' is not valid UTF-8 text")
             }
             return s

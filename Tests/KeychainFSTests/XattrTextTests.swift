@@ -195,18 +195,16 @@ struct XattrTextTests {
         }
     }
 
-    @Test("a string holding NUL renders, but its text does not parse back")
-    func nulInString() {
-        // The xattr value "a\0b" is three bytes and valid UTF-8, but AttributeText.parse reads it
-        // as a C string (String(validatingUTF8:) over bytes + [0]) and refuses it as "not valid
-        // UTF-8 text": an item whose service holds NUL (possible through the CLI and the store;
-        // PathCodec spells it %00) cannot have that attribute written back through setxattr.
+    @Test("a string holding NUL renders and its text parses back to the same value")
+    func nulInString() throws {
+        // The xattr value "a\0b" is three bytes and valid UTF-8: an item whose service holds NUL
+        // (possible through the CLI and the store; PathCodec spells it %00) must be able to have
+        // that attribute written back through setxattr. Bytes that are not UTF-8 are still refused.
         let value = AttributeValue.string("a\u{0}b")
         let text = AttributeText.render(Schema.service, value)
         #expect(text == [0x61, 0, 0x62])
-        withKnownIssue("bug: AttributeText.parse refuses text with NUL bytes although the value is valid UTF-8") {
-            let back = try AttributeText.parse(Schema.service, text)
-            #expect(sameValue(back, value))
-        }
+        let back = try AttributeText.parse(Schema.service, text)
+        #expect(sameValue(back, value))
+        #expect(throws: KeychainError.self) { try AttributeText.parse(Schema.service, [0x61, 0, 0xFF]) }
     }
 }
