@@ -20,8 +20,27 @@ public enum Log {
     public static func debug(_ message: @autoclosure () -> String) { if verbose { emit("debug", message()) } }
 
     private static func emit(_ level: String, _ message: String) {
-        let line = "\(AttributeTextTime.now()) keychainfs[\(getpid())] \(level): \(message)\n"
-        lock.withLock { _ in _ = line.withCString { write(2, $0, strlen($0)) } }
+        let prefix = "\(AttributeTextTime.now()) keychainfs[\(getpid())] \(level): "
+        let line = Array(prefix.utf8) + printable(message) + [10]
+        lock.withLock { _ in _ = line.withUnsafeBytes { write(2, $0.baseAddress, $0.count) } }
+    }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
+    /// The message's UTF-8 with control characters spelled `\xHH`: a name in a message (an
+    /// item's service, a file name) may hold a line break or a NUL, and a log line must stay
+    /// one whole line that cannot be cut short or forge the next.
+    static func printable(_ message: String) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(message.utf8.count)
+        for byte in message.utf8 {
+            if byte < 0x20 || byte == 0x7F {
+                out += [UInt8(ascii: "\\"), UInt8(ascii: "x"), hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 15)]]
+            } else {
+                out.append(byte)
+            }
+        }
+        return out
     }
 }
 

@@ -155,6 +155,20 @@ struct GitCredentialTests {
         }
     }
 
+    @Test func anAccountHoldingALineBreakIsNotAnsweredAndSaysWhy() throws {
+        try withSandbox(#function) { box in
+            let helper = try helperBinary("git-credential-keychainfs")
+            // Answered as is, this account would add a `host=` line to git's answer.
+            try box.addInternet(["-s", "inject.example.com", "-r", "https", "-a", "eve\nhost=evil.example"], "eve-pw")
+            let r = try box.run(
+                helper, box.unlockArgs + ["get"],
+                stdin: request([("protocol", "https"), ("host", "inject.example.com")]), timeout: 20)
+            #expect(r.status == 0 && r.stdout.isEmpty, "\(r.summary)")
+            #expect(r.stderr.contains("the account holds a line break or NUL"), "\(r.summary)")
+            #expect(!r.stderr.contains("eve-pw"))
+        }
+    }
+
     @Test func theHelperSeesTheAccessGroupsOfItsOwnExecutable() throws {
         try withSandbox(#function) { box in
             let helper = try helperBinary("git-credential-keychainfs")

@@ -106,6 +106,18 @@ struct NetrcViewTests {
                     == "machine plain.example.com\n\tlogin ann\n\tpassword simple\nmachine empty.example.com\n\tpassword \"\"\n",
                 "\(r.summary)")
             #expect(box.daemonLog.contains("views/netrc leaves out"), "\(box.daemonLog.suffix(500))")
+
+            // A login holding NUL (set through the mount) would read as the part before it: the
+            // entry is left out, and the daemon's log line says so whole, the NUL spelled \x00.
+            let set = try box.pyResults(
+                "t('set', os.setxattr, sys.argv[1], 'user.keychain.account', b'ann\\x00eve')",
+                [box.mnt + "/inet/plain.example.com/ann"])
+            #expect(set["set"] == "OK", "\(set)")
+            let after = try box.run("/usr/bin/cat", [box.mnt + "/views/netrc"], timeout: 20)
+            #expect(after.stdout == "machine empty.example.com\n\tpassword \"\"\n", "\(after.summary)")
+            let log = box.daemonLog
+            #expect(log.contains("account=\"ann\\x00eve\""), "\(log.suffix(600))")
+            #expect(!log.contains("\u{0}"), "a NUL reached the daemon log")
         }
     }
 }

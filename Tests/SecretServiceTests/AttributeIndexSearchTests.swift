@@ -83,4 +83,36 @@ struct AttributeIndexSearchTests {
             #expect(itemPaths(try box.secretTool(bus.address, ["search", "--all", "service", "mnt-svc"])).isEmpty)
         }
     }
+
+    @Test("an attribute holding NUL (set through the mount) fails over D-Bus instead of reaching clients cut short")
+    func nulAttribute() throws {
+        try withSecretService(setup: { box in
+            try box.addGeneric("nul-svc", "plain", "nul-secret")
+        }) { box, bus in
+            try box.mount()
+            let set = try box.pyResults(
+                "t('set', os.setxattr, sys.argv[1], 'user.keychain.account', b'cut\\x00tail')",
+                [box.mnt + "/genp/nul-svc/plain"])
+            #expect(set["set"] == "OK", "\(set)")
+            // D-Bus strings cannot hold NUL: the item's attributes fail with a precise error
+            // rather than reaching a client as the username "cut".
+            let r = try box.python(
+                bus.address,
+                """
+                import secretstorage
+                conn = secretstorage.dbus_init()
+                coll = secretstorage.get_default_collection(conn)
+                items = list(coll.search_items({'service': 'nul-svc'}))
+                print('found', len(items))
+                try:
+                    print('attrs', sorted(items[0].get_attributes().items()))
+                except Exception as e:
+                    print('error', type(e).__name__, e)
+                """)
+            let out = labelled(r)
+            #expect(out["found"] == "1", "\(r.summary)")
+            #expect(out["attrs"] == nil, "a client saw the attributes: \(r.summary)")
+            #expect(out["error"]?.contains("holds NUL") == true, "\(r.summary)")
+        }
+    }
 }

@@ -50,8 +50,15 @@ public struct GitCredentialHelper {
                 notes.append("\(candidate.summary): the password holds a newline or is not UTF-8; git cannot take it")
                 continue
             }
+            // git's answer is `key=value` lines: an account holding a line break would add lines
+            // of its own (`host=…`, `password=…`) and a NUL would cut it short.
+            let username = item.string(Schema.account) ?? ""
+            guard !username.contains(where: { $0.isNewline || $0 == "\u{0}" }) else {
+                notes.append("\(candidate.summary): the account holds a line break or NUL; git cannot take it")
+                continue
+            }
             var answer = GitCredential()
-            answer.username = item.string(Schema.account) ?? ""
+            answer.username = username
             answer.password = text
             answer.passwordExpiryUTC = extras["password_expiry_utc"]
             answer.oauthRefreshToken = extras["oauth_refresh_token"]

@@ -83,7 +83,7 @@ struct NetrcFile: ViewFile {
             let server = item.string(Schema.server) ?? ""
             let account = item.string(Schema.account) ?? ""
             guard let entry = Self.entry(machine: server, login: account, password: password) else {
-                Log.warning("views/netrc leaves out \(item.summary): a value holds a line break or is not UTF-8")
+                Log.warning("views/netrc leaves out \(item.summary): a value holds a line break or NUL or is not UTF-8")
                 continue
             }
             out += entry
@@ -91,7 +91,7 @@ struct NetrcFile: ViewFile {
         return out
     }
 
-    /// One entry; nil when a value cannot be written in netrc (a line break, not UTF-8).
+    /// One entry; nil when a value cannot be written in netrc (a line break, a NUL, not UTF-8).
     static func entry(machine: String, login: String, password: [UInt8]) -> [UInt8]? {
         guard let password = String(validating: password, as: UTF8.self),
             let machineToken = quoted(machine), let loginToken = quoted(login), let secret = quoted(password)
@@ -105,7 +105,9 @@ struct NetrcFile: ViewFile {
     /// A netrc token: as is when plain, else in double quotes with `"` and `\` escaped (curl
     /// ≥ 7.84 and Python's netrc read both).
     static func quoted(_ value: String) -> String? {
-        if value.contains(where: { $0.isNewline }) { return nil }
+        // curl and Python read a token up to a NUL: "github.com\0.x" would be read as the machine
+        // github.com. Such an entry is left out, like one holding a line break.
+        if value.contains(where: { $0.isNewline || $0 == "\u{0}" }) { return nil }
         let plain = !value.isEmpty && !value.contains { $0.isWhitespace || $0 == "\"" || $0 == "\\" || $0 == "#" }
         if plain { return value }
         return "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
