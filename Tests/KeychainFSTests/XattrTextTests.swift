@@ -30,16 +30,15 @@ enum Values {
         (0..<Int.random(in: count, using: &rng)).map { _ in UInt8.random(in: 0...255, using: &rng) }
     }
 
-    /// A random valid value of `attribute`, of the kind its xattr can hold. Strings never hold
-    /// NUL (see `nulInString`, a known issue).
+    /// A random valid value of `attribute`, of the kind its xattr can hold (strings may hold NUL,
+    /// as `Names.name` makes them).
     static func random(_ attribute: Attribute, _ rng: inout any SeededRandomNumberGenerator) -> AttributeValue {
         switch attribute.type {
         case .string:
             if attribute == Schema.protocolAttribute {
                 return .string(Bool.random(using: &rng) ? "" : InternetProtocol.table.randomElement(using: &rng)!.code)
             }
-            let s = Names.name(&rng)
-            return .string(String(String.UnicodeScalarView(s.unicodeScalars.filter { $0 != "\u{0}" })))
+            return .string(Names.name(&rng))
         case .data: return .data(bytes(&rng))
         case .number:
             switch Int.random(in: 0..<4, using: &rng) {
