@@ -235,8 +235,8 @@ enum DaemonMain {
         switch args.count {
         case 1: break
         case 7 where args[1] == "--durable":
-            guard let rows = Int(args[3]), rows > 0, let attrs = Int(args[4]), let key = Int(args[5]),
-                let data = Int(args[6])
+            guard let rows = Int(args[3]), rows > 0, let attrs = Int(args[4]), attrs >= 0, let key = Int(args[5]),
+                key >= 0, let data = Int(args[6]), data >= 0
             else { report("error usage"); return 2 }
             do {
                 for suffix in ["", "-wal", "-shm"] { unlink(args[2] + suffix) }

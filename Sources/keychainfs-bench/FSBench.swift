@@ -43,6 +43,8 @@ struct FSSizeFigures {
     /// the raw update above, grouped; what a FUSE filesystem doing nothing else reaches.
     var durableFloorWrites = Samples()
     var durableFloorConcurrentWrites = ConcurrentWriteFigures()
+    /// The raw update's rate measured beside the concurrent section's one-writer blocks.
+    var rawUpdateBesideConcurrent = Samples()
     var cpus = ""
 }
 
@@ -264,13 +266,16 @@ final class FSBench {
             mountpoint: durableMount, log: directory + "/durable-floor-\(vault.size).log")
         defer { try? durableFloor.stop() }
         var counter = 0
+        var lastWritten: [String: (path: String, bytes: [UInt8])] = [:]
         func writeBlock(_ root: String) throws -> Samples {
             var s = Samples()
             for _ in 0..<150 {
                 let i = counter % 250
                 counter += 1
                 let path = root + "/genp/\(Layout.service(i))/\(Layout.account(i))"
-                s.add(try writeTimed(path, Layout.secret(counter, tag: "wrt")))
+                let bytes = Layout.secret(counter, tag: "wrt")
+                s.add(try writeTimed(path, bytes))
+                lastWritten[root] = (path, bytes)
             }
             return s
         }
@@ -288,18 +293,19 @@ final class FSBench {
                 }
             }
         }
-        // The last write must be readable through the mount.
+        // Each mount's last write reads back through it, byte for byte.
         for root in roots + [durableFloor.mountpoint] {
-            let i = (counter - 1) % 250
-            guard try readOnce(root + "/genp/\(Layout.service(i))/\(Layout.account(i))") == 12 else {
-                throw BenchError("a written item did not read back")
+            guard let (path, bytes) = lastWritten[root], try Self.readAll(path) == bytes else {
+                throw BenchError("the last write through \(root) did not read back")
             }
         }
 
         Out.progress("  concurrent durable writers")
-        let concurrent = try measureConcurrentWrites(roots: [kc.mountpoint, durableFloor.mountpoint])
-        r.concurrentWrites = concurrent[0]
-        r.durableFloorConcurrentWrites = concurrent[1]
+        let concurrent = try measureConcurrentWrites(
+            keychainfs: kc.mountpoint, durableFloor: durableFloor.mountpoint, raw: raw, rng: &rng)
+        r.concurrentWrites = concurrent.keychainfs
+        r.durableFloorConcurrentWrites = concurrent.durableFloor
+        r.rawUpdateBesideConcurrent = concurrent.rawOne
         try durableFloor.stop()
 
         r.kc.rssAfterWork = kc.rss
@@ -311,6 +317,20 @@ final class FSBench {
     }
 
     // MARK: Operations
+
+    static func readAll(_ path: String) throws -> [UInt8] {
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else { throw BenchError("open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = read(fd, &buf, buf.count)
+            guard n >= 0 else { throw BenchError("read \(path): \(String(cString: strerror(errno)))") }
+            if n == 0 { return out }
+            out += buf[0..<n]
+        }
+    }
 
     private func readOnce(_ path: String) throws -> Int {
         let fd = open(path, O_RDONLY)

@@ -1,3 +1,4 @@
+import CFuse
 import Dispatch
 import Foundation
 import Synchronization
@@ -11,30 +12,67 @@ struct ConcurrentWriteFigures {
     static let closesPerWriter = 40
     var one: [Double] = []  // closes/s, one writer, per block
     var many: [Double] = []  // closes/s, `writers` writers together, per block
+    /// Closes per durable commit in each `many` block (the durable floor counts its commits).
+    var closesPerCommit: [Double] = []
 
     var oneRate: Double { Self.median(one) }
     var manyRate: Double { Self.median(many) }
     static func median(_ v: [Double]) -> Double { v.isEmpty ? .nan : v.sorted()[v.count / 2] }
 }
 
+/// The concurrent section: keychainfs and the durable floor block by block, and the raw update
+/// beside the one-writer blocks.
+struct ConcurrentRun {
+    var keychainfs = ConcurrentWriteFigures()
+    var durableFloor = ConcurrentWriteFigures()
+    var rawOne = Samples()
+}
+
 extension FSBench {
-    /// Measures `ConcurrentWriteFigures` on each of the mounts at `roots` (items 0..<250 of the
-    /// layout; writer w uses its own 30), block by block, the mounts' order alternating.
-    func measureConcurrentWrites(roots: [String], blocks: Int = 3) throws -> [ConcurrentWriteFigures] {
-        var figures = [ConcurrentWriteFigures](repeating: ConcurrentWriteFigures(), count: roots.count)
+    /// Measures `ConcurrentWriteFigures` on the keychainfs mount and on the durable floor (items
+    /// 0..<250 of the layout; writer w uses its own 30). Blocks go one, many, many, one, one,
+    /// many, many, one (`blocksPerKind` of each); in every block both mounts, the first of them
+    /// taking turns within each kind of block; after each one-writer pair, as many raw updates.
+    func measureConcurrentWrites(
+        keychainfs: String, durableFloor: String, raw: RawSQLite, rng: inout SeededRandom, blocksPerKind: Int = 4
+    ) throws -> ConcurrentRun {
+        var run = ConcurrentRun()
         let n = ConcurrentWriteFigures.closesPerWriter
-        for block in 0..<(2 * blocks) {
-            let concurrent = block % 4 == 1 || block % 4 == 2  // one, many, many, one, one, many
+        var blocksOfKind: [Bool: Int] = [false: 0, true: 0]
+        for block in 0..<(2 * blocksPerKind) {
+            let concurrent = block % 4 == 1 || block % 4 == 2
             let count = concurrent ? ConcurrentWriteFigures.writers : 1
-            let order = block % 2 == 0 ? Array(roots.indices) : roots.indices.reversed()
-            for m in order {
+            let closes = concurrent ? n : n * 2
+            let turn = blocksOfKind[concurrent, default: 0]
+            blocksOfKind[concurrent] = turn + 1
+            for onFloor in (turn % 2 == 0 ? [false, true] : [true, false]) {
+                let root = onFloor ? durableFloor : keychainfs
+                let before = onFloor ? try Self.floorCommits(root) : nil
                 let started = Clock.now()
-                try Self.runWriters(count, closes: concurrent ? n : n * 2, root: roots[m], tag: block)
-                let rate = Double(concurrent ? count * n : n * 2) / Clock.since(started)
-                if concurrent { figures[m].many.append(rate) } else { figures[m].one.append(rate) }
+                try Self.runWriters(count, closes: closes, root: root, tag: block)
+                let rate = Double(count * closes) / Clock.since(started)
+                var figures = onFloor ? run.durableFloor : run.keychainfs
+                if concurrent { figures.many.append(rate) } else { figures.one.append(rate) }
+                if concurrent, let before {
+                    let after = try Self.floorCommits(root)
+                    figures.closesPerCommit.append(
+                        Double(after.closes - before.closes) / Double(max(1, after.commits - before.commits)))
+                }
+                if onFloor { run.durableFloor = figures } else { run.keychainfs = figures }
             }
+            if !concurrent { run.rawOne.add(try raw.timedUpdates(closes, rng: &rng)) }
         }
-        return figures
+        return run
+    }
+
+    /// The durable floor's commits and the closes they held so far (`FloorFS.commitsXattrName`).
+    static func floorCommits(_ root: String) throws -> (commits: Int, closes: Int) {
+        var buf = [UInt8](repeating: 0, count: 64)
+        let n = lgetxattr(root, FloorFS.commitsXattrName, &buf, buf.count)
+        let fields =
+            n > 0 ? String(decoding: buf[0..<n], as: UTF8.self).split(separator: " ").compactMap { Int($0) } : []
+        guard fields.count == 2 else { throw BenchError("\(root): no commit count from the durable floor") }
+        return (fields[0], fields[1])
     }
 
     private static func runWriters(_ count: Int, closes: Int, root: String, tag: Int) throws {

@@ -9,10 +9,12 @@ import Synchronization
 /// `CommitQueue` leads (the first to arrive commits the batch it finds, at most `maxBatch`,
 /// then hands the lead to the first still waiting).
 ///
-/// So the durable floor is a FUSE filesystem of keychainfs's shape doing the least "durable
-/// when close returns" needs, and no keychain work: its closes/s ÷ the raw update's is the most
-/// any FUSE filesystem reaches on this machine and kernel, and its 8 writers ÷ one the most
-/// grouping alone gives.
+/// Each commit updates a row drawn at random from the whole table, as the raw update does.
+///
+/// So the durable floor is a FUSE filesystem of keychainfs's shape (every open answered,
+/// xattrs, direct I/O) doing the least "durable when close returns" needs, and no keychain
+/// work: its closes/s ÷ the raw update's is the most such a filesystem reaches on this machine
+/// and kernel, and its 8 writers ÷ one what grouping gives it.
 final class FloorCommits: Sendable {
     final class Member: Sendable {
         let row: Int64
@@ -30,6 +32,8 @@ final class FloorCommits: Sendable {
         var leaderActive = false
     }
     private let queue = Mutex(Queue())
+    /// Durable commits made and the closes they held, since the mount.
+    private let made = Mutex((commits: 0, closes: 0))
     /// Used by the leader only; the lock is never contended (one leader at a time).
     private let database: Mutex<RawSQLite>
     private let filler: [UInt8]
@@ -42,13 +46,12 @@ final class FloorCommits: Sendable {
         self.database = Mutex(database)
     }
 
-    /// The row a file's writes update.
-    func row(forInode ino: UInt64) -> Int64 { Int64(ino % UInt64(rows)) + 1 }
+    var totals: (commits: Int, closes: Int) { made.withLock { $0 } }
 
-    /// Commits `row`'s update durably, grouped with the commits of other threads that arrive
-    /// meanwhile; false when the commit failed.
-    func commit(row: Int64) -> Bool {
-        let member = Member(row: row)
+    /// Commits the update of a random row durably, grouped with the commits of other threads
+    /// that arrive meanwhile; false when the commit failed.
+    func commit() -> Bool {
+        let member = Member(row: Int64.random(in: 1...Int64(rows)))
         let leadNow = queue.withLock { q in
             q.pending.append(member)
             if q.leaderActive { return false }
@@ -66,6 +69,12 @@ final class FloorCommits: Sendable {
         }
         let committed = database.withLock { db in
             (try? db.commitUpdates(batch.map(\.row), filler: filler)) != nil
+        }
+        if committed {
+            made.withLock {
+                $0.commits += 1
+                $0.closes += batch.count
+            }
         }
         for other in batch where other !== member {
             if !committed { other.failed.store(true, ordering: .releasing) }
