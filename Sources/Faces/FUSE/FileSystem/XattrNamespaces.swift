@@ -77,10 +77,12 @@ struct KeychainAttributeXattrs: XattrNamespace {
                 caller: caller)
         }
         if Schema.isPrimaryKey(attribute, in: c) || attribute == Schema.label {
-            // The item's path changed: drop the kernel's cached entries for the old name.
+            // The item's path changed: drop the kernel's cached entries for the old name (and
+            // its directory, which may now be empty) before the setxattr is answered.
             let parent = oldDirectory.map { fs.directories.inode(c, $0) } ?? Inode.classDirectory(c)
-            fs.notify(.entry(parent: parent, name: oldLeaf))
-            if let oldDirectory { fs.notify(.entry(parent: Inode.classDirectory(c), name: oldDirectory)) }
+            var left = [KeychainFileSystem.EntryName(parent: parent, name: oldLeaf)]
+            if let oldDirectory { left.append(.init(parent: Inode.classDirectory(c), name: oldDirectory)) }
+            fs.notify(.namesLeft(left))
         }
     }
 }

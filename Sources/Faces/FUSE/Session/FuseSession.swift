@@ -113,20 +113,38 @@ public final class FuseSession: Sendable {
     /// or page lock that a request in flight could hold. Pages and names go on their own queue:
     /// a page or entry invalidation sent from a request handler can deadlock against the
     /// kernel's inode and page locks.
+    ///
+    /// Names an item left by a setxattr on it (`.namesLeft`) also go on the queue, but the
+    /// request waits for them up to `namesLeftWait`, so a `stat` of the old name right after the
+    /// setxattr returns finds it gone. The wait cannot be unbounded: the kernel's entry
+    /// invalidation locks the parent directory, and a rename(2) of the same file holds that lock
+    /// while it waits for the file's inode lock, which the setxattr holds until it is answered.
+    /// Past the bound the request is answered anyway, the rename goes on, and the queued
+    /// invalidation completes after it.
     private func invalidate(_ what: KeychainFileSystem.Invalidation) {
         if case .attributes(let ino) = what {
             guard let se = state.withLock({ $0.session })?.pointer else { return }
             _ = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0)
             return
         }
+        let done = DispatchSemaphore(value: 0)
         invalidations.async { [self] in
+            defer { done.signal() }
             guard let se = state.withLock({ $0.session })?.pointer else { return }
             switch what {
             case .inode(let ino), .attributes(let ino): _ = fuse_lowlevel_notify_inval_inode(se, ino, 0, 0)
-            case .entry(let parent, let name):
-                _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) }
+            case .entry(let parent, let name): Self.dropEntry(se, parent, name)
+            case .namesLeft(let names): for n in names { Self.dropEntry(se, n.parent, n.name) }
             }
         }
+        if case .namesLeft = what { _ = done.wait(timeout: .now() + Self.namesLeftWait) }
+    }
+
+    /// How long a request waits for the kernel to drop the names it left (see `invalidate`).
+    static let namesLeftWait = DispatchTimeInterval.milliseconds(100)
+
+    private static func dropEntry(_ se: OpaquePointer, _ parent: UInt64, _ name: String) {
+        _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) }
     }
 
     // MARK: Directory handles
