@@ -158,10 +158,33 @@ public enum AttributeText {
     }
 
     static func parseDate(_ text: String) -> Date? {
+        // ISO8601DateFormatter alone reads "2026-01-31T12:00:00Zjunk" and " 2026-…" as dates,
+        // silently dropping what the user wrote around them: the whole text must be the date.
+        guard isInternetDateTime(Array(text.utf8)) else { return nil }
         let f = ISO8601DateFormatter()
         f.formatOptions = [.withInternetDateTime]
         if let d = f.date(from: text) { return d }
         f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         return f.date(from: text)
+    }
+
+    /// RFC 3339's date-time and nothing else: `YYYY-MM-DDTHH:MM:SS`, an optional fraction, then
+    /// `Z` or `±HH:MM` at the very end. The ranges of the fields are the formatter's to check.
+    static func isInternetDateTime(_ b: [UInt8]) -> Bool {
+        func digits(_ from: Int, _ count: Int) -> Bool {
+            from + count <= b.count && b[from..<(from + count)].allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+        }
+        func at(_ i: Int, _ c: Unicode.Scalar) -> Bool { i < b.count && b[i] == UInt8(ascii: c) }
+        guard digits(0, 4), at(4, "-"), digits(5, 2), at(7, "-"), digits(8, 2), at(10, "T"), digits(11, 2),
+            at(13, ":"), digits(14, 2), at(16, ":"), digits(17, 2)
+        else { return false }
+        var i = 19
+        if at(i, ".") {
+            i += 1
+            guard digits(i, 1) else { return false }
+            while digits(i, 1) { i += 1 }
+        }
+        if at(i, "Z") { return i + 1 == b.count }
+        return (at(i, "+") || at(i, "-")) && digits(i + 1, 2) && at(i + 3, ":") && digits(i + 4, 2) && i + 6 == b.count
     }
 }

@@ -68,6 +68,8 @@ enum Values {
         let junk = [
             "x", "maybe", "1.5", "0x10", "--", "9223372036854775808", "2026-13-01T00:00:00Z", "yesterday",
             "whenever", "userPresence,faceScan", "gopher", "zz", "abc", "true false", "\u{E9}",
+            "2026-01-31T12:00:00Zjunk", " 2026-01-31T12:00:00Z", "2026-01-31T12:00:00Z ", "2026-01-31T12:00:00Z\u{0}x",
+            "2026-01-31T12:00:00", "2026-01-31T12:00:00.Z", "2026-01-31T12:00:00+0200",
         ]
         switch attribute.type {
         case .data where ["generic", "applicationTag"].contains(attribute.name): return nil  // raw bytes: anything goes
