@@ -60,15 +60,10 @@ public final class KeychainFileSystem: Sendable {
         /// bytes changes when no handle on the inode filled the page cache.
         case attributes(UInt64)
         case entry(parent: UInt64, name: String)
-        /// Names an item no longer has after a request on the item itself changed its path
+        /// The name an item no longer has after a request on the item itself changed its path
         /// (a setxattr of a key attribute). The request waits a bounded time for the kernel to
-        /// drop them, so the old name is gone by the caller's next call (FuseSession).
-        case namesLeft([EntryName])
-    }
-
-    public struct EntryName: Sendable {
-        public let parent: UInt64
-        public let name: String
+        /// drop it, so the old name is gone by the caller's next call (FuseSession).
+        case nameLeft(parent: UInt64, name: String)
     }
 
     public init(keychain: Keychain, uid: uid_t = getuid(), gid: gid_t = getgid(), audit: AuditLog? = nil) {

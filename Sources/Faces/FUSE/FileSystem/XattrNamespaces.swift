@@ -76,14 +76,20 @@ struct KeychainAttributeXattrs: XattrNamespace {
                 Query(c, synchronizableAny: true, persistentReference: id), attributes: [attribute: parsed],
                 caller: caller)
         }
-        if Schema.isPrimaryKey(attribute, in: c) || attribute == Schema.label {
-            // The item's path changed: drop the kernel's cached entries for the old name (and
-            // its directory, which may now be empty) before the setxattr is answered.
-            let parent = oldDirectory.map { fs.directories.inode(c, $0) } ?? Inode.classDirectory(c)
-            var left = [KeychainFileSystem.EntryName(parent: parent, name: oldLeaf)]
-            if let oldDirectory { left.append(.init(parent: Inode.classDirectory(c), name: oldDirectory)) }
-            fs.notify(.namesLeft(left))
+        guard Schema.isPrimaryKey(attribute, in: c) || attribute == Schema.label else { return }
+        var moved = item.attributes
+        moved[attribute] = parsed
+        let newDirectory = PathCodec.directory(of: c, moved)
+        guard newDirectory != oldDirectory || PathCodec.leaf(of: c, moved) != oldLeaf else { return }
+        // The item's path changed: the kernel drops its cached entry for the old name before
+        // the setxattr is answered. A directory the item left stays, as after `mv` (a shell
+        // sitting in it keeps its working directory; docs/paths.md), so its entry is not dropped.
+        let parent = oldDirectory.map { fs.directories.inode(c, $0) } ?? Inode.classDirectory(c)
+        if newDirectory != oldDirectory {
+            if let newDirectory { fs.directories.unmarkEmpty(fs.directories.inode(c, newDirectory)) }
+            if oldDirectory != nil { fs.directories.keep(parent) }
         }
+        fs.notify(.nameLeft(parent: parent, name: oldLeaf))
     }
 }
 

@@ -99,6 +99,9 @@ public final class FuseSession: Sendable {
         fs.invalidate = nil
         state.withLock { $0.session = nil }
         fuse_session_unmount(se)
+        // An invalidation that read the session before it was cleared may still be using it:
+        // let the queue finish before the session is freed.
+        invalidations.sync {}
         fuse_remove_signal_handlers(se)
         fuse_session_destroy(se)
         return rc
@@ -114,34 +117,44 @@ public final class FuseSession: Sendable {
     /// a page or entry invalidation sent from a request handler can deadlock against the
     /// kernel's inode and page locks.
     ///
-    /// Names an item left by a setxattr on it (`.namesLeft`) also go on the queue, but the
-    /// request waits for them up to `namesLeftWait`, so a `stat` of the old name right after the
+    /// The name an item left by a setxattr on it (`.nameLeft`) also goes on the queue, but the
+    /// request waits for it up to `nameLeftWait`, so a `stat` of the old name right after the
     /// setxattr returns finds it gone. The wait cannot be unbounded: the kernel's entry
-    /// invalidation locks the parent directory, and a rename(2) of the same file holds that lock
-    /// while it waits for the file's inode lock, which the setxattr holds until it is answered.
-    /// Past the bound the request is answered anyway, the rename goes on, and the queued
-    /// invalidation completes after it.
+    /// invalidation locks the parent directory (and nothing else: not the file), and a rename(2)
+    /// or unlink(2) of the same file holds that lock while it waits for the file's inode lock,
+    /// which the setxattr holds until it is answered. Past the bound the request is answered
+    /// anyway, the rename goes on, the queued invalidation completes after it, and until then
+    /// the old name may still answer (for the cache lifetime at most). Requests that hold the
+    /// directory while the daemon serves them (lookup, readdir, create, unlink) only delay it.
     private func invalidate(_ what: KeychainFileSystem.Invalidation) {
         if case .attributes(let ino) = what {
             guard let se = state.withLock({ $0.session })?.pointer else { return }
             _ = fuse_lowlevel_notify_inval_inode(se, ino, -1, 0)
             return
         }
+        guard case .nameLeft(let parent, let name) = what else {
+            invalidations.async { [self] in
+                guard let se = state.withLock({ $0.session })?.pointer else { return }
+                switch what {
+                case .inode(let ino), .attributes(let ino): _ = fuse_lowlevel_notify_inval_inode(se, ino, 0, 0)
+                case .entry(let parent, let name), .nameLeft(let parent, let name): Self.dropEntry(se, parent, name)
+                }
+            }
+            return
+        }
         let done = DispatchSemaphore(value: 0)
         invalidations.async { [self] in
             defer { done.signal() }
             guard let se = state.withLock({ $0.session })?.pointer else { return }
-            switch what {
-            case .inode(let ino), .attributes(let ino): _ = fuse_lowlevel_notify_inval_inode(se, ino, 0, 0)
-            case .entry(let parent, let name): Self.dropEntry(se, parent, name)
-            case .namesLeft(let names): for n in names { Self.dropEntry(se, n.parent, n.name) }
-            }
+            Self.dropEntry(se, parent, name)
         }
-        if case .namesLeft = what { _ = done.wait(timeout: .now() + Self.namesLeftWait) }
+        if done.wait(timeout: .now() + Self.nameLeftWait) == .timedOut {
+            Log.debug("a moved item's old name was not dropped within 100 ms (a rename of it at the same moment?)")
+        }
     }
 
-    /// How long a request waits for the kernel to drop the names it left (see `invalidate`).
-    static let namesLeftWait = DispatchTimeInterval.milliseconds(100)
+    /// How long a request waits for the kernel to drop the name it left (see `invalidate`).
+    static let nameLeftWait = DispatchTimeInterval.milliseconds(100)
 
     private static func dropEntry(_ se: OpaquePointer, _ parent: UInt64, _ name: String) {
         _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) }
