@@ -25,22 +25,34 @@ public enum Log {
         lock.withLock { _ in _ = line.withUnsafeBytes { write(2, $0.baseAddress, $0.count) } }
     }
 
-    private static let hexDigits = Array("0123456789abcdef".utf8)
-
-    /// The message's UTF-8 with control characters spelled `\xHH`: a name in a message (an
-    /// item's service, a file name) may hold a line break or a NUL, and a log line must stay
-    /// one whole line that cannot be cut short or forge the next.
+    /// The message's UTF-8 with every character that could break or disguise a line spelled
+    /// out: ASCII controls and DEL as `\xHH`; C1 controls, the line and paragraph separators and
+    /// the bidirectional overrides as `\u{HHHH}`. A log line must stay one whole line that can
+    /// neither be cut short nor forge or reorder what a reader sees. Messages name items through
+    /// `Keychain.describe`, which quotes names and escapes their `\` and controls itself; this
+    /// is the backstop for any other text, so it leaves `\` alone (escaping it again would
+    /// double every escape describe made).
     static func printable(_ message: String) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(message.utf8.count)
-        for byte in message.utf8 {
-            if byte < 0x20 || byte == 0x7F {
-                out += [UInt8(ascii: "\\"), UInt8(ascii: "x"), hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 15)]]
+        for scalar in message.unicodeScalars {
+            let v = scalar.value
+            if v < 0x20 || v == 0x7F {
+                out += Array("\\x".utf8) + hex(v, digits: 2)
+            } else if (0x80...0x9F).contains(v) || v == 0x2028 || v == 0x2029 || (0x202A...0x202E).contains(v)
+                || (0x2066...0x2069).contains(v)
+            {
+                out += Array("\\u{".utf8) + hex(v, digits: 4) + [UInt8(ascii: "}")]
             } else {
-                out.append(byte)
+                UTF8.encode(scalar) { out.append($0) }
             }
         }
         return out
+    }
+
+    private static func hex(_ v: UInt32, digits: Int) -> [UInt8] {
+        let table = Array("0123456789abcdef".utf8)
+        return (0..<digits).reversed().map { table[Int((v >> (4 * UInt32($0))) & 15)] }
     }
 }
 
