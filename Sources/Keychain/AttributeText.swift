@@ -158,33 +158,62 @@ public enum AttributeText {
     }
 
     static func parseDate(_ text: String) -> Date? {
-        // ISO8601DateFormatter alone reads "2026-01-31T12:00:00Zjunk" and " 2026-…" as dates,
-        // silently dropping what the user wrote around them: the whole text must be the date.
-        guard isInternetDateTime(Array(text.utf8)) else { return nil }
+        // ISO8601DateFormatter alone reads "2026-01-31T12:00:00Zjunk" as a date, and
+        // "2026-02-30" as March 1st: what the user wrote would be dropped or moved silently. So
+        // the whole text must be a date-time with every field in range (`internetDateTime`).
+        guard let normalized = internetDateTime(text.trimmingCharacters(in: .whitespaces)) else { return nil }
         let f = ISO8601DateFormatter()
         f.formatOptions = [.withInternetDateTime]
-        if let d = f.date(from: text) { return d }
+        if let d = f.date(from: normalized) { return d }
         f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return f.date(from: text)
+        return f.date(from: normalized)
     }
 
-    /// RFC 3339's date-time and nothing else: `YYYY-MM-DDTHH:MM:SS`, an optional fraction, then
-    /// `Z` or `±HH:MM` at the very end. The ranges of the fields are the formatter's to check.
-    static func isInternetDateTime(_ b: [UInt8]) -> Bool {
-        func digits(_ from: Int, _ count: Int) -> Bool {
-            from + count <= b.count && b[from..<(from + count)].allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+    /// An RFC 3339 date-time and nothing else, `t` and `z` upper-cased for the formatter:
+    /// `YYYY-MM-DDTHH:MM:SS` (a year of four digits or more, as `iso8601` writes years past
+    /// 9999), an optional fraction, then `Z` or an offset `±HH:MM`, `±HHMM` or `±HH`; the month,
+    /// the day in that month, the hour, minute and second in range (no leap second, no 24:00).
+    static func internetDateTime(_ text: String) -> String? {
+        var b = Array(text.utf8)
+        func number(_ from: Int, _ count: Int) -> Int? {
+            guard from >= 0, from + count <= b.count, b[from..<(from + count)].allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
+            else { return nil }
+            return b[from..<(from + count)].reduce(0) { $0 * 10 + Int($1 - 0x30) }
         }
         func at(_ i: Int, _ c: Unicode.Scalar) -> Bool { i < b.count && b[i] == UInt8(ascii: c) }
-        guard digits(0, 4), at(4, "-"), digits(5, 2), at(7, "-"), digits(8, 2), at(10, "T"), digits(11, 2),
-            at(13, ":"), digits(14, 2), at(16, ":"), digits(17, 2)
-        else { return false }
-        var i = 19
+        var yearDigits = 0
+        while yearDigits < b.count, b[yearDigits] >= 0x30 && b[yearDigits] <= 0x39 { yearDigits += 1 }
+        let y = yearDigits
+        if y + 6 < b.count, b[y + 6] == UInt8(ascii: "t") { b[y + 6] = UInt8(ascii: "T") }
+        guard yearDigits >= 4, yearDigits <= 9, let year = number(0, yearDigits), at(y, "-"),
+            let month = number(y + 1, 2), (1...12).contains(month), at(y + 3, "-"), let day = number(y + 4, 2),
+            day >= 1, day <= Self.days(inMonth: month, year: year), at(y + 6, "T"), let hour = number(y + 7, 2),
+            hour <= 23, at(y + 9, ":"), let minute = number(y + 10, 2), minute <= 59, at(y + 12, ":"),
+            let second = number(y + 13, 2), second <= 59
+        else { return nil }
+        var i = y + 15
         if at(i, ".") {
             i += 1
-            guard digits(i, 1) else { return false }
-            while digits(i, 1) { i += 1 }
+            guard number(i, 1) != nil else { return nil }
+            while number(i, 1) != nil { i += 1 }
         }
-        if at(i, "Z") { return i + 1 == b.count }
-        return (at(i, "+") || at(i, "-")) && digits(i + 1, 2) && at(i + 3, ":") && digits(i + 4, 2) && i + 6 == b.count
+        if i < b.count, b[i] == UInt8(ascii: "z") { b[i] = UInt8(ascii: "Z") }
+        if at(i, "Z") { return i + 1 == b.count ? String(decoding: b, as: UTF8.self) : nil }
+        guard at(i, "+") || at(i, "-"), let offsetHours = number(i + 1, 2), offsetHours <= 23 else { return nil }
+        switch b.count - (i + 3) {
+        case 0: break  // ±HH
+        case 2: guard let m = number(i + 3, 2), m <= 59 else { return nil }  // ±HHMM
+        case 3: guard at(i + 3, ":"), let m = number(i + 4, 2), m <= 59 else { return nil }  // ±HH:MM
+        default: return nil
+        }
+        return String(decoding: b, as: UTF8.self)
+    }
+
+    static func days(inMonth month: Int, year: Int) -> Int {
+        switch month {
+        case 2: return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
     }
 }

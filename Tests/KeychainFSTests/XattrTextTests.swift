@@ -68,8 +68,9 @@ enum Values {
         let junk = [
             "x", "maybe", "1.5", "0x10", "--", "9223372036854775808", "2026-13-01T00:00:00Z", "yesterday",
             "whenever", "userPresence,faceScan", "gopher", "zz", "abc", "true false", "\u{E9}",
-            "2026-01-31T12:00:00Zjunk", " 2026-01-31T12:00:00Z", "2026-01-31T12:00:00Z ", "2026-01-31T12:00:00Z\u{0}x",
-            "2026-01-31T12:00:00", "2026-01-31T12:00:00.Z", "2026-01-31T12:00:00+0200",
+            "2026-01-31T12:00:00Zjunk", "2026-01-31T12:00:00Z\u{0}x", "2026-01-31T12:00:00", "2026-01-31T12:00:00.Z",
+            "2026-02-30T00:00:00Z", "2026-01-31T24:00:00Z", "2026-01-31T12:60:00Z", "2026-01-31T12:00:60Z",
+            "2026-01-31T12:00:00+2400", "2026-01-31T12:00:00+02:0", "2026-1-31T12:00:00Z", "2026-01-31 12:00:00Z",
         ]
         switch attribute.type {
         case .data where ["generic", "applicationTag"].contains(attribute.name): return nil  // raw bytes: anything goes
@@ -194,6 +195,25 @@ struct XattrTextTests {
                 Issue.record("\(attribute) \(bytes): not a KeychainError: \(error)")
             }
         }
+    }
+
+    @Test("dates: every RFC 3339 form the user may write is the same instant; a date out of range is refused")
+    func dateForms() throws {
+        let attribute = Schema.named("startDate")
+        let noon = try AttributeText.parse(attribute, Array("2026-01-31T12:00:00Z".utf8))
+        for text in [
+            "2026-01-31t12:00:00z", " 2026-01-31T12:00:00Z ", "2026-01-31T14:00:00+02:00", "2026-01-31T14:00:00+0200",
+            "2026-01-31T14:00:00+02", "2026-01-31T11:30:00-00:30", "2026-01-31T12:00:00.000Z",
+        ] {
+            #expect(sameValue(try AttributeText.parse(attribute, Array(text.utf8)), noon), "\(text)")
+        }
+        #expect(throws: Never.self) { try AttributeText.parse(attribute, Array("2024-02-29T00:00:00Z".utf8)) }
+        #expect(throws: KeychainError.self) { try AttributeText.parse(attribute, Array("2023-02-29T00:00:00Z".utf8)) }
+        // Years past 9999, as `iso8601` renders them, read back.
+        let far = AttributeValue.date(Date(timeIntervalSince1970: 253_402_387_200))  // 10000-01-02
+        let text = AttributeText.render(attribute, far)
+        #expect(text == Array("10000-01-02T00:00:00Z".utf8))
+        #expect(sameValue(try AttributeText.parse(attribute, text), far))
     }
 
     @Test("a string holding NUL renders and its text parses back to the same value")
