@@ -447,8 +447,19 @@ public final class SecretServiceProvider: Sendable {
     /// Every password item the caller may see (attributes only) whose Secret Service attributes
     /// include every pair of `query` (the core narrows through its attribute index), or IsLocked
     /// when the keychain cannot read attributes at all.
+    ///
+    /// An item whose label or attributes hold NUL is left out (with a line in the log): a
+    /// D-Bus string cannot carry it, and one such item must not fail a client's whole search.
+    /// Asked for by its object path, it answers an error (`MessageWriter.string`).
     func visibleItems(_ caller: Caller, narrowedBy query: [String: String] = [:]) throws -> [KeychainItem] {
-        try keychain.secretServiceItems(matching: query, caller: caller)
+        try keychain.secretServiceItems(matching: query, caller: caller).filter { item in
+            let strings =
+                [SecretServiceMapping.label(of: item)] + SecretServiceMapping.attributes(of: item).flatMap { [$0, $1] }
+            guard strings.contains(where: { $0.utf8.contains(0) }) else { return true }
+            Log.warning(
+                "secret service leaves out \(item.summary): a value holds NUL, which a D-Bus string cannot carry")
+            return false
+        }
     }
 
     /// The item an object path names, if the caller may see it; else NoSuchObject (audited:
