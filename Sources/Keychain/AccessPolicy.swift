@@ -29,6 +29,8 @@ public struct AccessPolicy: Sendable, Equatable {
     /// change who sees what.
     public var isEmpty: Bool { groups.isEmpty }
 
+    private static let defaultGroupOnly = [Caller.defaultAccessGroup]
+
     /// Remembers that `executable` may use item `itemID` without a presence prompt.
     public mutating func remember(executable: String, itemID: Int64) {
         rememberedPresence[executable, default: []].insert(itemID)
@@ -70,7 +72,9 @@ public struct AccessPolicy: Sendable, Equatable {
 
     /// The access groups of a process running `executable`.
     public func accessGroups(forExecutable executable: String?) -> [String] {
-        guard let executable else { return [Caller.defaultAccessGroup] }
+        // No groups (no policy, the usual case): every caller's one group, without a new array
+        // each time (every identified request asks).
+        guard let executable, !groups.isEmpty else { return Self.defaultGroupOnly }
         var out = groups.filter { $0.executables.contains(executable) }.map(\.name)
         if !out.contains(Caller.defaultAccessGroup) { out.append(Caller.defaultAccessGroup) }
         return out

@@ -87,16 +87,19 @@ extension Keychain {
     /// is verified, here, if it has not been yet. Throws errSecDecode if any bucket of the vault
     /// has failed.
     func requireVerified(ids: [Int64]) throws {
-        // One id (every read by id: the hot path) needs no set of buckets.
-        let buckets =
-            ids.count == 1 ? [ManifestBuckets.bucket(of: ids[0])] : Array(Set(ids.map(ManifestBuckets.bucket(of:))))
-        for bucket in buckets {
-            let known = try state.withLock { s -> Bool in
-                if let failure = s.integrity.failure { throw KeychainError(.decode, failure) }
-                return s.integrity.complete || s.integrity.verified.contains(bucket)
-            }
-            if !known { try verifyBucket(bucket) }
+        if ids.count == 1 { return try requireVerified(id: ids[0]) }
+        for bucket in Set(ids.map(ManifestBuckets.bucket(of:))) { try requireVerified(bucket: bucket) }
+    }
+
+    /// The same for one id (every read by id: the hot path), with no array or set of buckets.
+    func requireVerified(id: Int64) throws { try requireVerified(bucket: ManifestBuckets.bucket(of: id)) }
+
+    private func requireVerified(bucket: Int64) throws {
+        let known = try state.withLock { s -> Bool in
+            if let failure = s.integrity.failure { throw KeychainError(.decode, failure) }
+            return s.integrity.complete || s.integrity.verified.contains(bucket)
         }
+        if !known { try verifyBucket(bucket) }
     }
 
     /// Before an answer that depends on every row (a listing, a search, "no such item"): verifies

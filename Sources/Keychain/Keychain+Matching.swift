@@ -90,7 +90,7 @@ extension Keychain {
         // served once their buckets verify; a reference's bucket is verified even when its row
         // is gone; any other answer (a scan, an index range, "not found") waits for every bucket.
         if let id = query.persistentReference {
-            try requireVerified(ids: [id])
+            try requireVerified(id: id)
         } else if namesOneItem && !rows.isEmpty {
             try requireVerified(ids: rows.map(\.id))
         } else {

@@ -142,7 +142,7 @@ extension Keychain {
         func notFound() -> KeychainError { KeychainError(.itemNotFound, "item \(id) not found") }
         // Its bucket verified first, whether the row is there or not (and for a kept row too:
         // a failure found since makes every read fail).
-        try requireVerified(ids: [id])
+        try requireVerified(id: id)
         // Taken before the read: a commit in between makes the kept row stale at once.
         let commits = store.localCommitCount
         let row: StoredItem
@@ -221,7 +221,7 @@ extension Keychain {
     /// open handle on the item and must tell "deleted" (the handle keeps its snapshot, as on
     /// ext4) from "no longer visible to this caller" (the handle is revoked).
     public func rowExists(id: Int64) throws -> Bool {
-        try requireVerified(ids: [id])
+        try requireVerified(id: id)
         return try storeCall { try store.lookup { try $0.item(id: id, withData: false) != nil } }
     }
 

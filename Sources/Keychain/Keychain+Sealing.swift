@@ -82,26 +82,36 @@ extension Keychain {
     private func dataAD(_ field: DataField, id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64)
         -> [UInt8]
     {
-        field.framedLabel + dataADTail(id: id, itemClass: itemClass, attributes: attributes, generation: generation)
+        dataAD(label: field.framedLabel, id: id, itemClass: itemClass, attributes: attributes, generation: generation)
     }
 
     /// Both of `dataAD`'s ADs (the key's and the data's), sharing the work: every open of a
-    /// file makes both.
+    /// file makes both. The data's is the key's with the other label: its parts after the label
+    /// are copied, not spelled again.
     private func dataADs(id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64)
         -> (key: [UInt8], data: [UInt8])
     {
-        let tail = dataADTail(id: id, itemClass: itemClass, attributes: attributes, generation: generation)
-        return (DataField.key.framedLabel + tail, DataField.data.framedLabel + tail)
+        let keyLabel = DataField.key.framedLabel
+        let key = dataAD(label: keyLabel, id: id, itemClass: itemClass, attributes: attributes, generation: generation)
+        var data: [UInt8] = []
+        data.reserveCapacity(DataField.data.framedLabel.count + key.count - keyLabel.count)
+        data += DataField.data.framedLabel
+        data += key[keyLabel.count...]
+        return (key, data)
     }
 
-    /// `dataAD`'s framed parts after the label, built in one buffer.
-    private func dataADTail(id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64) -> [UInt8] {
+    /// `dataAD` after the framed `label`, built in one buffer.
+    private func dataAD(label: [UInt8], id: Int64, itemClass: ItemClass, attributes: Attributes, generation: Int64)
+        -> [UInt8]
+    {
         var group = ""
         if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
         let protection = Self.accessibility(of: attributes).rawValue
         var out: [UInt8] = []
         out.reserveCapacity(
-            40 + vaultID.count + itemClass.rawValue.utf8.count + protection.utf8.count + group.utf8.count)
+            label.count + 40 + vaultID.count + itemClass.rawValue.utf8.count + protection.utf8.count
+                + group.utf8.count)
+        out += label
         Framing.append(vaultID, to: &out)
         Framing.append(id, to: &out)
         Framing.append(itemClass.rawValue.utf8, to: &out)

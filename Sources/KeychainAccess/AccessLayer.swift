@@ -82,7 +82,8 @@ public final class AccessLayer: Sendable {
         return Caller(
             accessGroups: policy.accessGroups(forExecutable: process.executable), presence: presence,
             processDescription: process.description, processKey: process.key,
-            presenceGrants: process.executable.flatMap { policy.rememberedPresence[$0] } ?? [],
+            presenceGrants: policy.rememberedPresence.isEmpty
+                ? [] : process.executable.flatMap { policy.rememberedPresence[$0] } ?? [],
             executable: process.executable)
     }
 }

@@ -110,6 +110,8 @@ public final class AuditLog: Sendable {
         var pending: [UInt8] = []
         /// Whether a delayed flush of `pending` is on its way.
         var flushScheduled = false
+        /// The lines' time up to the second, spelled once a second.
+        var timePrefix = AttributeTextTime.SecondPrefix()
     }
     private let state: Mutex<State>
 
@@ -148,40 +150,45 @@ public final class AuditLog: Sendable {
         detail: String? = nil
     ) {
         // Spelled into bytes directly: the Foundation time format and string interpolation were
-        // half of this function's cost, which every open pays.
-        var line: [UInt8] = []
-        line.reserveCapacity(160)
-        AttributeTextTime.append(to: &line)
-        line.append(UInt8(ascii: " "))
-        if caller.processDescription.isEmpty { line += "pid ?".utf8 } else { line += caller.processDescription.utf8 }
-        line += " item=".utf8
-        if let item { DecimalText.append(item, to: &line) } else { line.append(UInt8(ascii: "-")) }
-        line += " op=".utf8
-        line += operation.text.utf8
-        line += allowed ? " allow".utf8 : " deny".utf8
-        if let detail {
-            line.append(UInt8(ascii: " "))
-            line += detail.utf8
+        // half of this function's cost, which every open pays. Spelled where the line is kept
+        // until its write, under the log's lock: no array of its own to make, copy and free.
+        append { s in
+            AttributeTextTime.append(to: &s.pending, reusing: &s.timePrefix)
+            s.pending.append(UInt8(ascii: " "))
+            if caller.processDescription.isEmpty {
+                s.pending += "pid ?".utf8
+            } else {
+                s.pending += caller.processDescription.utf8
+            }
+            s.pending += " item=".utf8
+            if let item { DecimalText.append(item, to: &s.pending) } else { s.pending.append(UInt8(ascii: "-")) }
+            s.pending += " op=".utf8
+            s.pending += operation.text.utf8
+            s.pending += allowed ? " allow".utf8 : " deny".utf8
+            if let detail {
+                s.pending.append(UInt8(ascii: " "))
+                s.pending += detail.utf8
+            }
+            if let why {
+                s.pending += " why=".utf8
+                s.pending += why.utf8
+            }
+            s.pending.append(UInt8(ascii: "\n"))
         }
-        if let why {
-            line += " why=".utf8
-            line += why.utf8
-        }
-        line.append(UInt8(ascii: "\n"))
-        append(line)
     }
 
-    /// Appends one whole line: written now, or buffered (see the type's comment).
-    func append(_ line: [UInt8]) {
+    /// Appends one whole line, which `spell` adds to the end of the buffered bytes (`pending`):
+    /// written now, or buffered (see the type's comment).
+    private func append(_ spell: (inout State) -> Void) {
         guard buffered else {
             state.withLock { s in
-                s.pending += line
+                spell(&s)
                 writeOut(&s)
             }
             return
         }
         let scheduleFlush = state.withLock { s -> Bool in
-            s.pending += line
+            spell(&s)
             if s.pending.count >= min(Self.flushBytes, maxBytes / 4) {
                 writeOut(&s)
                 return false
@@ -201,7 +208,11 @@ public final class AuditLog: Sendable {
     private func writeOut(_ state: inout State) {
         state.flushScheduled = false
         guard !state.pending.isEmpty else { return }
-        defer { state.pending.removeAll(keepingCapacity: state.pending.count <= Self.flushBytes) }
+        // The buffer is kept for the next lines unless an unusual burst made it larger than a
+        // flush's worth and a line: lines arriving fast are written once `flushBytes` are
+        // waiting, and a buffer given up at each of those writes was grown again line by line
+        // (a dozen reallocations, copies and fresh pages per 64 KiB of lines).
+        defer { state.pending.removeAll(keepingCapacity: state.pending.count <= 2 * Self.flushBytes) }
         var st = stat()
         var rotatedElsewhere = fstat(state.fd, &st) != 0
         // Whether another process rotated PATH away from this descriptor, looked at once a

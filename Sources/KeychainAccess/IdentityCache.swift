@@ -38,8 +38,7 @@ public final class IdentityCache: Sendable {
     }
 
     private let entries = Mutex<[pid_t: Entry]>([:])
-    /// Most threads cached at once (each holds one descriptor); past it, exited ones are swept
-    /// and then, if still full, everything is dropped.
+    /// Most threads cached at once (each holds one descriptor); past it, everything is dropped.
     let capacity: Int
 
     public init(capacity: Int = 512) { self.capacity = capacity }
@@ -90,8 +89,12 @@ public final class IdentityCache: Sendable {
         }
         // A thread that exited meanwhile is cached anyway: the next request's stat fails and
         // drops it (one system call less for every new process, as each `cat` is).
+        // A full table is emptied whole. Nearly all its entries are of processes that made one
+        // request and exited (each `cat`); telling them from live ones took a `stat` each, 2 %
+        // of a `cat`'s daemon CPU. A live process dropped with them is identified again at its
+        // next request, as if new: the same key, one identification more per `capacity` new
+        // processes. The descriptors are closed with the table unlocked.
         let entry = Entry(process: process, threadDirectory: directory, stamp: stamp)
-        if entries.withLock({ $0.count }) >= capacity { sweepExited() }
         let replaced = entries.withLock { table -> [Entry] in
             var gone: [Entry] = []
             if table.count >= capacity {
@@ -103,15 +106,6 @@ public final class IdentityCache: Sendable {
         }
         for e in replaced { close(e.threadDirectory) }
         return process
-    }
-
-    /// Drops the entries of threads that have exited. Their `stat`s (one per entry, hundreds)
-    /// are made with the table unlocked: every request's lookup takes that lock, and a lock held
-    /// that long makes the others spin.
-    private func sweepExited() {
-        let held = entries.withLock { Array($0) }
-        let exited = held.filter { Self.stamp(in: $0.value.threadDirectory) == nil }
-        for (tid, entry) in exited { drop(tid, entry) }
     }
 
     private func drop(_ tid: pid_t, _ entry: Entry) {
@@ -144,25 +138,35 @@ public final class IdentityCache: Sendable {
 }
 
 /// `/proc/<pid>` and `/proc/<pid>/<name>` spelled into a C string without Foundation or
-/// string interpolation.
+/// string interpolation, in one array (every new caller's identification spells one).
 enum ProcPath {
     static func of(_ pid: pid_t, _ name: StaticString) -> [CChar] {
-        var bytes = directory(pid)
-        bytes.append(UInt8(ascii: "/"))
-        name.withUTF8Buffer { bytes += $0 }
-        return cString(bytes)
+        var path = directory(pid, room: 1 + name.utf8CodeUnitCount)
+        path.append(CChar(bitPattern: UInt8(ascii: "/")))
+        name.withUTF8Buffer { for byte in $0 { path.append(CChar(bitPattern: byte)) } }
+        path.append(0)
+        return path
     }
 
-    static func of(_ pid: pid_t) -> [CChar] { cString(directory(pid)) }
-
-    /// `/proc/<pid>`, not terminated.
-    private static func directory(_ pid: pid_t) -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(32)
-        bytes += "/proc/".utf8
-        DecimalText.append(Int64(pid), to: &bytes)
-        return bytes
+    static func of(_ pid: pid_t) -> [CChar] {
+        var path = directory(pid, room: 0)
+        path.append(0)
+        return path
     }
 
-    private static func cString(_ bytes: [UInt8]) -> [CChar] { bytes.map { CChar(bitPattern: $0) } + [0] }
+    /// `/proc/<pid>`, not terminated, with room for `room` more bytes and the NUL.
+    private static func directory(_ pid: pid_t, room: Int) -> [CChar] {
+        var path: [CChar] = []
+        path.reserveCapacity(18 + room)
+        for byte in "/proc/".utf8 { path.append(CChar(bitPattern: byte)) }
+        if pid < 0 { path.append(CChar(bitPattern: UInt8(ascii: "-"))) }
+        let start = path.count
+        var magnitude = pid.magnitude
+        repeat {
+            path.append(CChar(bitPattern: UInt8(ascii: "0") + UInt8(magnitude % 10)))
+            magnitude /= 10
+        } while magnitude > 0
+        path[start...].reverse()
+        return path
+    }
 }

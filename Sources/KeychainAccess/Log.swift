@@ -85,32 +85,65 @@ enum AttributeTextTime {
     static func append(to out: inout [UInt8]) {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
-        var seconds = ts.tv_sec
+        appendUpToSecond(ts.tv_sec, to: &out)
+        appendMilliseconds(ts.tv_nsec, to: &out)
+    }
+
+    /// The time up to the second (`2026-11-23T09:13:02.`) and the second it spells: the audit
+    /// line of every open starts with it, and it changes once a second.
+    struct SecondPrefix {
+        var second = Int.min
+        var bytes: [UInt8] = []
+    }
+
+    /// `append(to:)`, with the part up to the second taken from `prefix`, spelled again only
+    /// when the second has changed.
+    static func append(to out: inout [UInt8], reusing prefix: inout SecondPrefix) {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        if prefix.second != ts.tv_sec {
+            prefix.bytes.removeAll(keepingCapacity: true)
+            appendUpToSecond(ts.tv_sec, to: &prefix.bytes)
+            prefix.second = ts.tv_sec
+        }
+        out += prefix.bytes
+        appendMilliseconds(ts.tv_nsec, to: &out)
+    }
+
+    /// `2026-11-23T09:13:02.` for `seconds` since the epoch, in UTC.
+    private static func appendUpToSecond(_ seconds: Int, to out: inout [UInt8]) {
+        var seconds = seconds
         var t = tm()
         gmtime_r(&seconds, &t)
-        func put(_ value: Int, _ width: Int) {
-            var divisor = 1
-            for _ in 1..<width { divisor *= 10 }
-            var v = value
-            while divisor > 0 {
-                out.append(UInt8(48 + (v / divisor) % 10))
-                v %= divisor
-                divisor /= 10
-            }
-        }
-        put(Int(t.tm_year) + 1900, 4)
+        put(Int(t.tm_year) + 1900, 4, to: &out)
         out.append(UInt8(ascii: "-"))
-        put(Int(t.tm_mon) + 1, 2)
+        put(Int(t.tm_mon) + 1, 2, to: &out)
         out.append(UInt8(ascii: "-"))
-        put(Int(t.tm_mday), 2)
+        put(Int(t.tm_mday), 2, to: &out)
         out.append(UInt8(ascii: "T"))
-        put(Int(t.tm_hour), 2)
+        put(Int(t.tm_hour), 2, to: &out)
         out.append(UInt8(ascii: ":"))
-        put(Int(t.tm_min), 2)
+        put(Int(t.tm_min), 2, to: &out)
         out.append(UInt8(ascii: ":"))
-        put(Int(t.tm_sec), 2)
+        put(Int(t.tm_sec), 2, to: &out)
         out.append(UInt8(ascii: "."))
-        put(ts.tv_nsec / 1_000_000, 3)
+    }
+
+    /// `123Z`: the milliseconds of `nanoseconds` and the zone.
+    private static func appendMilliseconds(_ nanoseconds: Int, to out: inout [UInt8]) {
+        put(nanoseconds / 1_000_000, 3, to: &out)
         out.append(UInt8(ascii: "Z"))
+    }
+
+    /// `value` in `width` decimal digits, zero-padded.
+    private static func put(_ value: Int, _ width: Int, to out: inout [UInt8]) {
+        var divisor = 1
+        for _ in 1..<width { divisor *= 10 }
+        var v = value
+        while divisor > 0 {
+            out.append(UInt8(48 + (v / divisor) % 10))
+            v %= divisor
+            divisor /= 10
+        }
     }
 }

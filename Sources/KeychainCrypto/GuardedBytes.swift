@@ -61,9 +61,16 @@ final class GuardedPool: Sendable {
         try Sodium.ensureInitialised()
         var capacity = Self.smallestClass
         while capacity < count { capacity <<= 1 }
-        if let address = free.withLock({ $0[capacity]?.popLast() }),
-            let region = UnsafeMutableRawPointer(bitPattern: address)
-        {
+        // The class's list is moved out of the table and back, never changed in place through
+        // the table's subscript: that way costs three allocations of its own (the accessor
+        // frames), each take and each give-back.
+        let reused = free.withLock { table -> UInt? in
+            guard var regions = table.removeValue(forKey: capacity) else { return nil }
+            let address = regions.popLast()
+            if !regions.isEmpty { table.updateValue(regions, forKey: capacity) }
+            return address
+        }
+        if let address = reused, let region = UnsafeMutableRawPointer(bitPattern: address) {
             return (region, capacity)
         }
         guard let region = sodium_malloc(capacity) else { throw CryptoError.unavailable("sodium_malloc failed") }
@@ -73,9 +80,11 @@ final class GuardedPool: Sendable {
     func giveBack(_ region: UnsafeMutableRawPointer, capacity: Int) {
         sodium_memzero(region, capacity)
         let kept = free.withLock { table -> Bool in
-            guard table[capacity, default: []].count < Self.keep(capacity: capacity) else { return false }
-            table[capacity, default: []].append(UInt(bitPattern: region))
-            return true
+            var regions = table.removeValue(forKey: capacity) ?? []
+            let room = regions.count < Self.keep(capacity: capacity)
+            if room { regions.append(UInt(bitPattern: region)) }
+            if !regions.isEmpty { table.updateValue(regions, forKey: capacity) }
+            return room
         }
         if !kept { sodium_free(region) }
     }

@@ -184,7 +184,7 @@ struct ConsistencyTests {
     }
 
     // Issue 9: 8 writers at once keep up to 8 workers busy in a durable commit. The workers a
-    // burst made stay for the next one (FuseSession.maxIdleWorkers): a worker that exits and is
+    // burst made stay for the next one (FuseSession.maxIdleWorkers, all of them): a worker that exits and is
     // made again costs a thread start and an empty per-thread caller cache per request.
     @Test("bursts of 8 writers: a burst is served by the workers an earlier one made (no thread per close)")
     func writerBurstsReuseWorkers() throws {
@@ -224,6 +224,41 @@ struct ConsistencyTests {
             #expect(after.intersection(before).count >= 8, "threads kept across the burst: \(before) → \(after)")
             #expect(after.subtracting(before).count <= 8, "threads started by the burst: \(before) → \(after)")
             #expect(try box.sh("cat \(q(dir))/w7").stdout == "secret-7-19")
+        }
+    }
+
+    // Issue 9, session 24: on one CPU the reader a reply wakes preempts the worker that sent it,
+    // and libfuse counts a preempted worker as busy. With idle workers allowed to exit, a plain
+    // open+read+close loop made and ended a worker every ~15 cycles (FuseSession.maxWorkers).
+    @Test("a reader's open+read+close loop on the daemon's CPU is served by the workers there are (no thread made)")
+    func readLoopMakesNoWorkers() throws {
+        try withMount(setup: { try $0.addGeneric("loop", "f", "loop-secret") }) { (box: FSSandbox) throws in
+            let pid = try #require(box.daemonPid, "no daemon pid")
+            let script = """
+                import os, sys
+                pid, path = int(sys.argv[1]), sys.argv[2]
+                for tid in os.listdir('/proc/%d/task' % pid): os.sched_setaffinity(int(tid), {0})
+                os.sched_setaffinity(0, {0})
+                def tids(): return set(os.listdir('/proc/%d/task' % pid))
+                for i in range(500):
+                    fd = os.open(path, os.O_RDONLY); os.read(fd, 64); os.close(fd)
+                before = tids(); seen = set(before)
+                for i in range(6000):
+                    fd = os.open(path, os.O_RDONLY)
+                    assert os.read(fd, 64) == b'loop-secret'
+                    os.close(fd)
+                    if i % 20 == 0: seen |= tids()
+                seen |= tids()
+                print(len(before), len(seen - before))
+                """
+            let r = try box.run("/usr/bin/python3", ["-c", script, "\(pid)", box.mnt + "/genp/loop/f"], timeout: 120)
+            #expect(r.status == 0, "\(r.summary)")
+            let counts = r.stdout.split(separator: " ").compactMap {
+                Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
+            }
+            #expect(counts.count == 2 && counts[0] <= 16, "threads before the loop: \(r.stdout)")
+            // libdispatch may start a thread for the audit log's flush; libfuse starts none.
+            #expect(counts.count == 2 && counts[1] <= 2, "threads seen that were not there before: \(r.stdout)")
         }
     }
 

@@ -53,9 +53,9 @@ struct MemoryTests {
             #expect(rss.allSatisfy { $0 > 0 }, "VmRSS not read: \(rss)")
             #expect(rss[2] - rss[0] <= 6 * 1024, "RSS grew from \(rss[0]) KiB to \(rss[2]) KiB over two more passes")
             #expect(rss[2] < 100 * 1024, "RSS after three passes is \(rss[2]) KiB")
-            // Workers past the idle bound (FuseSession.maxIdleWorkers: 10) exit after the parallel
-            // burst; before, every worker a burst made stayed (20 threads here). The rest: the
-            // main thread, the control socket's, libdispatch's few.
+            // At most 10 workers (FuseSession.maxWorkers), all kept; before the bound, every worker
+            // a burst made stayed (20 threads here). The rest: the main thread, the control
+            // socket's, libdispatch's few.
             #expect(threads.allSatisfy { $0 > 0 && $0 <= 16 }, "daemon threads after each pass: \(threads)")
         }
     }

@@ -179,25 +179,29 @@ struct IdentityCacheTests {
         #expect(uncached.key.hasPrefix("\(child.pid):") && uncached.startTime != nil)
     }
 
-    @Test("a full cache drops the threads that have exited first, and never holds more than its capacity")
-    func fullCacheSweepsExitedThreads() throws {
+    @Test("a full cache is emptied whole; a live process dropped with it is identified again, with the same key")
+    func fullCacheIsEmptied() throws {
         let cache = IdentityCache(capacity: 4)
-        var exited: [pid_t] = []
-        for _ in 0..<4 {
+        let live = try spawnProcess("/usr/bin/sleep", ["30"], env: childEnvironment())
+        defer { live.kill(SIGKILL) }
+        #expect(Self.waitUntil(5) { Self.executable(of: live.pid) == "/usr/bin/sleep" })
+        let found = try #require(cache.process(tid: live.pid))
+        for _ in 0..<3 {
             let child = try spawnProcess("/usr/bin/sleep", ["30"], env: childEnvironment())
             #expect(Self.waitUntil(5) { Self.executable(of: child.pid) == "/usr/bin/sleep" })
             #expect(cache.process(tid: child.pid) != nil)
             child.kill(SIGKILL)
             _ = child.wait(timeout: 10)
-            exited.append(child.pid)
         }
         #expect(cache.count == 4)
-        let live = try spawnProcess("/usr/bin/sleep", ["30"], env: childEnvironment())
-        defer { live.kill(SIGKILL) }
-        #expect(Self.waitUntil(5) { Self.executable(of: live.pid) == "/usr/bin/sleep" })
-        let found = try #require(cache.process(tid: live.pid))
-        #expect(found.pid == live.pid)
-        #expect(cache.count == 1, "the exited threads' entries were kept: \(cache.count)")
-        #expect(cache.process(tid: live.pid)?.key == found.key)
+        let next = try spawnProcess("/usr/bin/sleep", ["30"], env: childEnvironment())
+        defer { next.kill(SIGKILL) }
+        #expect(Self.waitUntil(5) { Self.executable(of: next.pid) == "/usr/bin/sleep" })
+        #expect(cache.process(tid: next.pid)?.pid == next.pid)
+        #expect(cache.count == 1, "the full table was not emptied: \(cache.count)")
+        // The live process dropped with the rest is identified afresh, as the same process.
+        let again = try #require(cache.process(tid: live.pid))
+        #expect(again.key == found.key && again.executable == "/usr/bin/sleep")
+        #expect(cache.count == 2)
     }
 }

@@ -41,17 +41,22 @@ public final class FuseSession: Sendable {
         set { state.withLock { $0.onRequest = newValue } }
     }
 
-    /// Worker threads at most. A request that waits for the user (a presence prompt through
-    /// pinentry) holds its worker until answered, so there are more workers than CPUs; the
-    /// rest of the mount keeps being served while a few prompts are open.
-    static let maxWorkers: UInt32 = 32
-    /// Idle workers kept; past it a worker that finds enough others idle exits, so a burst of
-    /// parallel requests does not leave all its threads (and their stacks) for the mount's life.
-    /// Ten: eight writers at once (each holding a worker through its durable commit) and two
-    /// more. With 4, eight writers made the pool start and end a thread for about every third
-    /// close, and a new thread also starts with an empty caller cache (`IdentityCache`, per
-    /// thread); 16 left 21 threads after a burst of readers (the memory test's bound is 16).
-    static let maxIdleWorkers: UInt32 = 10
+    /// Worker threads at most, and every one made is kept (`maxIdleWorkers` is the same number).
+    /// More workers than CPUs: a request that waits for the user (a presence prompt through
+    /// pinentry, at most 4 at once) holds its worker until answered, and eight writers at once
+    /// each hold one through a durable commit; two more serve the rest of the mount meanwhile.
+    /// Ten workers and the daemon's other threads stay within the memory test's bound of 16.
+    static let maxWorkers: UInt32 = 10
+    /// Idle workers kept; libfuse ends a worker that finds more than this many idle. It is
+    /// `maxWorkers`, so no worker ever ends. Why: on one CPU the reader a reply wakes usually
+    /// preempts the worker that sent it before that worker is back in libfuse's loop, and libfuse
+    /// counts it busy until then. With 32 workers and 10 kept idle, a plain open+read+close loop
+    /// piled preempted workers up until none looked free, libfuse started another, and the surplus
+    /// ended moments later: ~1,500 threads started and ended per 20,000 cycles (a thread's start,
+    /// its 1 MiB request buffer mapped and unmapped, its exit), ~10 % of the daemon's CPU. (With 4
+    /// kept idle, eight writers made the pool start and end a thread for about every third close;
+    /// a new thread also starts with an empty caller cache, `IdentityCache` being per thread.)
+    static let maxIdleWorkers: UInt32 = maxWorkers
     /// glibc malloc arenas at most. By default glibc gives each new thread its own arena (up to
     /// 8 per CPU), each holding on to the memory its thread freed: RSS grew with the number of
     /// workers that ever ran (27 → 473 MiB over three full scans of 100,000 items). Two arenas

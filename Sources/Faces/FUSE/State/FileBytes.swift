@@ -33,8 +33,11 @@ enum FileBytes {
         }
     }
 
-    /// Overwrites a copy of a secret before letting it go.
+    /// Overwrites a copy of a secret before letting it go. An array with no storage of its
+    /// own (never filled: a read-only handle's `view`) has nothing to overwrite, and asking it
+    /// for mutable bytes would first give it storage (an allocation per release).
     static func wipe(_ buffer: inout [UInt8]) {
+        guard buffer.capacity > 0 else { return }
         buffer.withUnsafeMutableBytes { p in
             if let base = p.baseAddress { memset(base, 0, p.count) }
         }

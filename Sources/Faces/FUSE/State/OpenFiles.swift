@@ -235,16 +235,42 @@ final class OpenFile: Sendable {
     }
 }
 
+/// The handle numbers open on one inode. Nearly always one (each `cat`, each open+read+close),
+/// which is kept without a set of its own: a set made at every open and freed at its release
+/// was an allocation and a hash each way.
+struct InodeHandles {
+    /// Set whenever any handle is open (a removed `first` is replaced from `others`).
+    private(set) var first: UInt64?
+    private var others: Set<UInt64> = []
+
+    init(_ handle: UInt64) { first = handle }
+
+    var isEmpty: Bool { first == nil }
+
+    var all: [UInt64] {
+        guard let first else { return [] }
+        return others.isEmpty ? [first] : [first] + others
+    }
+
+    mutating func insert(_ handle: UInt64) {
+        if first == nil { first = handle } else if first != handle { others.insert(handle) }
+    }
+
+    mutating func remove(_ handle: UInt64) {
+        if first == handle { first = others.popFirst() } else { others.remove(handle) }
+    }
+}
+
 /// The open handles of a mount by handle number.
 final class OpenFiles: Sendable {
     private struct State {
         var files: [UInt64: OpenFile] = [:]
         /// Handle numbers by inode: getattr asks about one inode's handles on every call, so it
         /// must not walk every open file of the mount.
-        var handlesByInode: [UInt64: Set<UInt64>] = [:]
+        var handlesByInode: [UInt64: InodeHandles] = [:]
         var next: UInt64 = 1
 
-        func open(on ino: UInt64) -> [OpenFile] { (handlesByInode[ino] ?? []).compactMap { files[$0] } }
+        func open(on ino: UInt64) -> [OpenFile] { (handlesByInode[ino]?.all ?? []).compactMap { files[$0] } }
     }
 
     private let state = Mutex(State())
@@ -254,7 +280,12 @@ final class OpenFiles: Sendable {
             let handle = s.next
             s.next += 1
             s.files[handle] = file
-            s.handlesByInode[file.ino, default: []].insert(handle)
+            // Not changed in place through the table's subscript, which costs allocations of its
+            // own (the accessor frames): one more handle on the inode is put back whole.
+            if var handles = s.handlesByInode.updateValue(InodeHandles(handle), forKey: file.ino) {
+                handles.insert(handle)
+                s.handlesByInode.updateValue(handles, forKey: file.ino)
+            }
             return handle
         }
     }
@@ -267,8 +298,10 @@ final class OpenFiles: Sendable {
     func remove(_ handle: UInt64) -> OpenFile? {
         state.withLock { s in
             guard let file = s.files.removeValue(forKey: handle) else { return nil }
-            s.handlesByInode[file.ino]?.remove(handle)
-            if s.handlesByInode[file.ino]?.isEmpty == true { s.handlesByInode.removeValue(forKey: file.ino) }
+            if var handles = s.handlesByInode.removeValue(forKey: file.ino) {
+                handles.remove(handle)
+                if !handles.isEmpty { s.handlesByInode.updateValue(handles, forKey: file.ino) }
+            }
             return file
         }
     }
