@@ -30,7 +30,11 @@ public struct ProcessIdentity: Sendable {
         self.pid = pid
         self.executable = executable
         self.startTime = startTime
-        self.description = "pid \(pid) \(executable ?? "?")"
+        // The executable's path is the caller's to choose, and may hold a line break: spelled
+        // out, so that it can neither end the audit line it goes into nor forge the next one.
+        self.description =
+            "pid \(pid) "
+            + (executable.map { String(decoding: Log.printable($0, escapingBackslash: true), as: UTF8.self) } ?? "?")
         self.key = "\(pid):\(distinctPart)"
     }
 

@@ -31,13 +31,15 @@ public enum Log {
     /// neither be cut short nor forge or reorder what a reader sees. Messages name items through
     /// `Keychain.describe`, which quotes names and escapes their `\` and controls itself; this
     /// is the backstop for any other text, so it leaves `\` alone (escaping it again would
-    /// double every escape describe made).
-    static func printable(_ message: String) -> [UInt8] {
+    /// double every escape describe made) unless `escapingBackslash`: for raw text that nothing
+    /// quoted before (a caller's executable path), where `\` is spelled `\x5c` so the escaped
+    /// text reads back to exactly one string.
+    static func printable(_ message: String, escapingBackslash: Bool = false) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(message.utf8.count)
         for scalar in message.unicodeScalars {
             let v = scalar.value
-            if v < 0x20 || v == 0x7F {
+            if v < 0x20 || v == 0x7F || (escapingBackslash && v == 0x5C) {
                 out += Array("\\x".utf8) + hex(v, digits: 2)
             } else if (0x80...0x9F).contains(v) || v == 0x2028 || v == 0x2029 || (0x202A...0x202E).contains(v)
                 || (0x2066...0x2069).contains(v)

@@ -137,6 +137,28 @@ extension AccessSuite {
         // Issue 9: the caller is identified once per thread and then re-validated by a pidfd
         // (pid reuse) and a stat of /proc/<pid>/exe (execve). A process that execs another
         // binary after its first request must be decided as the new binary, in both directions.
+        @Test("an executable whose path holds a line break writes one audit line, its path spelled out")
+        func executablePathCannotForgeAuditLines() throws {
+            try withMount(setup: { box in try box.addGeneric("svc", "acct", "audited-secret") }) { box in
+                // A copy of cat under a name that, written as it is, would end the line and
+                // forge a second one allowing another process.
+                let dir = box.root + "/bin\n2026-01-01T00:00:00.000Z pid 1 \\x0a"
+                try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+                let forged = dir + "/cat"
+                try FileManager.default.copyItem(atPath: "/usr/bin/cat", toPath: forged)
+                let run = try box.run(forged, [box.mnt + "/genp/svc/acct"], timeout: 20)
+                #expect(run.stdout == "audited-secret", "\(run.summary)")
+                let lines = box.audit.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+                #expect(
+                    lines.allSatisfy { $0.first?.isNumber == true && $0.contains(" op=") },
+                    "a line does not start with its time or lacks its operation:\n\(box.audit)")
+                #expect(!lines.contains { $0.hasPrefix("2026-01-01T00:00:00.000Z") }, "a forged line:\n\(box.audit)")
+                #expect(
+                    lines.contains { $0.contains(#"/bin\x0a2026-01-01T00:00:00.000Z pid 1 \x5cx0a/cat item="#) },
+                    "the path is not spelled out:\n\(box.audit)")
+            }
+        }
+
         @Test("a process that execs another binary after a first access is decided as the new binary")
         func execveReidentifies() throws {
             let python = URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path
