@@ -16,8 +16,9 @@ import KeychainFS
 ///   or, without the CLI binary, this binary re-run as `_serve-keychainfs`, which sets up
 ///   FuseSession + KeychainFileSystem + audit log the way `mount -f` does.
 ///
-/// Children inherit the bench's CPU pinning; they report readiness on fd 4 and read the
-/// passphrase from fd 3 (never argv).
+/// Children inherit the bench's CPU pinning and start a session of their own, as a daemon a
+/// user starts does; they report readiness on fd 4 and read the passphrase from fd 3 (never
+/// argv).
 final class Daemon {
     enum Kind {
         case floor
@@ -88,8 +89,10 @@ final class Daemon {
         let t = Clock.now()
         let pid: pid_t
         do {
+            // Every daemon in a session of its own, as users run them (`Spawn.start`).
             pid = try Spawn.start(
-                program, args, stdout: log, stderr: log, fds: [(secret[0], 3), (ready[1], 4)], environment: environment)
+                program, args, stdout: log, stderr: log, fds: [(secret[0], 3), (ready[1], 4)], environment: environment,
+                newSession: true)
         } catch {
             for fd in ready + secret { close(fd) }
             throw error

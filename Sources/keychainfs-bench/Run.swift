@@ -139,6 +139,12 @@ enum Runner {
             "temp files in \(o.tmpdir) (\(filesystemType(o.tmpdir))); pinned: this process, its daemons and the cat/ls it runs all on CPU \(o.cpu) (sched_setaffinity; now allowed: \(Affinity.current().map(String.init).joined(separator: ",")))"
         )
         if o.command != .core {
+            let autogroup =
+                (try? String(contentsOfFile: "/proc/sys/kernel/sched_autogroup_enabled", encoding: .utf8))?
+                .trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+            Out.line(
+                "sessions: every daemon (the floors and keychainfs) in a session of its own, as users run them; the cat/ls runs and the loops in this one (kernel.sched_autogroup_enabled=\(autogroup): the scheduler groups tasks by session)"
+            )
             Out.line(
                 "keychainfs daemon: "
                     + (o.keychainfs.map { "\($0) mount VAULT MOUNTPOINT -f (the CLI's daemon, default mount options)" }

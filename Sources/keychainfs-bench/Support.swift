@@ -250,11 +250,19 @@ enum Spawn {
     }()
 
     /// posix_spawn with stdout/stderr redirected to files and extra descriptors mapped
-    /// (source fd → child fd). stdin is /dev/null.
+    /// (source fd → child fd). stdin is /dev/null. `newSession`: the child starts a session
+    /// of its own (setsid), as a daemon users start does (`keychainfs mount` without `-f`
+    /// calls setsid). The scheduler groups tasks by session (autogroup): a daemon in its
+    /// reader's session is scheduled against that reader differently, and costs a different
+    /// CPU per request, than the one users run (docs/benchmarks.md, "How it measures").
     static func start(
         _ path: String, _ args: [String], stdout: String?, stderr: String?,
-        fds: [(Int32, Int32)] = [], environment: [String]? = nil
+        fds: [(Int32, Int32)] = [], environment: [String]? = nil, newSession: Bool = false
     ) throws -> pid_t {
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        if newSession { posix_spawnattr_setflags(&attributes, Self.setsidFlag) }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -269,13 +277,17 @@ enum Spawn {
         if let environment {
             let envp = environment.map { strdup($0) } + [nil]
             defer { envp.forEach { free($0) } }
-            rc = posix_spawn(&pid, path, &actions, nil, argv, envp)
+            rc = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
         } else {
-            rc = posix_spawn(&pid, path, &actions, nil, argv, environ)
+            rc = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
         }
         guard rc == 0 else { throw BenchError("cannot start \(path): \(String(cString: strerror(rc)))") }
         return pid
     }
+
+    /// glibc's POSIX_SPAWN_SETSID (2.26 and later), which spawn.h declares only under
+    /// _GNU_SOURCE, so Swift's Glibc module does not have it.
+    static let setsidFlag: Int16 = 0x80
 
     /// Waits for a child; returns its exit status (128+signal if killed).
     @discardableResult
