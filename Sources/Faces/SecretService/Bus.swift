@@ -132,10 +132,13 @@ struct MessageWriter {
         _ = try check(withUnsafePointer(to: &v) { sd_bus_message_append_basic(message, code(type), $0) }, "append")
     }
 
-    /// A D-Bus string cannot hold NUL (sd-bus takes a C string, which would end there and make
-    /// "a\0b" read as "a"): such a value fails the reply instead of being cut short.
+    /// Whether a D-Bus string can carry `s`: not when it holds NUL (sd-bus takes a C string,
+    /// which would end there and make "a\0b" read as "a").
+    static func canCarry(_ s: String) -> Bool { !s.utf8.contains(0) }
+
+    /// A value a D-Bus string cannot carry fails the reply instead of being cut short.
     func string(_ s: String) throws(BusError) {
-        guard !s.utf8.contains(0) else { throw BusError.failed("a value holds NUL, which a D-Bus string cannot carry") }
+        guard Self.canCarry(s) else { throw BusError.failed("a value holds NUL, which a D-Bus string cannot carry") }
         _ = try check(s.withCString { sd_bus_message_append_basic(message, code("s"), $0) }, "append string")
     }
 

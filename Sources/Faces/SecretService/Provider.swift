@@ -455,7 +455,7 @@ public final class SecretServiceProvider: Sendable {
         try keychain.secretServiceItems(matching: query, caller: caller).filter { item in
             let strings =
                 [SecretServiceMapping.label(of: item)] + SecretServiceMapping.attributes(of: item).flatMap { [$0, $1] }
-            guard strings.contains(where: { $0.utf8.contains(0) }) else { return true }
+            guard !strings.allSatisfy(MessageWriter.canCarry) else { return true }
             Log.warning(
                 "secret service leaves out \(item.summary): a value holds NUL, which a D-Bus string cannot carry")
             return false
