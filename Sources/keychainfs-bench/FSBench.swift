@@ -139,7 +139,7 @@ final class FSBench {
             root + "/genp/\(Layout.service(secretIndex))/\(Layout.account(secretIndex))"
         }
         for root in roots {
-            let n = try readOnce(secretPath(root))
+            let n = try Self.readAll(secretPath(root)).count
             guard n == 12 else { throw BenchError("\(secretPath(root)) read \(n) bytes, expected 12") }
         }
 
@@ -330,14 +330,6 @@ final class FSBench {
             if n == 0 { return out }
             out += buf[0..<n]
         }
-    }
-
-    private func readOnce(_ path: String) throws -> Int {
-        let fd = open(path, O_RDONLY)
-        guard fd >= 0 else { throw BenchError("open \(path): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var buf = [UInt8](repeating: 0, count: 4096)
-        return read(fd, &buf, buf.count)
     }
 
     private func openReadClose(_ path: String, iterations: Int) throws -> Samples {

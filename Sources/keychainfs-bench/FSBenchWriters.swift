@@ -47,18 +47,22 @@ extension FSBench {
             blocksOfKind[concurrent] = turn + 1
             for onFloor in (turn % 2 == 0 ? [false, true] : [true, false]) {
                 let root = onFloor ? durableFloor : keychainfs
+                let figures: WritableKeyPath<ConcurrentRun, ConcurrentWriteFigures> =
+                    onFloor ? \.durableFloor : \.keychainfs
                 let before = onFloor ? try Self.floorCommits(root) : nil
                 let started = Clock.now()
                 try Self.runWriters(count, closes: closes, root: root, tag: block)
                 let rate = Double(count * closes) / Clock.since(started)
-                var figures = onFloor ? run.durableFloor : run.keychainfs
-                if concurrent { figures.many.append(rate) } else { figures.one.append(rate) }
+                if concurrent {
+                    run[keyPath: figures].many.append(rate)
+                } else {
+                    run[keyPath: figures].one.append(rate)
+                }
                 if concurrent, let before {
                     let after = try Self.floorCommits(root)
-                    figures.closesPerCommit.append(
+                    run[keyPath: figures].closesPerCommit.append(
                         Double(after.closes - before.closes) / Double(max(1, after.commits - before.commits)))
                 }
-                if onFloor { run.durableFloor = figures } else { run.keychainfs = figures }
             }
             if !concurrent { run.rawOne.add(try raw.timedUpdates(closes, rng: &rng)) }
         }

@@ -3,7 +3,7 @@ import Foundation
 
 /// The floor: the least a FUSE filesystem with keychainfs's shape can cost. In memory,
 /// libfuse low-level API, the same operations table shape as `FuseSession` (a multithreaded
-/// loop of up to 16 workers without clone_fd; keychainfs's allows 32 and keeps 10 idle; the same
+/// loop of up to 16 workers without clone_fd; keychainfs's keeps all of its 10; the same
 /// 1.0 s entry/attr timeouts, `direct_io` on every open,
 /// `access` and `flush` answered, FOPEN_NOFLUSH on read-only opens, getxattr answering ENODATA except for
 /// `user.keychain.account`), and the same layout depth and names:
