@@ -61,6 +61,17 @@ let package = Package(
                 "Keychain", "CPlatform",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]),
+        // The keychain service's API socket protocol, its client and how a one-shot command finds
+        // the service of its vault (docs/service.md). No server: the helpers link it.
+        .target(
+            name: "KeychainAPI", dependencies: ["Keychain", "KeychainAccess", "KeychainCrypto"],
+            path: "Sources/KeychainAPI"),
+        // The keychain service: the one process that holds an unlocked vault and hosts its faces
+        // (the mount, the API socket, the ssh agent, the Secret Service). Its API socket server.
+        .target(
+            name: "KeychainService",
+            dependencies: ["Keychain", "KeychainAPI", "KeychainAccess", "KeychainCrypto", "CPlatform"],
+            path: "Sources/Service"),
         // Faces (Sources/Faces): each translates its users' language into core calls, beside the
         // others; none decides a keychain rule. Next: a Secret Service provider, a target here.
         // The FUSE face: nodes, paths, xattrs, handles, errno.
@@ -74,7 +85,7 @@ let package = Package(
         // and `kc://` item references mapped onto core calls, shared by the two helpers and the
         // CLI's `run` and `inject`.
         .target(
-            name: "KeychainCredentials", dependencies: ["Keychain", "KeychainAccess"],
+            name: "KeychainCredentials", dependencies: ["Keychain", "KeychainAccess", "KeychainAPI"],
             path: "Sources/Faces/Credentials"),
         // The ssh agent (docs/ssh.md): the agent protocol answered from the vault's keys, which
         // the core signs with; the socket and each connection's caller.
@@ -112,7 +123,7 @@ let package = Package(
             name: "keychainfs",
             dependencies: [
                 "Keychain", "KeychainAccess", "KeychainFS", "KeychainCredentials", "KeychainSSHAgent", "KeychainImport",
-                "KeychainSecretService", "CPlatform",
+                "KeychainSecretService", "KeychainAPI", "KeychainService", "CPlatform",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ], path: "Sources/Faces/CLI"),
@@ -133,7 +144,7 @@ let package = Package(
         .testTarget(
             name: "KeychainFSTests",
             dependencies: [
-                "KeychainFS", "KeychainAccess", "Keychain", "TestSupport",
+                "KeychainFS", "KeychainAccess", "Keychain", "KeychainAPI", "TestSupport",
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]),
         .testTarget(

@@ -12,6 +12,7 @@
 #include <malloc.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <string.h>
 
 /* prctl is variadic, so Swift cannot call it directly. */
 static inline int kcfs_set_dumpable(int on) { return prctl(PR_SET_DUMPABLE, on ? 1 : 0, 0, 0, 0); }
@@ -39,4 +40,60 @@ static inline int kcfs_pidfd_open(pid_t pid, unsigned int flags) { return (int)s
 static inline int kcfs_malloc_arena_max(int arenas) { return mallopt(M_ARENA_MAX, arenas); }
 /* The calling thread's niceness (Linux: setpriority on a thread id sets that thread's alone). */
 static inline int kcfs_set_thread_niceness(int nice) { return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice); }
+#include <sys/socket.h>
+#include <poll.h>
+/* A Unix socket's peer and each message's sender (docs/security.md, "The service's callers").
+   struct ucred and SO_PEERPIDFD need _GNU_SOURCE or newer headers than Debian 12's: spelled here. */
+struct kcfs_ucred { int pid; unsigned int uid; unsigned int gid; };
+/* SO_PEERCRED: the peer's pid, uid, gid as of connect(). */
+static inline int kcfs_peer_cred(int fd, struct kcfs_ucred *out) {
+    socklen_t len = sizeof *out;
+    return getsockopt(fd, SOL_SOCKET, 17 /* SO_PEERCRED */, out, &len);
+}
+/* SO_PEERPIDFD (Linux 6.5+): a pidfd of the process that connected, taken by the kernel at
+   connect(), so it names that process even if its pid is reused. -1 with errno ENOPROTOOPT on
+   older kernels. */
+static inline int kcfs_peer_pidfd(int fd) {
+    int pidfd = -1;
+    socklen_t len = sizeof pidfd;
+    if (getsockopt(fd, SOL_SOCKET, 77 /* SO_PEERPIDFD */, &pidfd, &len) != 0) return -1;
+    return pidfd;
+}
+/* SO_PASSCRED: the kernel attaches the sending process's credentials to every message. */
+static inline int kcfs_set_passcred(int fd) {
+    int on = 1;
+    return setsockopt(fd, SOL_SOCKET, 16 /* SO_PASSCRED */, &on, sizeof on);
+}
+/* recvmsg with room for SCM_CREDENTIALS: *pid is the sender's pid (0 when the message carried
+   none). The kernel never merges bytes of two senders into one read of a stream socket whose
+   receiver passes credentials. */
+static inline long kcfs_recv_with_sender(int fd, void *buffer, unsigned long length, int *pid) {
+    union { char space[CMSG_SPACE(sizeof(struct kcfs_ucred))]; struct cmsghdr align; } control;
+    struct iovec iov = { buffer, length };
+    struct msghdr msg = { 0 };
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.space;
+    msg.msg_controllen = sizeof control.space;
+    *pid = 0;
+    long n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0) return n;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == 2 /* SCM_CREDENTIALS */
+            && c->cmsg_len >= CMSG_LEN(sizeof(struct kcfs_ucred))) {
+            struct kcfs_ucred u;
+            memcpy(&u, CMSG_DATA(c), sizeof u);
+            *pid = u.pid;
+        }
+    }
+    return n;
+}
+/* accept4(SOCK_CLOEXEC): no child (pinentry) inherits a client's socket. accept4 is _GNU_SOURCE. */
+extern int accept4(int, struct sockaddr *, socklen_t *, int);
+static inline int kcfs_accept_cloexec(int fd) { return accept4(fd, 0, 0, 02000000 /* SOCK_CLOEXEC */); }
+/* Whether the process a pidfd names has exited (its pidfd polls readable). */
+static inline int kcfs_pidfd_exited(int pidfd) {
+    struct pollfd p = { pidfd, POLLIN, 0 };
+    return poll(&p, 1, 0) != 0;
+}
 #endif

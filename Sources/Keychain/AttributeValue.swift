@@ -62,10 +62,11 @@ public typealias Attributes = [Attribute: AttributeValue]
 /// A compact, versioned binary encoding of an attribute set, sealed as one AEAD box per item.
 /// Layout: version byte, then per attribute: code (u8 length + bytes), type tag (u8),
 /// value (u32 length + bytes). Decoding is strict: anything unexpected is errSecDecode.
-enum AttributeCodec {
+/// Also the attribute part of the service's API messages (Sources/KeychainAPI).
+public enum AttributeCodec {
     static let version: UInt8 = 1
 
-    static func encode(_ attributes: Attributes) -> [UInt8] {
+    public static func encode(_ attributes: Attributes) -> [UInt8] {
         var out: [UInt8] = [version]
         for (attribute, value) in attributes.sorted(by: { $0.key < $1.key }) {
             let code = Array(attribute.code.utf8)
@@ -93,7 +94,7 @@ enum AttributeCodec {
         }
     }
 
-    static func decode(_ bytes: [UInt8], itemClass: ItemClass) throws -> Attributes {
+    public static func decode(_ bytes: [UInt8], itemClass: ItemClass) throws -> Attributes {
         let bad = KeychainError(.decode, "item attributes are malformed")
         guard bytes.first == version else { throw bad }
         var i = 1

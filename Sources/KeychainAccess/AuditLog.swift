@@ -37,6 +37,13 @@ public enum AuditOperation: Sendable, Equatable {
     case dbusLookup
     /// A Secret Service presence prompt's answer (allowed once, always allowed, or denied).
     case dbusPresence
+    /// Through the door (`KeychainSession`: the service's API socket, the CLI, the credential
+    /// helpers, `run`, `inject`): a secret handed out (one line per item), a search without
+    /// secrets, an item's attributes or data changed. `create` and `delete` as above; the face
+    /// is the line's `via=` detail.
+    case read
+    case search
+    case update
 
     /// The word in the log line.
     public var text: String {
@@ -61,6 +68,9 @@ public enum AuditOperation: Sendable, Equatable {
         case .dbusSetProperty: "dbus-set-property"
         case .dbusLookup: "dbus-lookup"
         case .dbusPresence: "dbus-presence"
+        case .read: "read"
+        case .search: "search"
+        case .update: "update"
         }
     }
 
@@ -71,7 +81,7 @@ public enum AuditOperation: Sendable, Equatable {
             lookup, openRead, openWrite, openTruncate, write, create, delete, rename, renameToScratch, replaceData,
             sshSign,
             dbusSearch, dbusGetSecret, dbusCreate, dbusSetSecret, dbusDelete, dbusSetProperty, dbusLookup,
-            dbusPresence,
+            dbusPresence, read, search, update,
         ].map(\.text) + ["set-<attr>"]
 }
 
@@ -94,6 +104,13 @@ public enum AuditOperation: Sendable, Equatable {
 /// `status` or `lock`. So nothing is lost at a clean stop, and at most the last second of lines at
 /// `kill -9` or a crash (docs/security.md). The lines of one flush still land whole in one file.
 public final class AuditLog: Sendable {
+    /// A path as an audit line may hold it: control characters and `\\` as `\\xHH`, spaces as
+    /// `\\x20`, so that it is one word and can neither end the line nor forge the next.
+    public static func spelled(_ path: String) -> String {
+        String(decoding: Log.printable(path, escapingBackslash: true), as: UTF8.self)
+            .replacingOccurrences(of: " ", with: "\\x20")
+    }
+
     public let path: String
     public let maxBytes: Int
     public let keep: Int

@@ -1,0 +1,149 @@
+import Foundation
+import Keychain
+import KeychainAccess
+import KeychainCrypto
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The door through the keychain service's API socket: the CLI's verbs, the credential helpers,
+/// `run` and `inject` call it when a service holds their vault, and never run the KDF or open
+/// the vault themselves (docs/service.md). The service decides as the mount does: this
+/// process's executable's access groups, its presence prompts, its audit log.
+public final class ServiceClient: KeychainDoor {
+    public let vaultPath: String
+    public let socketPath: String
+    /// The service's pid, as the kernel gave it at connect.
+    public let servicePID: pid_t
+    private let fd: Int32
+    private let nonce: [UInt8]
+
+    /// Why a service that should be there could not be used (a socket that is not the user's,
+    /// a service speaking another version): said, never silently bypassed.
+    public struct Unusable: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// Connects to the service holding `vault`, or returns nil when none listens (no socket,
+    /// or one nobody accepts on: a service that died). `vault` is the vault as this process
+    /// spells it; the service is found by the file's identity.
+    public static func connect(vault: String, directory: String = ServiceLocator.directory()) throws -> ServiceClient? {
+        guard let identity = ServiceLocator.identity(ofVault: vault) else { return nil }
+        guard ServiceLocator.isPrivateDirectory(directory) else { return nil }
+        let path = ServiceLocator.socketPath(for: identity, directory: directory)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw Unusable(description: "socket: \(String(cString: strerror(errno)))") }
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard rc == 0 else {
+            let e = errno
+            close(fd)
+            if e == ENOENT || e == ECONNREFUSED { return nil }
+            throw Unusable(description: "cannot connect to \(path): \(String(cString: strerror(e)))")
+        }
+        // Secrets go only to a service of this user.
+        var cred = PeerCredentials()
+        var len = socklen_t(MemoryLayout<PeerCredentials>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, cred.uid == getuid() else {
+            close(fd)
+            throw Unusable(description: "\(path) is served by another user's process")
+        }
+        // A service waiting on a prompt for another client must not hang this one forever.
+        var timeout = timeval(tv_sec: 120, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let hello: APIHello
+        do {
+            guard let frame = try Framing.receive(limit: 64, { read(fd, $0.baseAddress, $0.count) }) else {
+                close(fd)
+                // The service refused this process at accept (another user, or gone): said in its log.
+                throw Unusable(description: "the keychain service at \(path) closed the connection")
+            }
+            hello = try APICodec.decodeHello(frame)
+        } catch let e as KeychainError {
+            close(fd)
+            throw Unusable(description: "the keychain service at \(path) did not greet: \(e.message)")
+        }
+        guard hello.version == APIWire.version else {
+            close(fd)
+            throw Unusable(
+                description: "the keychain service at \(path) speaks version \(hello.version), this client \(APIWire.version)")
+        }
+        return ServiceClient(vault: vault, socketPath: path, pid: cred.pid, fd: fd, nonce: hello.nonce)
+    }
+
+    private struct PeerCredentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
+
+    private init(vault: String, socketPath: String, pid: pid_t, fd: Int32, nonce: [UInt8]) {
+        self.vaultPath = vault
+        self.socketPath = socketPath
+        self.servicePID = pid
+        self.fd = fd
+        self.nonce = nonce
+    }
+
+    deinit { close(fd) }
+
+    public var vaultDescription: String { "\(vaultPath) (keychain service pid \(servicePID))" }
+
+    /// One request, one reply; a failure reply is thrown as the core's own status and message.
+    public func call(_ request: APIRequest) throws -> APIReply {
+        var body = APICodec.encode(request, nonce: nonce)
+        defer { Framing.wipe(&body) }
+        try Framing.send(fd, body)
+        guard var frame = try Framing.receive({ read(fd, $0.baseAddress, $0.count) }) else {
+            throw KeychainError(.io, "the keychain service closed the connection without an answer")
+        }
+        defer { Framing.wipe(&frame) }
+        let reply = try APICodec.decodeReply(frame)
+        if case .failure(let status, let message) = reply { throw KeychainError(status, message) }
+        return reply
+    }
+
+    private func unexpected() -> KeychainError { KeychainError(.io, "the keychain service gave an unexpected answer") }
+
+    public func copyMatching(_ query: Query) throws -> [KeychainItem] {
+        guard case .items(let items) = try call(.copyMatching(WireQuery(query))) else { throw unexpected() }
+        return items.map(\.item)
+    }
+
+    public func add(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> KeychainItem {
+        guard case .item(let item, _) = try call(.add(itemClass, attributes, data: data)) else { throw unexpected() }
+        return item.item
+    }
+
+    public func update(_ query: Query, attributes: Attributes, data: [UInt8]?) throws -> Int {
+        guard case .count(let n) = try call(.update(WireQuery(query), attributes, data: data)) else {
+            throw unexpected()
+        }
+        return n
+    }
+
+    public func delete(_ query: Query) throws -> Int {
+        guard case .count(let n) = try call(.delete(WireQuery(query))) else { throw unexpected() }
+        return n
+    }
+
+    public func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> (
+        item: KeychainItem, added: Bool
+    ) {
+        guard case .item(let item, let added) = try call(.addOrUpdate(itemClass, attributes, data: data)) else {
+            throw unexpected()
+        }
+        return (item.item, added)
+    }
+
+    /// The service's vault path and lock state (`ok`-style text: `unlocked 2026-…`).
+    public func status() throws -> (vault: String, state: String) {
+        guard case .status(let vault, let state) = try call(.status) else { throw unexpected() }
+        return (vault, state)
+    }
+}

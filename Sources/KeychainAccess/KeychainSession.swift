@@ -1,0 +1,139 @@
+import Foundation
+import Keychain
+
+/// The verbs a face uses to reach the keychain (docs/architecture.md, "The door"). Two doors
+/// answer them: `KeychainSession`, over a vault this process holds (the service, and a command
+/// that opened the vault itself because no service runs), and the service's socket client
+/// (`ServiceClient` in KeychainAPI). A face written against `KeychainDoor` works through either.
+public protocol KeychainDoor {
+    /// Where the answers come from, for messages: the vault's path, and "(service pid N)"
+    /// when a service answers.
+    var vaultDescription: String { get }
+    /// The vault's path as the one answering opened it (what `ItemPrinter` prints).
+    var vaultPath: String { get }
+    func copyMatching(_ query: Query) throws -> [KeychainItem]
+    @discardableResult func add(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> KeychainItem
+    @discardableResult func update(_ query: Query, attributes: Attributes, data: [UInt8]?) throws -> Int
+    @discardableResult func delete(_ query: Query) throws -> Int
+    @discardableResult func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> (
+        item: KeychainItem, added: Bool
+    )
+}
+
+extension KeychainDoor {
+    /// The one item a query names (match limit one), with data if the query asks.
+    public func find(_ query: Query) throws -> KeychainItem {
+        var q = query
+        q.matchLimit = .one
+        guard let first = try copyMatching(q).first else {
+            throw KeychainError(.itemNotFound, "the specified item could not be found in the keychain")
+        }
+        return first
+    }
+
+    /// One item by its persistent reference, whatever its synchronizable flag.
+    public func item(id: Int64, itemClass: ItemClass, withData: Bool) throws -> KeychainItem {
+        try find(Query(itemClass, returnData: withData, synchronizableAny: true, persistentReference: id))
+    }
+}
+
+/// The one door to the keychain for a caller: a face opens it per request (or per connection)
+/// with the `Caller` the access layer built for who is asking, and every verb it calls is
+/// decided by the core for that caller and audited here, from the core's own status, so no
+/// face chooses what is audited.
+public struct KeychainSession: KeychainDoor {
+    public let keychain: Keychain
+    public let caller: Caller
+    let audit: AuditLog?
+    /// What the audit line says after the decision: `via=api`, `via=cli`.
+    let via: String
+
+    public init(keychain: Keychain, caller: Caller, audit: AuditLog?, via: String) {
+        self.keychain = keychain
+        self.caller = caller
+        self.audit = audit
+        self.via = via
+    }
+
+    public var vaultPath: String { keychain.path }
+    public var vaultDescription: String { keychain.path }
+
+    public func copyMatching(_ query: Query) throws -> [KeychainItem] {
+        let operation: AuditOperation = query.returnData == true ? .read : .search
+        do {
+            let items = try keychain.copyMatching(query, caller: caller)
+            // One line per item whose secret was handed out; one line for a search.
+            if query.returnData == true {
+                for item in items { record(item.id, operation, allowed: true) }
+            } else {
+                record(items.count == 1 ? items[0].id : nil, operation, allowed: true)
+            }
+            return items
+        } catch let e as KeychainError {
+            record(query.persistentReference, operation, e)
+            throw e
+        }
+    }
+
+    public func add(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> KeychainItem {
+        do {
+            let item = try keychain.add(itemClass, attributes, data: data, caller: caller)
+            record(item.id, .create, allowed: true)
+            return item
+        } catch let e as KeychainError {
+            record(nil, .create, e)
+            throw e
+        }
+    }
+
+    public func update(_ query: Query, attributes: Attributes, data: [UInt8]?) throws -> Int {
+        do {
+            let n = try keychain.update(query, attributes: attributes, data: data, caller: caller)
+            record(query.persistentReference, .update, allowed: true, count: n)
+            return n
+        } catch let e as KeychainError {
+            record(query.persistentReference, .update, e)
+            throw e
+        }
+    }
+
+    public func delete(_ query: Query) throws -> Int {
+        do {
+            let n = try keychain.delete(query, caller: caller)
+            record(query.persistentReference, .delete, allowed: true, count: n)
+            return n
+        } catch let e as KeychainError {
+            record(query.persistentReference, .delete, e)
+            throw e
+        }
+    }
+
+    public func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> (
+        item: KeychainItem, added: Bool
+    ) {
+        do {
+            let result = try keychain.addOrUpdate(itemClass, attributes, data: data, caller: caller)
+            record(result.item.id, result.added ? .create : .update, allowed: true)
+            return result
+        } catch let e as KeychainError {
+            record(nil, .update, e)
+            throw e
+        }
+    }
+
+    private func record(_ item: Int64?, _ operation: AuditOperation, allowed: Bool, count: Int? = nil) {
+        audit?.record(caller, item: item, operation, allowed: allowed, detail: detail(count))
+    }
+
+    /// A refusal is audited as a deny with the status's name; "not found" is an answer, not a
+    /// decision against the caller, and is audited as an allow that found nothing.
+    private func record(_ item: Int64?, _ operation: AuditOperation, _ error: KeychainError) {
+        let denied = error.status != .itemNotFound && error.status != .duplicateItem
+        audit?.record(caller, item: item, operation, allowed: !denied, why: error.status.name, detail: detail(nil))
+    }
+
+    private func detail(_ count: Int?) -> String {
+        let vault = "vault=" + AuditLog.spelled(keychain.path)
+        return count.map { "via=\(via) \(vault) count=\($0)" } ?? "via=\(via) \(vault)"
+    }
+}

@@ -1,0 +1,187 @@
+import CPlatform
+import Foundation
+import Keychain
+import KeychainAPI
+import KeychainAccess
+import KeychainCrypto
+import Synchronization
+
+/// The keychain service's API socket (docs/service.md): `$XDG_RUNTIME_DIR/keychainfs/vault-<dev>-<ino>.sock`,
+/// 0600 in a 0700 directory, one thread per connection. Each connection's peer is pinned at
+/// accept (`PeerProcess`), greeted with a fresh nonce, and every request is judged as every
+/// process that wrote its bytes (`SCM_CREDENTIALS`), through `AccessLayer.caller(peer:)`, and
+/// answered through a `KeychainSession`: the same groups, prompts and audit as the mount.
+public final class APIServer: Sendable {
+    public let path: String
+    let keychain: Keychain
+    let access: AccessLayer
+    private let listener: Int32
+    private let connections = Mutex(0)
+    /// More connections than this wait in the listen queue: a client cannot make the service
+    /// start unbounded threads.
+    static let maxConnections = 64
+
+    public init(keychain: Keychain, access: AccessLayer, directory: String = ServiceLocator.directory()) throws {
+        guard let identity = ServiceLocator.identity(ofVault: keychain.path) else {
+            throw KeychainError(.noSuchKeychain, "the vault \(keychain.path) is not a regular file")
+        }
+        try ServiceLocator.prepareDirectory(directory)
+        self.path = ServiceLocator.socketPath(for: identity, directory: directory)
+        self.keychain = keychain
+        self.access = access
+        // A socket left by a service that died (kill -9) is replaced; one that answers belongs
+        // to a live service of the same vault, which the daemon's lock on the file rules out.
+        unlink(path)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw KeychainError(.io, "socket: \(String(cString: strerror(errno)))") }
+        // Set on the listener so every accepted socket has it before its client's first byte.
+        _ = kcfs_set_passcred(fd)
+        let old = umask(0o077)
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        umask(old)
+        guard rc == 0, listen(fd, 64) == 0 else {
+            let e = errno
+            close(fd)
+            throw KeychainError(.io, "cannot listen on \(path): \(String(cString: strerror(e)))")
+        }
+        listener = fd
+    }
+
+    /// Accepts on a thread of its own until `stop()`.
+    public func start() {
+        let thread = Thread { [self] in
+            while true {
+                let client = kcfs_accept_cloexec(listener)
+                if client < 0 {
+                    if errno == EINTR || errno == ECONNABORTED { continue }
+                    return
+                }
+                _ = kcfs_set_passcred(client)
+                let admitted = connections.withLock { n -> Bool in
+                    guard n < Self.maxConnections else { return false }
+                    n += 1
+                    return true
+                }
+                guard admitted else {
+                    Log.error("api: more than \(Self.maxConnections) connections; one refused")
+                    close(client)
+                    continue
+                }
+                let worker = Thread { [self] in
+                    serve(client)
+                    close(client)
+                    connections.withLock { $0 -= 1 }
+                }
+                worker.name = "keychainfs-api"
+                worker.start()
+            }
+        }
+        thread.name = "keychainfs-api-accept"
+        thread.start()
+    }
+
+    public func stop() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+        unlink(path)
+    }
+
+    private func serve(_ client: Int32) {
+        let peer: PeerProcess
+        do { peer = try PeerProcess.pin(socket: client) } catch {
+            Log.info("api: connection refused: \(error)")
+            return
+        }
+        let nonce = Sodium.randomBytes(APIWire.nonceLength)
+        do { try Framing.send(client, APICodec.encode(APIHello(nonce: nonce))) } catch { return }
+        while true {
+            // Every pid the kernel attached to this request's bytes.
+            var senders = Set<pid_t>()
+            var frame: [UInt8]
+            do {
+                guard
+                    let f = try Framing.receive({ buffer in
+                        var sender: Int32 = 0
+                        let n = kcfs_recv_with_sender(client, buffer.baseAddress, UInt(buffer.count), &sender)
+                        if n > 0 { senders.insert(sender) }
+                        return n
+                    })
+                else { return }
+                frame = f
+            } catch {
+                return
+            }
+            defer { Framing.wipe(&frame) }
+            let reply = answer(frame, peer: peer, nonce: nonce, senders: senders)
+            var body = APICodec.encode(reply)
+            defer { Framing.wipe(&body) }
+            do { try Framing.send(client, body) } catch { return }
+        }
+    }
+
+    private func answer(_ frame: [UInt8], peer: PeerProcess, nonce expected: [UInt8], senders: Set<pid_t>) -> APIReply {
+        let request: APIRequest
+        let nonce: [UInt8]
+        do { (request, nonce) = try APICodec.decodeRequest(frame) } catch let e as KeychainError {
+            return .failure(e.status, e.message)
+        } catch {
+            return .failure(.decode, "malformed request")
+        }
+        guard Sodium.constantTimeEqual(nonce, expected) else {
+            return .failure(.param, "request without the connection's nonce (sent before the greeting?)")
+        }
+        // The least of every process involved: the pinned one as it connected, and each sender.
+        var identities = [peer.identity]
+        var why: [String] = []
+        for sender in senders.sorted() {
+            let (judged, reason) = peer.judge(sender: sender)
+            identities += judged.dropFirst()
+            if let reason { why.append(reason) }
+        }
+        let caller: Caller
+        do { caller = try access.caller(peer: identities, taint: peer.taint) } catch let e as KeychainError {
+            return .failure(e.status, e.message)
+        } catch {
+            return .failure(.io, "the caller could not be decided")
+        }
+        if let taint = peer.taint { why.append(taint) }
+        if !why.isEmpty { Log.info("api: \(peer.identity.description): fewer groups: \(why.joined(separator: "; "))") }
+        let session = KeychainSession(
+            keychain: keychain, caller: caller, audit: access.audit,
+            via: why.isEmpty ? "api" : "api lessened=" + AuditLog.spelled(why.joined(separator: "; ")))
+        do {
+            switch request {
+            case .copyMatching(let q): return .items(try session.copyMatching(q.query).map(WireItem.init))
+            case .add(let c, let a, let data): return .item(WireItem(try session.add(c, a, data: data)), added: true)
+            case .update(let q, let a, let data):
+                return .count(try session.update(q.query, attributes: a, data: data))
+            case .delete(let q): return .count(try session.delete(q.query))
+            case .addOrUpdate(let c, let a, let data):
+                let (item, added) = try session.addOrUpdate(c, a, data: data)
+                return .item(WireItem(item), added: added)
+            case .status: return .status(vault: keychain.path, state: Self.describe(keychain.lockState))
+            }
+        } catch let e as KeychainError {
+            return .failure(e.status, e.message)
+        } catch {
+            // The type only: a raw error value could carry a library's internals.
+            return .failure(.io, "internal failure (\(type(of: error)))")
+        }
+    }
+
+    static func describe(_ state: LockState) -> String {
+        switch state {
+        case .neverUnlocked: "locked never-unlocked"
+        case .locked(let since): "locked " + AttributeText.iso8601(since)
+        case .unlocked(let since): "unlocked " + AttributeText.iso8601(since)
+        }
+    }
+}
