@@ -28,6 +28,9 @@ public enum APIRequest: Equatable, Sendable {
     case addOrUpdate(ItemClass, Attributes, data: [UInt8])
     /// The service's lock state and the vault it holds.
     case status
+    /// The vault's passphrase, checked by the service (one KDF): the connection then acts as
+    /// its holder, in every access group (what a command that opened the vault itself gets).
+    case prove(passphrase: [UInt8])
 
     var kind: UInt8 {
         switch self {
@@ -37,6 +40,7 @@ public enum APIRequest: Equatable, Sendable {
         case .delete: 4
         case .addOrUpdate: 5
         case .status: 6
+        case .prove: 7
         }
     }
 }
@@ -140,6 +144,7 @@ public enum APICodec {
             w.attributes(a)
             if let data = w.presence(data) { w.part(data) }
         case .status: break
+        case .prove(let passphrase): w.part(passphrase)
         }
         return w.bytes
     }
@@ -164,6 +169,7 @@ public enum APICodec {
             request = .update(WireQuery(q), a, data: data)
         case 4: request = .delete(WireQuery(try r.query()))
         case 6: request = .status
+        case 7: request = .prove(passphrase: try r.part())
         default: throw WireReader.bad
         }
         try r.end()

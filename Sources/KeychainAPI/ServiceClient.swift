@@ -141,6 +141,14 @@ public final class ServiceClient: KeychainDoor {
         return (item.item, added)
     }
 
+    /// Proves this connection holds the vault's passphrase: from now on it acts in every
+    /// access group, as a command that opened the vault with it would (one KDF in the service).
+    public func prove(passphrase: SecureBytes) throws {
+        var bytes = passphrase.withUnsafeBytes { Array($0) }
+        defer { Framing.wipe(&bytes) }
+        guard case .status = try call(.prove(passphrase: bytes)) else { throw unexpected() }
+    }
+
     /// The service's vault path and lock state (`ok`-style text: `unlocked 2026-…`).
     public func status() throws -> (vault: String, state: String) {
         guard case .status(let vault, let state) = try call(.status) else { throw unexpected() }

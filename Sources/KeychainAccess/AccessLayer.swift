@@ -115,4 +115,20 @@ public final class AccessLayer: Sendable {
             // Only a whole, untainted identity may be remembered for ("Always allow").
             executable: identities.count == 1 && taint == nil ? first.executable : nil)
     }
+
+    /// The caller a holder of the vault's passphrase is (a command that opened the vault with
+    /// it, or a connection that proved it to the service): every group of the policy, `default`
+    /// first (where its new items go).
+    public func holderCaller(_ process: ProcessIdentity?) throws -> Caller {
+        let policy: AccessPolicy
+        do { policy = try currentPolicy() } catch let e as KeychainError {
+            Log.error("access policy: \(e.message)")
+            throw e
+        }
+        let groups = policy.groups.map(\.name).filter { $0 != Caller.defaultAccessGroup }
+        return Caller(
+            accessGroups: [Caller.defaultAccessGroup] + groups, presence: presence,
+            processDescription: (process?.description ?? "pid ?") + " (passphrase holder)",
+            processKey: process?.key ?? "")
+    }
 }

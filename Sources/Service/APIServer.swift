@@ -102,6 +102,8 @@ public final class APIServer: Sendable {
         }
         let nonce = Sodium.randomBytes(APIWire.nonceLength)
         do { try Framing.send(client, APICodec.encode(APIHello(nonce: nonce))) } catch { return }
+        // Set once the connection proved the passphrase (`prove`).
+        var holder = false
         while true {
             // Every pid the kernel attached to this request's bytes.
             var senders = Set<pid_t>()
@@ -120,14 +122,16 @@ public final class APIServer: Sendable {
                 return
             }
             defer { Framing.wipe(&frame) }
-            let reply = answer(frame, peer: peer, nonce: nonce, senders: senders)
+            let reply = answer(frame, peer: peer, nonce: nonce, senders: senders, holder: &holder)
             var body = APICodec.encode(reply)
             defer { Framing.wipe(&body) }
             do { try Framing.send(client, body) } catch { return }
         }
     }
 
-    private func answer(_ frame: [UInt8], peer: PeerProcess, nonce expected: [UInt8], senders: Set<pid_t>) -> APIReply {
+    private func answer(
+        _ frame: [UInt8], peer: PeerProcess, nonce expected: [UInt8], senders: Set<pid_t>, holder: inout Bool
+    ) -> APIReply {
         let request: APIRequest
         let nonce: [UInt8]
         do { (request, nonce) = try APICodec.decodeRequest(frame) } catch let e as KeychainError {
@@ -146,8 +150,24 @@ public final class APIServer: Sendable {
             identities += judged.dropFirst()
             if let reason { why.append(reason) }
         }
+        if case .prove(var passphrase) = request {
+            defer { Framing.wipe(&passphrase) }
+            do {
+                try keychain.verifyPassphrase(try SecureBytes(copying: passphrase))
+                holder = true
+                Log.info("api: \(peer.identity.description) proved the passphrase")
+                return .status(vault: keychain.path, state: Self.describe(keychain.lockState))
+            } catch let e as KeychainError {
+                Log.info("api: \(peer.identity.description): wrong passphrase")
+                return .failure(e.status, e.message)
+            } catch {
+                return .failure(.io, "the passphrase could not be checked")
+            }
+        }
         let caller: Caller
-        do { caller = try access.caller(peer: identities, taint: peer.taint) } catch let e as KeychainError {
+        do {
+            caller = holder ? try access.holderCaller(peer.identity) : try access.caller(peer: identities, taint: peer.taint)
+        } catch let e as KeychainError {
             return .failure(e.status, e.message)
         } catch {
             return .failure(.io, "the caller could not be decided")
@@ -167,7 +187,7 @@ public final class APIServer: Sendable {
             case .addOrUpdate(let c, let a, let data):
                 let (item, added) = try session.addOrUpdate(c, a, data: data)
                 return .item(WireItem(item), added: added)
-            case .status: return .status(vault: keychain.path, state: Self.describe(keychain.lockState))
+            case .status, .prove: return .status(vault: keychain.path, state: Self.describe(keychain.lockState))
             }
         } catch let e as KeychainError {
             return .failure(e.status, e.message)

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Keychain
 import KeychainAccess
+import KeychainAPI
 import KeychainCrypto
 import SystemPackage
 
@@ -51,6 +52,27 @@ struct VaultOptions: ParsableArguments {
         if let fd = passphraseFd, fcntl(fd, F_GETFD) == -1 {
             throw CLIError.system("cannot read passphrase descriptor \(fd)", Errno(rawValue: errno))
         }
+    }
+
+    /// The door a one-shot command uses (docs/service.md): the keychain service of this vault
+    /// when one runs (no passphrase asked, no KDF; the service decides by this executable's
+    /// access groups, as the mount would), else the vault opened and unlocked here, where the
+    /// passphrase's holder acts in every access group. Either way each decision is audited.
+    /// A passphrase given on purpose (`--passphrase-file`, `-fd`, `-program`) is proved to the
+    /// service, and the command then acts as its holder there too.
+    func openDoor() throws -> any KeychainDoor {
+        let door = try Doors.open(vault: path) {
+            let keychain = try openUnlocked()
+            let state = KeychainPaths.stateDirectory()
+            try? makeDirectories(state, mode: 0o700)
+            return KeychainSession(
+                keychain: keychain, caller: keychain.defaultCaller,
+                audit: try? AuditLog(path: state + "/audit.log"), via: "cli")
+        }
+        if let client = door as? ServiceClient, passphrase.isGiven {
+            try client.prove(passphrase: passphrase.read(prompt: "passphrase for \(path): "))
+        }
+        return door
     }
 
     /// Opens the vault without unlocking it (a long-running face that asks for the passphrase

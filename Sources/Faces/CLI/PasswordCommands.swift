@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainAccess
 import KeychainCrypto
 
 /// The two password classes share their commands; this says how they differ.
@@ -65,14 +66,14 @@ func addPassword(_ vault: VaultOptions, _ itemClass: ItemClass, attributes given
             "standard input carries the passphrase (--passphrase-fd 0), so it cannot carry the secret too: give the secret on another descriptor's stdin or with -w"
         )
     }
-    let keychain = try vault.openUnlocked()
+    let door = try vault.openDoor()
     var secret = try add.secret()
     defer { Sodium.wipe(&secret) }
     if add.updateIfPresent {
         // -U: the core updates the one item whose whole primary key equals the new item's.
-        try keychain.addOrUpdate(itemClass, attributes, data: secret)
+        try door.addOrUpdate(itemClass, attributes, data: secret)
     } else {
-        try keychain.add(itemClass, attributes, data: secret)
+        try door.add(itemClass, attributes, data: secret)
     }
     // Only once it is stored, and only when asked: a generated secret nobody saw is the default.
     if add.generation.print {
@@ -120,15 +121,15 @@ struct FindOptions: ParsableArguments {
     var showPassword = false
 }
 
-func findPassword(_ keychain: Keychain, _ itemClass: ItemClass, attributes: Attributes, find: FindOptions) throws {
+func findPassword(_ door: any KeychainDoor, _ itemClass: ItemClass, attributes: Attributes, find: FindOptions) throws {
     let wantData = find.passwordOnly || find.showPassword
-    let item = try keychain.find(Query(itemClass, attributes, returnData: wantData))
+    let item = try door.find(Query(itemClass, attributes, returnData: wantData))
     if find.passwordOnly {
         Output.write(item.data ?? [])
         Output.write(Array("\n".utf8))
         return
     }
-    Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
+    Output.write(Array(ItemPrinter.text(item, vault: door.vaultPath).utf8))
     if find.showPassword, let data = item.data {
         Output.writeError(Array("password: ".utf8) + Array(ItemPrinter.quoted(data).utf8) + [10])
     }
@@ -145,7 +146,7 @@ struct FindGenericPassword: ParsableCommand {
 
     func run() throws {
         let attributes = try item.attributes()
-        try findPassword(vault.openUnlocked(), .genericPassword, attributes: attributes, find: find)
+        try findPassword(vault.openDoor(), .genericPassword, attributes: attributes, find: find)
     }
 }
 
@@ -160,16 +161,16 @@ struct FindInternetPassword: ParsableCommand {
 
     func run() throws {
         let attributes = try item.attributes()
-        try findPassword(vault.openUnlocked(), .internetPassword, attributes: attributes, find: find)
+        try findPassword(vault.openDoor(), .internetPassword, attributes: attributes, find: find)
     }
 }
 
-func deletePassword(_ keychain: Keychain, _ itemClass: ItemClass, attributes: Attributes) throws {
+func deletePassword(_ door: any KeychainDoor, _ itemClass: ItemClass, attributes: Attributes) throws {
     // Like macOS `security`, delete the one item the options name (the first match), and
     // print what was deleted.
-    let item = try keychain.find(Query(itemClass, attributes))
-    try keychain.delete(Query(itemClass, persistentReference: item.id))
-    Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
+    let item = try door.find(Query(itemClass, attributes))
+    try door.delete(Query(itemClass, persistentReference: item.id))
+    Output.write(Array(ItemPrinter.text(item, vault: door.vaultPath).utf8))
     Output.write(Array("password has been deleted.\n".utf8))
 }
 
@@ -183,7 +184,7 @@ struct DeleteGenericPassword: ParsableCommand {
 
     func run() throws {
         let attributes = try item.attributes()
-        try deletePassword(vault.openUnlocked(), .genericPassword, attributes: attributes)
+        try deletePassword(vault.openDoor(), .genericPassword, attributes: attributes)
     }
 }
 
@@ -197,6 +198,6 @@ struct DeleteInternetPassword: ParsableCommand {
 
     func run() throws {
         let attributes = try item.attributes()
-        try deletePassword(vault.openUnlocked(), .internetPassword, attributes: attributes)
+        try deletePassword(vault.openDoor(), .internetPassword, attributes: attributes)
     }
 }

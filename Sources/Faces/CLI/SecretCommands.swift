@@ -41,9 +41,9 @@ struct Run: ParsableCommand {
         }
         var secrets: [[UInt8]] = []
         if !references.isEmpty {
-            let keychain = try vault.openUnlocked()
+            let door = try vault.openDoor()
             for (name, reference) in references.sorted(by: { $0.key < $1.key }) {
-                let secret = try reference.resolve(in: keychain)
+                let secret = try reference.resolve(in: door)
                 guard !secret.contains(0), let text = String(validating: secret, as: UTF8.self) else {
                     throw CLIError.failure("\(reference) (for \(name)): the secret is not text an environment can hold")
                 }
@@ -97,11 +97,11 @@ struct Inject: ParsableCommand {
         var output: [UInt8] = []
         defer { Sodium.wipe(&output) }
         if pieces.contains(where: { if case .reference = $0 { true } else { false } }) {
-            let keychain = try vault.openUnlocked()
+            let door = try vault.openDoor()
             for piece in pieces {
                 switch piece {
                 case .text(let bytes): output += bytes
-                case .reference(let reference): output += try reference.resolve(in: keychain)
+                case .reference(let reference): output += try reference.resolve(in: door)
                 }
             }
         } else {

@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 
 /// docker's credential helper protocol (docker-credential-helpers): `store` reads
 /// `{"ServerURL","Username","Secret"}`, `get` and `erase` read a server URL, `list` prints
@@ -11,12 +12,11 @@ public struct DockerCredentialHelper {
     /// What docker recognises as a miss (docker-credential-helpers `credentials.NotFound`).
     public static let notFound = "credentials not found in native keychain"
 
-    public let keychain: Keychain
-    public let caller: Caller
+    /// The keychain service's socket, or the vault this helper opened (`HelperVault.openDoor`).
+    public let door: any KeychainDoor
 
-    public init(keychain: Keychain, caller: Caller) {
-        self.keychain = keychain
-        self.caller = caller
+    public init(door: any KeychainDoor) {
+        self.door = door
     }
 
     public struct Credential: Codable, Equatable, Sendable {
@@ -43,9 +43,8 @@ public struct DockerCredentialHelper {
         attributes[Schema.account] = nil
         attributes[Schema.label] = .string(Self.label)
         do {
-            return try keychain.copyMatching(
-                Query(.internetPassword, attributes, matchLimit: .all, returnData: withData ? true : nil),
-                caller: caller
+            return try door.copyMatching(
+                Query(.internetPassword, attributes, matchLimit: .all, returnData: withData ? true : nil)
             ).filter { location.accepts(port: $0.port) }.sorted { $0.id < $1.id }
         } catch KeychainStatus.itemNotFound {
             return []
@@ -59,12 +58,12 @@ public struct DockerCredentialHelper {
         attributes[Schema.label] = .string(Self.label)
         // The URL as docker wrote it, for `list` (docker compares it with what it asks for).
         attributes[Schema.named("comment")] = .string(credential.ServerURL)
-        let stored = try keychain.addOrUpdate(
-            .internetPassword, attributes, data: Array(credential.Secret.utf8), caller: caller)
+        let stored = try door.addOrUpdate(
+            .internetPassword, attributes, data: Array(credential.Secret.utf8))
         // One login per registry: a login as someone else replaces the old one, after the new
         // one is safely stored.
         for old in try items(at: credential.ServerURL, withData: false) where old.id != stored.item.id {
-            try keychain.delete(Query(.internetPassword, persistentReference: old.id), caller: caller)
+            try door.delete(Query(.internetPassword, persistentReference: old.id))
         }
     }
 
@@ -81,7 +80,7 @@ public struct DockerCredentialHelper {
     public func erase(_ serverURL: String) throws -> Bool {
         let found = try items(at: serverURL, withData: false)
         for item in found {
-            try keychain.delete(Query(.internetPassword, persistentReference: item.id), caller: caller)
+            try door.delete(Query(.internetPassword, persistentReference: item.id))
         }
         return !found.isEmpty
     }
@@ -89,8 +88,8 @@ public struct DockerCredentialHelper {
     public func list() throws -> [String: String] {
         let all: [KeychainItem]
         do {
-            all = try keychain.copyMatching(
-                Query(.internetPassword, [Schema.label: .string(Self.label)], matchLimit: .all), caller: caller)
+            all = try door.copyMatching(
+                Query(.internetPassword, [Schema.label: .string(Self.label)], matchLimit: .all))
         } catch KeychainStatus.itemNotFound {
             return [:]
         }

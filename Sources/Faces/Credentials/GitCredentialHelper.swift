@@ -1,18 +1,18 @@
 import Foundation
 import Keychain
+import KeychainAccess
 
 /// git's three helper operations over internet-password items. Each answers git in git's
 /// terms and says on stderr (`notes`) why it could not, so that "not found" is never silent
 /// about a locked vault or an item that needs user presence.
 public struct GitCredentialHelper {
-    public let keychain: Keychain
-    public let caller: Caller
+    /// The keychain service's socket, or the vault this helper opened (`HelperVault.openDoor`).
+    public let door: any KeychainDoor
     /// One line each: why something git asked for was not answered. Never secret.
     public private(set) var notes: [String] = []
 
-    public init(keychain: Keychain, caller: Caller) {
-        self.keychain = keychain
-        self.caller = caller
+    public init(door: any KeychainDoor) {
+        self.door = door
     }
 
     /// `get`: the credential for git's location, or nil (git then tries its next helper or
@@ -26,15 +26,15 @@ public struct GitCredentialHelper {
         }
         let candidates: [KeychainItem]
         do {
-            candidates = try keychain.copyMatching(
-                Query(.internetPassword, location.query(account: request.username), matchLimit: .all), caller: caller)
+            candidates = try door.copyMatching(
+                Query(.internetPassword, location.query(account: request.username), matchLimit: .all))
         } catch KeychainStatus.itemNotFound {
             return nil
         }
         for candidate in candidates.sorted(by: { $0.id < $1.id }) where location.accepts(port: candidate.port) {
             let item: KeychainItem
             do {
-                item = try keychain.item(id: candidate.id, itemClass: .internetPassword, withData: true, caller: caller)
+                item = try door.item(id: candidate.id, itemClass: .internetPassword, withData: true)
             } catch let e as KeychainError where e.status != .itemNotFound {
                 notes.append("\(e.message) (\(e.status.name))")
                 continue
@@ -78,9 +78,8 @@ public struct GitCredentialHelper {
         let location = try InternetLocation(request)
         var attributes = location.stored(account: username)
         attributes[Schema.label] = .string(request.host ?? location.server)
-        try keychain.addOrUpdate(
-            .internetPassword, attributes, data: StoredSecret.encode(password: password, extras: request.extras),
-            caller: caller)
+        try door.addOrUpdate(
+            .internetPassword, attributes, data: StoredSecret.encode(password: password, extras: request.extras))
     }
 
     /// `erase`: deletes only the item whose whole location and account equal git's (an absent
@@ -92,24 +91,21 @@ public struct GitCredentialHelper {
         let location = try InternetLocation(request)
         let exact: [KeychainItem]
         do {
-            exact = try keychain.copyMatching(
-                Query(.internetPassword, location.exactQuery(account: request.username), matchLimit: .all),
-                caller: caller)
+            exact = try door.copyMatching(
+                Query(.internetPassword, location.exactQuery(account: request.username), matchLimit: .all))
         } catch KeychainStatus.itemNotFound {
             return 0
         }
         var deleted = 0
         for candidate in exact where location.accepts(port: candidate.port) {
             if let rejected = request.password {
-                let item = try keychain.item(
-                    id: candidate.id, itemClass: .internetPassword, withData: true, caller: caller)
+                let item = try door.item(id: candidate.id, itemClass: .internetPassword, withData: true)
                 guard StoredSecret.decode(item.data ?? []).password == Array(rejected.utf8) else {
                     notes.append("\(candidate.summary) holds another password than the one git rejected: kept")
                     continue
                 }
             }
-            deleted += try keychain.delete(
-                Query(.internetPassword, persistentReference: candidate.id), caller: caller)
+            deleted += try door.delete(Query(.internetPassword, persistentReference: candidate.id))
         }
         return deleted
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Keychain
 import KeychainAccess
+import KeychainAPI
 import KeychainCrypto
 
 /// Why a credential helper could not answer from the vault (no passphrase, wrong passphrase,
@@ -79,6 +80,24 @@ public struct HelperOptions: Sendable {
 /// a `HelperFailure` saying there is none. Works whether or not the vault is mounted (the
 /// daemon's lock on VAULT.lock does not stop other readers).
 public enum HelperVault {
+    /// The door this helper answers through (docs/service.md): the keychain service of the
+    /// vault when one runs (no passphrase, no KDF), else the vault opened here (`open`), its
+    /// decisions audited with `via=<face>` either way.
+    public static func openDoor(_ options: HelperOptions, tool: String, face: String) throws -> any KeychainDoor {
+        do {
+            return try Doors.open(vault: options.vault) {
+                let (keychain, caller) = try open(options, tool: tool)
+                let state = KeychainPaths.stateDirectory()
+                try? FileManager.default.createDirectory(
+                    atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+                return KeychainSession(
+                    keychain: keychain, caller: caller, audit: try? AuditLog(path: state + "/audit.log"), via: face)
+            }
+        } catch let e as KeychainError {
+            throw HelperFailure(e.message)
+        }
+    }
+
     /// The vault, unlocked, and the caller this helper acts as: under the vault's access
     /// policy, the groups its own executable is in (always `default` too).
     public static func open(_ options: HelperOptions, tool: String) throws -> (Keychain, Caller) {

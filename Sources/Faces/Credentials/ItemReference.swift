@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 
 /// A reference to an item's secret, for `keychainfs run` and `inject`:
 ///
@@ -70,10 +71,10 @@ public struct ItemReference: Equatable, Sendable, CustomStringConvertible {
 
     /// The secret this reference names, for `caller`. errSecItemNotFound when nothing
     /// matches, errSecParam when more than one item does.
-    public func resolve(in keychain: Keychain, caller: Caller? = nil) throws -> [UInt8] {
+    public func resolve(in door: any KeychainDoor) throws -> [UInt8] {
         let matches: [KeychainItem]
         do {
-            matches = try keychain.copyMatching(Query(itemClass, attributes, matchLimit: .all), caller: caller)
+            matches = try door.copyMatching(Query(itemClass, attributes, matchLimit: .all))
         } catch KeychainStatus.itemNotFound {
             throw KeychainError(.itemNotFound, "\(text): no such item")
         }
@@ -81,7 +82,7 @@ public struct ItemReference: Equatable, Sendable, CustomStringConvertible {
             throw KeychainError(
                 .param, "\(text) matches \(matches.count) items; name the account (or the protocol, port, path)")
         }
-        let data = try keychain.item(id: matches[0].id, itemClass: itemClass, withData: true, caller: caller).data ?? []
+        let data = try door.item(id: matches[0].id, itemClass: itemClass, withData: true).data ?? []
         if itemClass == .internetPassword, let nul = data.firstIndex(of: 0) { return Array(data[..<nul]) }
         return data
     }

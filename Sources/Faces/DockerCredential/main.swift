@@ -42,8 +42,7 @@ defer { Sodium.wipe(&input) }
 
 let helper: DockerCredentialHelper
 do {
-    let (keychain, caller) = try HelperVault.open(options, tool: tool)
-    helper = DockerCredentialHelper(keychain: keychain, caller: caller)
+    helper = DockerCredentialHelper(door: try HelperVault.openDoor(options, tool: tool, face: "docker"))
 } catch {
     HelperIO.errorLine("\(tool): \(options.operation): \(error)")
     finish(options.operation == "get" ? DockerCredentialHelper.notFound : "\(error)", 1)

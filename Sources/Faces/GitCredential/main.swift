@@ -41,8 +41,7 @@ do { request = try GitCredential.parse(input) } catch {
 Sodium.wipe(&input)
 
 do {
-    let (keychain, caller) = try HelperVault.open(options, tool: tool)
-    var helper = GitCredentialHelper(keychain: keychain, caller: caller)
+    var helper = GitCredentialHelper(door: try HelperVault.openDoor(options, tool: tool, face: "git"))
     var status: Int32 = 0
     do {
         switch options.operation {
