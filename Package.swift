@@ -70,7 +70,10 @@ let package = Package(
         // (the mount, the API socket, the ssh agent, the Secret Service). Its API socket server.
         .target(
             name: "KeychainService",
-            dependencies: ["Keychain", "KeychainAPI", "KeychainAccess", "KeychainCrypto", "CPlatform"],
+            dependencies: [
+                "Keychain", "KeychainAPI", "KeychainAccess", "KeychainCrypto", "CPlatform", "KeychainFS",
+                "KeychainSSHAgent", "KeychainSecretService",
+            ],
             path: "Sources/Service"),
         // Faces (Sources/Faces): each translates its users' language into core calls, beside the
         // others; none decides a keychain rule. Next: a Secret Service provider, a target here.
@@ -92,7 +95,8 @@ let package = Package(
         .target(
             name: "KeychainSSHAgent",
             dependencies: [
-                "Keychain", "KeychainAccess", "KeychainCrypto", .product(name: "Crypto", package: "swift-crypto"),
+                "Keychain", "KeychainAccess", "KeychainCrypto", "CPlatform",
+                .product(name: "Crypto", package: "swift-crypto"),
             ], path: "Sources/Faces/SSHAgent"),
         // Diffie-Hellman in the 1024-bit MODP group with GMP's constant-time mpz_powm_sec, for the
         // Secret Service's dh-ietf1024-sha256-aes128-cbc-pkcs7 sessions.
@@ -123,7 +127,7 @@ let package = Package(
             name: "keychainfs",
             dependencies: [
                 "Keychain", "KeychainAccess", "KeychainFS", "KeychainCredentials", "KeychainSSHAgent", "KeychainImport",
-                "KeychainSecretService", "KeychainAPI", "KeychainService", "CPlatform",
+                "KeychainSecretService", "KeychainAPI", "KeychainService", "CPlatform", "CSystemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ], path: "Sources/Faces/CLI"),
@@ -170,6 +174,17 @@ let package = Package(
         // The Secret Service provider driven by secret-tool, python secretstorage and keyring on a
         // private dbus-daemon the test starts.
         .testTarget(name: "SecretServiceTests", dependencies: ["keychainfs", "TestSupport"]),
+        // The keychain service (docs/service.md): its wire protocol's property tests, every face
+        // through the one door, and the attacks on a socket caller's identity (peer-client.c, built
+        // by the tests with gcc).
+        .testTarget(
+            name: "ServiceTests",
+            dependencies: [
+                "keychainfs", "git-credential-keychainfs", "docker-credential-keychainfs", "KeychainAPI", "Keychain",
+                "KeychainService", "KeychainAccess", "KeychainCrypto", "TestSupport",
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ],
+            exclude: ["peer-client.c"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <systemd/sd-bus.h>
+#include <systemd/sd-daemon.h>
 
 // sd-bus's credential mask is an anonymous enum of 64-bit values, which Swift imports
 // unreliably: the bits the Secret Service face asks for, as typed constants.

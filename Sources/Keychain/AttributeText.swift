@@ -157,7 +157,7 @@ public enum AttributeText {
         return f.string(from: date)
     }
 
-    static func parseDate(_ text: String) -> Date? {
+    public static func parseDate(_ text: String) -> Date? {
         // ISO8601DateFormatter alone reads "2026-01-31T12:00:00Zjunk" as a date, and
         // "2026-02-30" as March 1st: what the user wrote would be dropped or moved silently. So
         // the whole text must be a date-time with every field in range (`internetDateTime`).

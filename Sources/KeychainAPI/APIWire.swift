@@ -31,6 +31,13 @@ public enum APIRequest: Equatable, Sendable {
     /// The vault's passphrase, checked by the service (one KDF): the connection then acts as
     /// its holder, in every access group (what a command that opened the vault itself gets).
     case prove(passphrase: [UInt8])
+    /// `keychainfs passwd [--rotate]` while a service holds the vault: the service changes it,
+    /// so every face it hosts goes on with the new keys.
+    case changePassphrase(PassphraseChange)
+    /// `keychainfs lock --vault`: every face of the service loses the WhenUnlocked keys at once.
+    case lock
+    /// `keychainfs unlock --vault`, with the passphrase.
+    case unlock(passphrase: [UInt8])
 
     var kind: UInt8 {
         switch self {
@@ -41,7 +48,27 @@ public enum APIRequest: Equatable, Sendable {
         case .addOrUpdate: 5
         case .status: 6
         case .prove: 7
+        case .changePassphrase: 8
+        case .lock: 9
+        case .unlock: 10
         }
+    }
+}
+
+/// A passphrase change (and, with `rotate`, a new master key), with the Argon2id cost to use
+/// from now on (nil: keep the vault's).
+public struct PassphraseChange: Equatable, Sendable {
+    public var old: [UInt8]
+    public var new: [UInt8]
+    public var rotate: Bool
+    public var opsLimit: UInt64?
+    public var memLimit: UInt64?
+    public init(old: [UInt8], new: [UInt8], rotate: Bool, opsLimit: UInt64? = nil, memLimit: UInt64? = nil) {
+        self.old = old
+        self.new = new
+        self.rotate = rotate
+        self.opsLimit = opsLimit
+        self.memLimit = memLimit
     }
 }
 
@@ -145,6 +172,14 @@ public enum APICodec {
             if let data = w.presence(data) { w.part(data) }
         case .status: break
         case .prove(let passphrase): w.part(passphrase)
+        case .changePassphrase(let change):
+            w.part(change.old)
+            w.part(change.new)
+            w.byte(change.rotate ? 1 : 0)
+            if let ops = w.presence(change.opsLimit) { w.i64(Int64(bitPattern: ops)) }
+            if let mem = w.presence(change.memLimit) { w.i64(Int64(bitPattern: mem)) }
+        case .lock: break
+        case .unlock(let passphrase): w.part(passphrase)
         }
         return w.bytes
     }
@@ -170,6 +205,16 @@ public enum APICodec {
         case 4: request = .delete(WireQuery(try r.query()))
         case 6: request = .status
         case 7: request = .prove(passphrase: try r.part())
+        case 8:
+            let old = try r.part()
+            let new = try r.part()
+            let rotate = try r.flag()
+            let ops = try r.optional { UInt64(bitPattern: try $0.i64()) }
+            let mem = try r.optional { UInt64(bitPattern: try $0.i64()) }
+            request = .changePassphrase(
+                PassphraseChange(old: old, new: new, rotate: rotate, opsLimit: ops, memLimit: mem))
+        case 9: request = .lock
+        case 10: request = .unlock(passphrase: try r.part())
         default: throw WireReader.bad
         }
         try r.end()

@@ -48,4 +48,32 @@ public enum Doors {
         sharedLock = fd
         return try direct()
     }
+
+    /// Gives up the shared lock of a direct open, once the command is done with the vault
+    /// (`run` before it starts its child, which may run for hours).
+    public static func closeDirect() {
+        if sharedLock >= 0 { close(sharedLock) }
+        sharedLock = -1
+    }
+
+    /// For a command that opens the vault itself even while a service holds it (the verbs the
+    /// API does not carry: import, access-group, dump-keychain, …): SQLite shares its write-ahead
+    /// log between the two only when both open the file by the same name (symlinks resolved), so
+    /// through another name (a hard link) the command is refused rather than allowed to commit
+    /// into a log the service never reads.
+    public static func checkDirectOpen(vault: String, directory: String = ServiceLocator.directory()) throws {
+        guard let client = try? ServiceClient.connect(vault: vault, directory: directory),
+            let (held, _) = try? client.status()
+        else { return }
+        guard let mine = realpath(vault, nil), let theirs = realpath(held, nil) else { return }
+        defer {
+            free(mine)
+            free(theirs)
+        }
+        guard strcmp(mine, theirs) != 0 else { return }
+        throw KeychainError(
+            .io,
+            "the vault \(vault) is the file the keychain service (pid \(client.servicePID)) holds as \(held); give --vault \(held) for this command, or stop the service first"
+        )
+    }
 }

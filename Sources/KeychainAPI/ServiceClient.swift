@@ -75,7 +75,8 @@ public final class ServiceClient: KeychainDoor {
         guard hello.version == APIWire.version else {
             close(fd)
             throw Unusable(
-                description: "the keychain service at \(path) speaks version \(hello.version), this client \(APIWire.version)")
+                description:
+                    "the keychain service at \(path) speaks version \(hello.version), this client \(APIWire.version)")
         }
         return ServiceClient(vault: vault, socketPath: path, pid: cred.pid, fd: fd, nonce: hello.nonce)
     }
@@ -147,6 +148,31 @@ public final class ServiceClient: KeychainDoor {
         var bytes = passphrase.withUnsafeBytes { Array($0) }
         defer { Framing.wipe(&bytes) }
         guard case .status = try call(.prove(passphrase: bytes)) else { throw unexpected() }
+    }
+
+    /// Changes the vault's passphrase in the service (and rotates its master key): every face
+    /// the service hosts goes on with the new keys, with no restart and no alarm.
+    public func changePassphrase(_ change: PassphraseChange) throws {
+        var change = change
+        defer {
+            Framing.wipe(&change.old)
+            Framing.wipe(&change.new)
+        }
+        guard case .status = try call(.changePassphrase(change)) else { throw unexpected() }
+    }
+
+    /// Locks the service's keychain (every face it hosts); returns its state after.
+    public func lock() throws -> String {
+        guard case .status(_, let state) = try call(.lock) else { throw unexpected() }
+        return state
+    }
+
+    /// Unlocks the service's keychain with its passphrase; returns its state after.
+    public func unlock(passphrase: SecureBytes) throws -> String {
+        var bytes = passphrase.withUnsafeBytes { Array($0) }
+        defer { Framing.wipe(&bytes) }
+        guard case .status(_, let state) = try call(.unlock(passphrase: bytes)) else { throw unexpected() }
+        return state
     }
 
     /// The service's vault path and lock state (`ok`-style text: `unlocked 2026-…`).

@@ -76,7 +76,9 @@ public enum Framing {
         defer { wipe(&frame) }
         var sent = 0
         while sent < frame.count {
-            let n = frame.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            let n = frame.withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL))
+            }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { throw KeychainError(.io, "the keychain service's socket closed") }
             sent += n
@@ -109,7 +111,8 @@ public enum Framing {
             if n == 0 && got == 0 && atStart { return false }
             guard n > 0 else {
                 if n == 0 { throw KeychainError(.io, "the keychain service's socket closed mid-message") }
-                throw KeychainError(.io, "cannot read the keychain service's socket: \(String(cString: strerror(errno)))")
+                throw KeychainError(
+                    .io, "cannot read the keychain service's socket: \(String(cString: strerror(errno)))")
             }
             got += n
         }

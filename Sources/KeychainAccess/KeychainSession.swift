@@ -47,12 +47,17 @@ public struct KeychainSession: KeychainDoor {
     let audit: AuditLog?
     /// What the audit line says after the decision: `via=api`, `via=cli`.
     let via: String
+    /// Why this caller has fewer groups than its executable would give it (a socket another
+    /// process sent on, an exec since it connected, a traced process): then an answer that
+    /// found nothing is audited as a refusal, with this reason.
+    let lessened: String?
 
-    public init(keychain: Keychain, caller: Caller, audit: AuditLog?, via: String) {
+    public init(keychain: Keychain, caller: Caller, audit: AuditLog?, via: String, lessened: String? = nil) {
         self.keychain = keychain
         self.caller = caller
         self.audit = audit
         self.via = via
+        self.lessened = lessened
     }
 
     public var vaultPath: String { keychain.path }
@@ -128,12 +133,16 @@ public struct KeychainSession: KeychainDoor {
     /// A refusal is audited as a deny with the status's name; "not found" is an answer, not a
     /// decision against the caller, and is audited as an allow that found nothing.
     private func record(_ item: Int64?, _ operation: AuditOperation, _ error: KeychainError) {
-        let denied = error.status != .itemNotFound && error.status != .duplicateItem
-        audit?.record(caller, item: item, operation, allowed: !denied, why: error.status.name, detail: detail(nil))
+        let denied = lessened != nil || (error.status != .itemNotFound && error.status != .duplicateItem)
+        let why = error.status.name + (lessened.map { " (" + $0 + ")" } ?? "")
+        audit?.record(caller, item: item, operation, allowed: !denied, why: why, detail: detail(nil))
     }
 
     private func detail(_ count: Int?) -> String {
-        let vault = "vault=" + AuditLog.spelled(keychain.path)
+        let path =
+            keychain.path.hasPrefix("/")
+            ? keychain.path : FileManager.default.currentDirectoryPath + "/" + keychain.path
+        let vault = "vault=" + AuditLog.spelled(path)
         return count.map { "via=\(via) \(vault) count=\($0)" } ?? "via=\(via) \(vault)"
     }
 }

@@ -34,7 +34,9 @@ public final class PeerProcess: Sendable {
     public static func pin(socket fd: Int32, uid expected: uid_t = getuid()) throws(Refusal) -> PeerProcess {
         var cred = kcfs_ucred()
         guard kcfs_peer_cred(fd, &cred) == 0, cred.pid > 0 else { throw Refusal(description: "no peer credentials") }
-        guard cred.uid == expected else { throw Refusal(description: "pid \(cred.pid) is another user (uid \(cred.uid))") }
+        guard cred.uid == expected else {
+            throw Refusal(description: "pid \(cred.pid) is another user (uid \(cred.uid))")
+        }
         var pidfd = kcfs_peer_pidfd(fd)
         let byKernel = pidfd >= 0
         if pidfd < 0 { pidfd = kcfs_pidfd_open(cred.pid, 0) }
@@ -108,6 +110,23 @@ public final class PeerProcess: Sendable {
         return ([identity], nil)
     }
 
+    /// Every process involved in one request whose bytes the kernel attributed to `senders`,
+    /// the pinned process first, and why the caller is lessened (nil: it is the pinned process
+    /// alone, as it connected, untainted).
+    public func judge(senders: Set<pid_t>) -> (identities: [ProcessIdentity], why: String?) {
+        var identities = [identity]
+        var why: [String] = []
+        // No credentials at all (a sender the kernel could not name): only the pin, lessened.
+        if senders.isEmpty { why.append("no sender credentials") }
+        for sender in senders.sorted() {
+            let (judged, reason) = judge(sender: sender)
+            identities += judged.dropFirst()
+            if let reason { why.append(reason) }
+        }
+        if let taint { why.append(taint) }
+        return (identities, why.isEmpty ? nil : why.joined(separator: "; "))
+    }
+
     /// Why a process's executable should not speak for it: a tracer can run any code in it,
     /// and a preloaded or audit library runs its own code before the program's. Read once,
     /// at the pin, through the pinned directory.
@@ -133,7 +152,8 @@ public final class PeerProcess: Sendable {
             environment += chunk[0..<n]
         }
         for entry in environment.split(separator: 0) {
-            for name in ["LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"] where entry.count > name.utf8.count + 1 && entry.starts(with: Array((name + "=").utf8)) {
+            for name in ["LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH"]
+            where entry.count > name.utf8.count + 1 && entry.starts(with: Array((name + "=").utf8)) {
                 return "started with \(name)"
             }
         }

@@ -142,41 +142,75 @@ public final class APIServer: Sendable {
         guard Sodium.constantTimeEqual(nonce, expected) else {
             return .failure(.param, "request without the connection's nonce (sent before the greeting?)")
         }
-        // The least of every process involved: the pinned one as it connected, and each sender.
-        var identities = [peer.identity]
-        var why: [String] = []
-        for sender in senders.sorted() {
-            let (judged, reason) = peer.judge(sender: sender)
-            identities += judged.dropFirst()
-            if let reason { why.append(reason) }
-        }
-        if case .prove(var passphrase) = request {
+        switch request {
+        case .status:
+            // Answered once the buffered audit lines are written, as the control socket does.
+            access.audit?.flush()
+            return status()
+        case .lock:
+            keychain.lock()
+            Log.info("api: locked by \(peer.identity.description)")
+            access.audit?.flush()
+            return status()
+        case .unlock(var passphrase):
             defer { Framing.wipe(&passphrase) }
-            do {
-                try keychain.verifyPassphrase(try SecureBytes(copying: passphrase))
-                holder = true
-                Log.info("api: \(peer.identity.description) proved the passphrase")
-                return .status(vault: keychain.path, state: Self.describe(keychain.lockState))
-            } catch let e as KeychainError {
-                Log.info("api: \(peer.identity.description): wrong passphrase")
-                return .failure(e.status, e.message)
-            } catch {
-                return .failure(.io, "the passphrase could not be checked")
+            return withPassphrase(passphrase, peer: peer, what: "unlock") {
+                try keychain.unlock(passphrase: $0)
+                access.invalidatePolicy()
             }
+        case .prove(var passphrase):
+            defer { Framing.wipe(&passphrase) }
+            let reply = withPassphrase(passphrase, peer: peer, what: "prove the passphrase") {
+                try keychain.verifyPassphrase($0)
+            }
+            if case .status = reply { holder = true }
+            return reply
+        case .changePassphrase(var change):
+            defer {
+                Framing.wipe(&change.old)
+                Framing.wipe(&change.new)
+            }
+            return changePassphrase(change, by: peer)
+        case .copyMatching, .add, .update, .delete, .addOrUpdate:
+            return answerVerb(request, peer: peer, senders: senders, holder: holder)
         }
+    }
+
+    private func status() -> APIReply { .status(vault: keychain.path, state: Self.describe(keychain.lockState)) }
+
+    /// A request that carries the vault's passphrase: `body` with it in guarded memory; the
+    /// log says who and whether it held, never the passphrase.
+    private func withPassphrase(
+        _ bytes: [UInt8], peer: PeerProcess, what: String, _ body: (SecureBytes) throws -> Void
+    ) -> APIReply {
+        do {
+            try body(try SecureBytes(copying: bytes))
+            Log.info("api: \(what) by \(peer.identity.description)")
+            return status()
+        } catch let e as KeychainError {
+            Log.info("api: \(what) by \(peer.identity.description) refused: \(e.status.name)")
+            return .failure(e.status, e.message)
+        } catch {
+            return .failure(.io, "the passphrase could not be checked")
+        }
+    }
+
+    /// A keychain verb, through a `KeychainSession` for the least of every process involved:
+    /// the pinned one as it connected, and each sender (or the passphrase's holder).
+    private func answerVerb(_ request: APIRequest, peer: PeerProcess, senders: Set<pid_t>, holder: Bool) -> APIReply {
+        let (identities, why) = peer.judge(senders: senders)
         let caller: Caller
         do {
-            caller = holder ? try access.holderCaller(peer.identity) : try access.caller(peer: identities, taint: peer.taint)
+            caller =
+                holder ? try access.holderCaller(peer.identity) : try access.caller(peer: identities, taint: peer.taint)
         } catch let e as KeychainError {
             return .failure(e.status, e.message)
         } catch {
             return .failure(.io, "the caller could not be decided")
         }
-        if let taint = peer.taint { why.append(taint) }
-        if !why.isEmpty { Log.info("api: \(peer.identity.description): fewer groups: \(why.joined(separator: "; "))") }
+        if let why, !holder { Log.info("api: \(peer.identity.description): fewer groups: \(why)") }
         let session = KeychainSession(
-            keychain: keychain, caller: caller, audit: access.audit,
-            via: why.isEmpty ? "api" : "api lessened=" + AuditLog.spelled(why.joined(separator: "; ")))
+            keychain: keychain, caller: caller, audit: access.audit, via: "api", lessened: holder ? nil : why)
         do {
             switch request {
             case .copyMatching(let q): return .items(try session.copyMatching(q.query).map(WireItem.init))
@@ -187,12 +221,40 @@ public final class APIServer: Sendable {
             case .addOrUpdate(let c, let a, let data):
                 let (item, added) = try session.addOrUpdate(c, a, data: data)
                 return .item(WireItem(item), added: added)
-            case .status, .prove: return .status(vault: keychain.path, state: Self.describe(keychain.lockState))
+            default: return .failure(.param, "not a keychain verb")
             }
         } catch let e as KeychainError {
             return .failure(e.status, e.message)
         } catch {
             // The type only: a raw error value could carry a library's internals.
+            return .failure(.io, "internal failure (\(type(of: error)))")
+        }
+    }
+
+    /// The old passphrase is the authority here, as for a command that opens the vault.
+    private func changePassphrase(_ change: PassphraseChange, by peer: PeerProcess) -> APIReply {
+        do {
+            let old = try SecureBytes(copying: change.old)
+            let new = try SecureBytes(copying: change.new)
+            var parameters: PasswordHashParameters?
+            if let ops = change.opsLimit, let mem = change.memLimit {
+                parameters = PasswordHashParameters(opsLimit: ops, memLimit: mem)
+            }
+            if change.rotate {
+                try keychain.rotateMasterKey(old: old, new: new, parameters: parameters)
+            } else {
+                try keychain.changePassphrase(old: old, new: new, parameters: parameters)
+            }
+            // The policy is re-signed under the new keys: read it again, not from the cache.
+            access.invalidatePolicy()
+            Log.info(
+                "api: \(peer.identity.description) \(change.rotate ? "rotated the master key" : "changed the passphrase")"
+            )
+            return .status(vault: keychain.path, state: Self.describe(keychain.lockState))
+        } catch let e as KeychainError {
+            Log.info("api: \(peer.identity.description): passphrase change refused: \(e.status.name)")
+            return .failure(e.status, e.message)
+        } catch {
             return .failure(.io, "internal failure (\(type(of: error)))")
         }
     }

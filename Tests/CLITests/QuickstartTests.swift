@@ -51,4 +51,26 @@ struct QuickstartTests {
         #expect(fileMode(box.home + "/.local/share/man/man1/keychainfs.1") == 0o644)
         #expect(fileMode(box.root + "/config/keychainfs/passphrase") == 0o600)
     }
+
+    /// Issue 28: quickstart's package list had drifted from .ci/run's, and quickstart failed to
+    /// build on a stock Debian 12 while CI passed. Both now read mount-helper/packages, which
+    /// must hold every Debian package Package.swift's system libraries name.
+    @Test("quickstart and .ci/run read one package list, which names every system library Package.swift links")
+    func onePackageList() throws {
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().path
+        func read(_ file: String) throws -> String { try String(contentsOfFile: repository + "/" + file, encoding: .utf8) }
+        let listed = Set(
+            try read("mount-helper/packages").split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+                .filter { !$0.isEmpty && !$0.hasPrefix("#") })
+        let manifest = try read("Package.swift")
+        let named = Set(manifest.matches(of: /\.apt\(\["([a-z0-9.+-]+)"\]\)/).map { String($0.output.1) })
+        #expect(named.count >= 4, "Package.swift's providers: \(named.sorted())")
+        #expect(named.subtracting(listed).isEmpty, "not in mount-helper/packages: \(named.subtracting(listed).sorted())")
+        // CModpDH links GMP, which has no pkg-config provider line.
+        #expect(manifest.contains(#"linkedLibrary("gmp")"#) == listed.contains("libgmp-dev"))
+        for script in ["mount-helper/quickstart", ".ci/run"] {
+            #expect(try read(script).contains("mount-helper/packages"), "\(script) does not read mount-helper/packages")
+        }
+    }
 }

@@ -55,8 +55,9 @@ struct MemoryTests {
             #expect(rss[2] < 100 * 1024, "RSS after three passes is \(rss[2]) KiB")
             // At most 10 workers (FuseSession.maxWorkers), all kept; before the bound, every worker
             // a burst made stayed (20 threads here). The rest: the main thread, the control
-            // socket's, libdispatch's few.
-            #expect(threads.allSatisfy { $0 > 0 && $0 <= 16 }, "daemon threads after each pass: \(threads)")
+            // socket's, the API socket's accept thread (docs/service.md; a connection's thread
+            // ends with it), libdispatch's few.
+            #expect(threads.allSatisfy { $0 > 0 && $0 <= 17 }, "daemon threads after each pass: \(threads)")
         }
     }
 }

@@ -17,10 +17,19 @@ struct DaemonLock {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         // No vault there: opening the keychain reports that, in its own words.
         guard fd >= 0 else { return nil }
-        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+        // A command that opened the vault itself holds a shared lock for a moment: wait for it
+        // (up to 3 s); a service holds its exclusive one for as long as it runs.
+        let deadline = Date().addingTimeInterval(3)
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            guard Date() >= deadline else {
+                usleep(20_000)
+                continue
+            }
             let holder = holderPID(of: fd).map(String.init) ?? "unknown"
             close(fd)
-            throw CLIError.failure("vault \(path) is already mounted by another keychainfs daemon (pid \(holder))")
+            throw CLIError.failure(
+                "vault \(path) is already in use by pid \(holder): another keychainfs service (mount or serve), or a command using the vault"
+            )
         }
         return DaemonLock(descriptor: fd)
     }

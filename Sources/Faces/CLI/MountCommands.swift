@@ -6,7 +6,9 @@ import KeychainCrypto
 import KeychainAccess
 import KeychainFS
 import KeychainSecretService
+import KeychainAPI
 import KeychainService
+import KeychainSSHAgent
 import CPlatform
 
 struct Mount: ParsableCommand {
@@ -47,10 +49,13 @@ struct Mount: ParsableCommand {
     func run() throws {
         let parsed = try ParsedMountOptions(options)
         try prepareMountpoint()
+        let daemon = ServiceDaemon(
+            vault: vault, vaultPath: vaultPath, mountpoint: mountpoint, options: options, readyFd: readyFd,
+            masterKeyFd: masterKeyFd)
         if foreground {
-            try runDaemon(parsed)
+            try daemon.runDaemon(parsed)
         } else {
-            try spawnDaemon(parsed)
+            try daemon.spawnDaemon(parsed)
         }
     }
 
@@ -68,198 +73,6 @@ struct Mount: ParsableCommand {
         else {
             throw CLIError.failure("mountpoint \(mountpoint) is not a directory")
         }
-    }
-
-    func passphraseSource(_ parsed: ParsedMountOptions) -> PassphraseSource {
-        var source = vault.passphrase
-        if !source.isGiven {
-            source.file = parsed.passphraseFile
-            source.program = parsed.passphraseProgram
-        }
-        return source
-    }
-
-    /// Foreground: the daemon itself. Reports readiness (or the failure) on --ready-fd.
-    func runDaemon(_ parsed: ParsedMountOptions) throws {
-        func report(_ line: String) {
-            guard let fd = readyFd else { return }
-            _ = (line + "\n").withCString { write(fd, $0, strlen($0)) }
-            close(fd)
-        }
-        do {
-            // One daemon per vault file: a second would serve stale views of the same items.
-            let lock = try DaemonLock.acquire(vault: vaultPath)
-            defer { lock?.release() }
-
-            let keychain = try Keychain.open(at: vaultPath)
-            // The incremental check (docs/security.md, "Mounting"): the unlock checks the
-            // manifest's tag and bucket table; each bucket's rows are checked at its first read
-            // and by a background pass. A failure makes every read EIO and is logged once here.
-            keychain.onIntegrityFailure { Log.error("\(vaultPath): \($0)") }
-            if let masterKeyFd {
-                // The CLI that started this daemon ran the Argon2id (spawnDaemon).
-                try keychain.unlock(
-                    masterKey: try MasterKeyPipe.receive(fd: masterKeyFd), acceptRollback: vault.acceptRollback,
-                    incrementalCheck: true)
-            } else if !parsed.fuse.startLocked {
-                try keychain.unlock(
-                    passphrase: passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): "),
-                    acceptRollback: vault.acceptRollback, incrementalCheck: true)
-            }
-            var fuseOptions = parsed.fuse
-            fuseOptions.fsname = vaultPath
-            // Buffered: one write(2) a second instead of one per open (AuditLog says what is
-            // kept at which stop); flushed when the loop ends and by `status`/`lock`.
-            let audit = try AuditLog(
-                path: parsed.audit ?? (KeychainPaths.stateDirectory() + "/audit.log"), buffered: true)
-            defer { audit.flush() }
-            let fs = KeychainFileSystem(keychain: keychain, audit: audit)
-            let pinentry = PinentryPresence(
-                keychain: keychain, program: parsed.pinentry,
-                reuseSeconds: parsed.presenceReuse, timeoutSeconds: parsed.presenceTimeout)
-            fs.access.presence = pinentry
-            // Connected before the mount goes live: a name another provider owns fails the mount.
-            let secretService =
-                try parsed.secretService ? connectSecretService(parsed, keychain, fs.access, pinentry) : nil
-            let control = try ControlServer(path: controlSocketPath(), keychain: keychain, audit: audit)
-            fs.controlSocketPath = control.path
-            control.start()
-            defer { control.stop() }
-            // The keychain service's API socket (docs/service.md): the CLI, the credential
-            // helpers, `run` and `inject` use this unlocked vault instead of opening it again.
-            let api = try APIServer(keychain: keychain, access: fs.access)
-            api.start()
-            defer { api.stop() }
-            let session = FuseSession(fs: fs, mountpoint: mountpoint, options: fuseOptions)
-            if let seconds = fuseOptions.lockAfter {
-                let idle = IdleLocker(keychain: keychain, seconds: seconds)
-                session.onRequest = { idle.touch() }
-                idle.start()
-            }
-            do { try session.mount() } catch {
-                throw CLIError.failure(
-                    "cannot mount on \(mountpoint) (is /dev/fuse usable, and fusermount3 installed?)")
-            }
-            Log.info("mounted \(vaultPath) on \(mountpoint)")
-            if let secretService {
-                Thread.detachNewThread {
-                    do { try secretService.serve() } catch {
-                        Log.error("secret service: \(error); the mount goes on without it")
-                    }
-                }
-            }
-            report("ok")
-            // A Type=notify unit (mount -f under systemd) is started now that the mount is live.
-            SystemdNotify.send("READY=1")
-            let rc = session.run()
-            audit.flush()
-            SystemdNotify.send("STOPPING=1")
-            Log.info("unmounted \(mountpoint)")
-            // libfuse returns the number of the signal that ended the loop: SIGTERM, SIGINT and
-            // SIGHUP are the documented ways to stop the daemon, so they are a clean exit.
-            if rc != 0 && ![SIGTERM, SIGINT, SIGHUP].contains(abs(rc)) {
-                throw CLIError.failure("the FUSE session ended with an error (\(rc))")
-            }
-        } catch let e as KeychainError {
-            report("error \(e.status.exitCode) \(e.message)")
-            throw e
-        } catch let e as CLIError {
-            report("error \(e.exitCode) \(e.message)")
-            throw e
-        }
-    }
-
-    /// `-o secret_service`: the provider of `keychainfs secret-service` over the mount's vault,
-    /// access layer (policy, presence, audit) and pinentry (its timeout, and one vault-unlock
-    /// prompt at a time for both faces), connected and owning its name.
-    func connectSecretService(
-        _ parsed: ParsedMountOptions, _ keychain: Keychain, _ access: AccessLayer, _ pinentry: PinentryPresence
-    ) throws -> SecretServiceProvider {
-        let provider = SecretServiceCommand.provider(
-            keychain: keychain, access: access, prompter: pinentry,
-            passphraseFile: vault.passphraseFile ?? parsed.passphraseFile)
-        do {
-            let described = try provider.connect(address: parsed.secretServiceAddress)
-            Log.info("secret service: serving \(SecretServiceProvider.busName) on \(described)")
-        } catch {
-            throw CLIError.failure(error.message)
-        }
-        return provider
-    }
-
-    /// The control socket: in $XDG_RUNTIME_DIR/keychainfs when there is one, else the state
-    /// directory; a path too long for sun_path falls back to a private directory in /tmp.
-    func controlSocketPath() -> String {
-        let name = "/ctl-\(getpid()).sock"
-        var dir = KeychainPaths.stateDirectory()
-        if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") {
-            dir = runtime + "/keychainfs"
-        }
-        if (dir + name).utf8.count > 100 { dir = "/tmp/keychainfs-\(getuid())" }
-        return dir + name
-    }
-
-    /// Background: start `mount -f` in a new session with the vault's master key on a pipe
-    /// (never argv, env or a file), logs to a file, and return once it says the mount is live.
-    /// The passphrase is stretched here, once (a wrong one fails here, with the message and
-    /// exit code every command gives); the daemon unlocks with the key and runs the integrity
-    /// check, so a mount costs one Argon2id and one scan (docs/security.md, "Mounting").
-    func spawnDaemon(_ parsed: ParsedMountOptions) throws {
-        let keychain = try Keychain.open(at: vaultPath)
-        var masterKey: SecureBytes?
-        if !parsed.fuse.startLocked {
-            let passphrase = try passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): ")
-            masterKey = try keychain.masterKey(passphrase: passphrase, acceptRollback: vault.acceptRollback)
-        }
-        let logPath = parsed.log ?? (KeychainPaths.stateDirectory() + "/daemon.log")
-        try makeDirectories(KeychainPaths.parent(of: logPath), mode: 0o700)
-        var secretPipe: [Int32] = [0, 0], readyPipe: [Int32] = [0, 0]
-        // Close-on-exec: the daemon must hold only the ends dup2'ed to fds 3 and 4, or its own
-        // copy of the write end would keep it waiting for the passphrase's EOF forever.
-        guard pipe(&secretPipe) == 0, pipe(&readyPipe) == 0 else {
-            throw CLIError.system("pipe", Errno(rawValue: errno))
-        }
-        for fd in secretPipe + readyPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-
-        var args = ["keychainfs", "mount", vaultPath, mountpoint, "-f", "--ready-fd", "4"]
-        if masterKey != nil { args += ["--master-key-fd", "3"] }
-        if vault.acceptRollback { args.append("--accept-rollback") }
-        for o in options { args += ["-o", o] }
-        let pid: pid_t
-        do {
-            pid = try ChildProcess.spawn(
-                "/proc/self/exe", arguments: args,
-                descriptors: [
-                    (0, .null), (1, .appending(logPath)), (2, .duplicate(1)),
-                    (3, .duplicate(secretPipe[0])), (4, .duplicate(readyPipe[1])),
-                ],
-                newSession: true)
-        } catch {
-            close(secretPipe[0]); close(readyPipe[1]); close(secretPipe[1]); close(readyPipe[0])
-            throw CLIError.system("cannot start the daemon", error)
-        }
-        close(secretPipe[0]); close(readyPipe[1])
-        if let masterKey { MasterKeyPipe.send(masterKey, fd: secretPipe[1]) }
-        masterKey = nil  // wiped (sodium_free) now that it is in the pipe
-        close(secretPipe[1])
-
-        var reply = [UInt8]()
-        var byte: UInt8 = 0
-        while read(readyPipe[0], &byte, 1) == 1 && byte != 10 { reply.append(byte) }
-        close(readyPipe[0])
-        let line = String(decoding: reply, as: UTF8.self)
-        if line == "ok" {
-            Output.errorLine("keychainfs: mounted \(vaultPath) on \(mountpoint) (daemon pid \(pid), log \(logPath))")
-            return
-        }
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-        if line.hasPrefix("error ") {
-            let rest = line.dropFirst(6)
-            let code = Int32(rest.prefix { $0 != " " }) ?? 1
-            throw CLIError(message: String(rest.drop { $0 != " " }.dropFirst()), exitCode: code)
-        }
-        throw CLIError.failure("the daemon exited before the mount was live; see \(logPath)")
     }
 }
 
@@ -319,31 +132,72 @@ func printState(_ mountpoint: String, _ state: String) {
     }
 }
 
+/// The keychain service of `vault` (or the default vault), for `lock`, `unlock` and `status`
+/// without a mountpoint; an error when none runs.
+func service(of vault: String?) throws -> (ServiceClient, String) {
+    let path = absolutePath(vault ?? KeychainPaths.defaultVault())
+    guard let client = try ServiceClient.connect(vault: path) else {
+        throw CLIError.failure(
+            "no keychain service holds \(path) (start one with 'keychainfs mount' or 'keychainfs serve')")
+    }
+    return (client, path)
+}
+
+/// What `lock`, `unlock` and `status` act on: a mountpoint, or `--vault` (the service of that
+/// vault, mounted or not).
+struct ServiceTarget: ParsableArguments {
+    @Argument(
+        help: ArgumentHelp(
+            "The mountpoint (else the service of --vault or the default vault).", valueName: "mountpoint"))
+    var mountpoint: String?
+    @Option(name: .long, help: ArgumentHelp("The vault whose keychain service to address.", valueName: "vault"))
+    var vault: String?
+
+    func validate() throws {
+        if mountpoint != nil && vault != nil { throw ValidationError("give a mountpoint or --vault, not both") }
+    }
+}
+
 struct Lock: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Lock a mounted keychain: WhenUnlocked data becomes unreadable.")
-    @Argument(help: "The mountpoint.") var mountpoint: String
-    func run() throws { printState(mountpoint, try control(mountpoint, "lock")) }
+        abstract:
+            "Lock a keychain service (its mount, ssh agent and Secret Service): WhenUnlocked data becomes unreadable.")
+    @OptionGroup var target: ServiceTarget
+    func run() throws {
+        if let mountpoint = target.mountpoint { return printState(mountpoint, try control(mountpoint, "lock")) }
+        let (client, path) = try service(of: target.vault)
+        printState(path, try client.lock())
+    }
 }
 
 struct Unlock: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Unlock a mounted keychain with its passphrase.")
-    @Argument(help: "The mountpoint.") var mountpoint: String
+    static let configuration = CommandConfiguration(abstract: "Unlock a keychain service with its passphrase.")
+    @OptionGroup var target: ServiceTarget
     @Option(name: .long, help: ArgumentHelp("Read the passphrase from this file.", valueName: "path"))
     var passphraseFile: String?
     @Option(name: .long, help: ArgumentHelp("Read the passphrase from this descriptor.", valueName: "fd"))
     var passphraseFd: Int32?
     func run() throws {
-        _ = try controlSocket(of: mountpoint)
+        if let mountpoint = target.mountpoint {
+            _ = try controlSocket(of: mountpoint)
+            let passphrase = try PassphraseSource(file: passphraseFile, fd: passphraseFd).read(
+                prompt: "passphrase for \(absolutePath(mountpoint)): ")
+            return printState(mountpoint, try control(mountpoint, "unlock", payload: passphrase))
+        }
+        let (client, path) = try service(of: target.vault)
         let passphrase = try PassphraseSource(file: passphraseFile, fd: passphraseFd).read(
-            prompt: "passphrase for \(absolutePath(mountpoint)): ")
-        printState(mountpoint, try control(mountpoint, "unlock", payload: passphrase))
+            prompt: "passphrase for \(path): ")
+        printState(path, try client.unlock(passphrase: passphrase))
     }
 }
 
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Say whether a mounted keychain is locked, and since when.")
-    @Argument(help: "The mountpoint.") var mountpoint: String
-    func run() throws { printState(mountpoint, try control(mountpoint, "status")) }
+        abstract: "Say whether a keychain service (a mount, or --vault) is locked, and since when.")
+    @OptionGroup var target: ServiceTarget
+    func run() throws {
+        if let mountpoint = target.mountpoint { return printState(mountpoint, try control(mountpoint, "status")) }
+        let (client, path) = try service(of: target.vault)
+        printState(path, try client.status().state)
+    }
 }

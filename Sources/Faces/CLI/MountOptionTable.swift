@@ -1,3 +1,4 @@
+import KeychainAPI
 import KeychainFS
 
 /// One `-o` mount option: its name, whether it takes a value (and that value's name), its help
@@ -78,6 +79,13 @@ struct MountOption: Sendable {
         ) {
             $0.secretService = true
             $0.secretServiceAddress = $1
+        },
+        .flag(
+            "ssh_agent",
+            "Also serve the vault's keys as an ssh agent on $XDG_RUNTIME_DIR/keychainfs/ssh-agent.sock (docs/ssh.md)."
+        ) { $0.sshAgentSocket = $0.sshAgentSocket ?? ParsedMountOptions.defaultAgentSocket },
+        .text("ssh_agent_socket", "PATH", "Serve the ssh agent on this socket (implies ssh_agent).") {
+            $0.sshAgentSocket = $1
         },
         .flag("debug", "Log every FUSE request (libfuse's -d).") { $0.fuse.debug = true },
     ]
@@ -176,6 +184,11 @@ struct ParsedMountOptions {
     /// Serve org.freedesktop.secrets beside the mount, on the session bus or this address.
     var secretService = false
     var secretServiceAddress: String?
+    /// Serve the ssh agent from the mount's service, on this socket.
+    var sshAgentSocket: String?
+
+    /// Where `-o ssh_agent` listens: beside the service's API socket.
+    static var defaultAgentSocket: String { ServiceLocator.directory() + "/ssh-agent.sock" }
 
     /// Parses `-o` arguments (each a comma-separated list) through `MountOption.table`.
     /// Only option names are ever repeated in errors: a value could be something private.

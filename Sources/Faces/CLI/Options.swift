@@ -61,23 +61,30 @@ struct VaultOptions: ParsableArguments {
     /// A passphrase given on purpose (`--passphrase-file`, `-fd`, `-program`) is proved to the
     /// service, and the command then acts as its holder there too.
     func openDoor() throws -> any KeychainDoor {
-        let door = try Doors.open(vault: path) {
-            let keychain = try openUnlocked()
-            let state = KeychainPaths.stateDirectory()
-            try? makeDirectories(state, mode: 0o700)
-            return KeychainSession(
-                keychain: keychain, caller: keychain.defaultCaller,
-                audit: try? AuditLog(path: state + "/audit.log"), via: "cli")
-        }
-        if let client = door as? ServiceClient, passphrase.isGiven {
-            try client.prove(passphrase: passphrase.read(prompt: "passphrase for \(path): "))
-        }
-        return door
+        let door = try Doors.open(vault: path) { try directSession() }
+        guard let client = door as? ServiceClient, passphrase.isGiven else { return door }
+        let given = try passphrase.read(prompt: "passphrase for \(path): ")
+        // A locked service answers nothing; the passphrase's holder then opens the vault itself
+        // under the service's own name of it (as before there was a service).
+        if try client.status().state.hasPrefix("locked") { return try directSession(given) }
+        try client.prove(passphrase: given)
+        return client
+    }
+
+    /// The vault opened and unlocked here, its decisions audited (`via=cli`).
+    private func directSession(_ given: SecureBytes? = nil) throws -> KeychainSession {
+        let keychain = try openUnlocked(given)
+        let state = KeychainPaths.stateDirectory()
+        try? makeDirectories(state, mode: 0o700)
+        return KeychainSession(
+            keychain: keychain, caller: keychain.defaultCaller, audit: try? AuditLog(path: state + "/audit.log"),
+            via: "cli")
     }
 
     /// Opens the vault without unlocking it (a long-running face that asks for the passphrase
     /// when it is first needed: `ssh-agent --locked`).
     func openLocked() throws -> Keychain {
+        try Doors.checkDirectOpen(vault: path)
         let keychain = try Keychain.open(at: path)
         keychain.onDamagedRow { Output.errorLine("keychainfs: warning: skipped a damaged row: \($0)") }
         return keychain
@@ -85,10 +92,11 @@ struct VaultOptions: ParsableArguments {
 
     /// Opens and unlocks the vault. The CLI holds the passphrase, so it acts in every access
     /// group of the policy (with `default` first, where its new items go).
-    func openUnlocked() throws -> Keychain {
+    func openUnlocked(_ given: SecureBytes? = nil) throws -> Keychain {
+        try Doors.checkDirectOpen(vault: path)
         let keychain = try Keychain.open(at: path)
         try keychain.unlock(
-            passphrase: passphrase.read(prompt: "passphrase for \(path): "), acceptRollback: acceptRollback)
+            passphrase: given ?? passphrase.read(prompt: "passphrase for \(path): "), acceptRollback: acceptRollback)
         keychain.onDamagedRow { Output.errorLine("keychainfs: warning: skipped a damaged row: \($0)") }
         let groups = try keychain.accessPolicy().groups.map(\.name).filter { $0 != Caller.defaultAccessGroup }
         // User presence is asked as the mount asks it: pinentry on this process's terminal (any

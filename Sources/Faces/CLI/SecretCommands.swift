@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Keychain
 import KeychainAccess
+import KeychainAPI
 import KeychainCredentials
 import KeychainCrypto
 import SystemPackage
@@ -51,6 +52,8 @@ struct Run: ParsableCommand {
                 secrets.append(secret)
             }
         }
+        // The vault is not needed while the child runs: a mount or `serve` may start meanwhile.
+        Doors.closeDirect()
         let path = try Executable.find(command[0], path: environment["PATH"])
         let status = try ChildRunner.run(
             path, arguments: command, environment: environment.map { "\($0.key)=\($0.value)" },

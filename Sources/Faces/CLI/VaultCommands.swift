@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainAPI
 import KeychainCrypto
 
 enum KDFProfile: String, ExpressibleByArgument, CaseIterable {
@@ -45,9 +46,23 @@ struct Passwd: ParsableCommand {
     var rotate = false
 
     func run() throws {
-        let keychain = try Keychain.open(at: vault.path)
+        // A service holding the vault changes it itself: its mount, agent and Secret Service go
+        // on with the new keys (a change behind its back left them answering EIO).
+        let service = try ServiceClient.connect(vault: vault.path)
+        let keychain = service == nil ? try Keychain.open(at: vault.path) : nil
         let old = try vault.passphrase.read(prompt: "current passphrase for \(vault.path): ")
         let new = try PassphraseSource(file: newPassphraseFile, fd: newPassphraseFd).readNew(what: "new passphrase")
+        if let service {
+            try service.changePassphrase(
+                PassphraseChange(
+                    old: old.withUnsafeBytes { Array($0) }, new: new.withUnsafeBytes { Array($0) }, rotate: rotate,
+                    opsLimit: kdf?.parameters.opsLimit, memLimit: kdf?.parameters.memLimit))
+            Output.errorLine(
+                "keychainfs: \(rotate ? "master key rotated and passphrase changed" : "passphrase changed") for \(vault.path) by its keychain service (pid \(service.servicePID))"
+            )
+            return
+        }
+        guard let keychain else { return }
         if rotate {
             try keychain.rotateMasterKey(old: old, new: new, parameters: kdf?.parameters)
             Output.errorLine("keychainfs: master key rotated and passphrase changed for \(vault.path)")

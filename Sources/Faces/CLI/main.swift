@@ -23,7 +23,7 @@ struct KeychainfsCommand: ParsableCommand {
             ImportPass.self, ImportCSV.self,
             FindKey.self, DeleteKey.self, DeleteCertificate.self, Generate.self,
             CreateKeypair.self, SSHAgentCommand.self,
-            Mount.self, Unmount.self, Lock.self, Unlock.self, Status.self,
+            Mount.self, Unmount.self, Serve.self, Lock.self, Unlock.self, Status.self,
             AccessGroup.self, RememberedPresence.self, AuditLogCommand.self, Backup.self, Verify.self, Salvage.self,
             Run.self, Inject.self, SecretServiceCommand.self,
         ])

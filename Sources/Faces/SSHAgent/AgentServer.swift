@@ -1,5 +1,7 @@
+import CPlatform
 import Foundation
 import Keychain
+import Synchronization
 import KeychainAccess
 import KeychainCrypto
 
@@ -30,17 +32,21 @@ public struct AgentPolicy: Sendable {
 struct VaultBackend: AgentBackend {
     let keychain: Keychain
     let access: AccessLayer
-    /// The peer process of the connection (SO_PEERCRED).
-    let pid: pid_t
+    /// The peer process of the connection, pinned at accept (docs/security.md, "The service's
+    /// callers").
+    let peer: PeerProcess
+    /// The pids the kernel attributed to the bytes of the request being answered.
+    let senders: CurrentSenders
     let policy: AgentPolicy
 
     /// The caller of a request, decided per request: the vault's policy may have changed (or
-    /// been unreadable while the vault was locked), and the process may have exec'd another
-    /// program since it connected.
+    /// been unreadable while the vault was locked), and the request gets only the groups of
+    /// every process involved (the pinned one as it connected, each sender, the program it runs
+    /// now: an exec since it connected or another process on the socket borrows nothing).
     func currentCaller() throws -> Caller {
-        do { return try access.caller(tid: pid, identify: true) } catch {
-            throw KeychainError(.interactionNotAllowed, "pid \(pid) could not be identified")
-        }
+        let (identities, why) = peer.judge(senders: senders.current)
+        if let why { Log.info("ssh agent: \(peer.identity.description): fewer groups: \(why)") }
+        return try access.caller(peer: identities, taint: peer.taint)
     }
 
     func identities(session: AgentSession) throws -> [SSHIdentity] {
@@ -108,8 +114,16 @@ struct VaultBackend: AgentBackend {
     }
 }
 
+/// The pids the kernel attached to the bytes of the message being answered.
+final class CurrentSenders: Sendable {
+    private let pids = Mutex<Set<pid_t>>([])
+    var current: Set<pid_t> { pids.withLock { $0 } }
+    func set(_ senders: Set<pid_t>) { pids.withLock { $0 = senders } }
+}
+
 /// The agent's socket: 0600 from its creation, one thread per connection, each connection's
-/// caller taken from the peer's credentials (SO_PEERCRED) under the vault's access policy.
+/// peer pinned at accept and each message judged as every process that wrote it, under the
+/// vault's access policy.
 public final class AgentServer: Sendable {
     public let path: String
     let keychain: Keychain
@@ -150,6 +164,8 @@ public final class AgentServer: Sendable {
         }
         let bindErrno = errno
         umask(old)
+        // Every accepted socket passes each message's sender (SCM_CREDENTIALS) from its first byte.
+        _ = kcfs_set_passcred(fd)
         guard bound == 0, chmod(path, 0o600) == 0, listen(fd, 16) == 0 else {
             close(fd)
             throw Failure(description: "cannot listen on \(path): \(String(cString: strerror(bindErrno)))")
@@ -188,35 +204,27 @@ public final class AgentServer: Sendable {
 
     public func removeSocket() { unlink(path) }
 
-    /// `struct ucred`, which Glibc hides from Swift behind _GNU_SOURCE.
-    private struct PeerCredentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
-
-    /// One connection: its peer process is taken from the socket, and must be of this user.
+    /// One connection: its peer process is pinned at accept, and must be of this user.
     func handle(_ fd: Int32) {
-        var credentials = PeerCredentials()
-        var length = socklen_t(MemoryLayout<PeerCredentials>.size)
-        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else { return }
-        // Another user may not connect even if the socket's mode were changed.
-        guard credentials.uid == getuid() else {
-            Log.warning("ssh agent: refused a connection from uid \(credentials.uid)")
+        _ = kcfs_set_passcred(fd)
+        let peer: PeerProcess
+        do { peer = try PeerProcess.pin(socket: fd) } catch {
+            Log.warning("ssh agent: refused a connection: \(error)")
             return
         }
-        let backend = VaultBackend(keychain: keychain, access: access, pid: credentials.pid, policy: policy)
-        let caller: Caller
-        do { caller = try backend.currentCaller() } catch {
-            Log.warning("ssh agent: refused pid \(credentials.pid): its process could not be identified")
-            return
-        }
+        let senders = CurrentSenders()
+        let backend = VaultBackend(keychain: keychain, access: access, peer: peer, senders: senders, policy: policy)
         var handler = AgentRequestHandler(backend: backend)
         var session = AgentSession()
-        while var message = readMessage(fd) {
+        var from = Set<pid_t>()
+        while var message = readMessage(fd, senders: &from) {
+            senders.set(from)
+            from.removeAll(keepingCapacity: true)
             let reply = handler.reply(to: message, session: &session)
             // An unlock request carried the vault's passphrase.
             Sodium.wipe(&message)
             if let why = handler.lastFailure {
-                Log.info(
-                    "ssh agent: refused a request from \(caller.processDescription.isEmpty ? "pid \(credentials.pid)" : caller.processDescription): \(why)"
-                )
+                Log.info("ssh agent: refused a request from \(peer.identity.description): \(why)")
             }
             var framed = SSHWire()
             framed.string(reply)
@@ -224,20 +232,25 @@ public final class AgentServer: Sendable {
         }
     }
 
-    private func readMessage(_ fd: Int32) -> [UInt8]? {
-        guard let header = readExactly(fd, 4) else { return nil }
+    /// One message; `senders` gains the pid the kernel attached to each read of its bytes.
+    private func readMessage(_ fd: Int32, senders: inout Set<pid_t>) -> [UInt8]? {
+        guard let header = readExactly(fd, 4, senders: &senders) else { return nil }
         let length = header.reduce(0) { $0 << 8 | Int($1) }
         guard length > 0, length <= AgentMessage.maxLength else { return nil }
-        return readExactly(fd, length)
+        return readExactly(fd, length, senders: &senders)
     }
 
-    private func readExactly(_ fd: Int32, _ count: Int) -> [UInt8]? {
+    private func readExactly(_ fd: Int32, _ count: Int, senders: inout Set<pid_t>) -> [UInt8]? {
         var out = [UInt8](repeating: 0, count: count)
         var got = 0
         while got < count {
-            let n = out.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, count - got) }
+            var sender: Int32 = 0
+            let n = out.withUnsafeMutableBytes {
+                kcfs_recv_with_sender(fd, $0.baseAddress! + got, UInt(count - got), &sender)
+            }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { return nil }
+            senders.insert(sender)
             got += n
         }
         return out

@@ -1,0 +1,189 @@
+import Foundation
+import Keychain
+import KeychainAPI
+import KeychainAccess
+import KeychainCrypto
+import KeychainFS
+import KeychainSSHAgent
+import KeychainSecretService
+
+/// The keychain service (docs/service.md): the one process that holds a vault unlocked and
+/// hosts its faces over one `Keychain`, one `AccessLayer` (policy, presence, audit) and one
+/// pinentry: the API socket always, and as configured the FUSE mount, the ssh agent and the
+/// Secret Service. `lock`, `unlock`, auto-lock and a passphrase change or key rotation through
+/// the API act on that one `Keychain`, so every face sees them at once. `keychainfs mount` and
+/// `keychainfs serve` build one and run it; nothing else starts faces.
+public final class ServiceHost: Sendable {
+    public struct Configuration: Sendable {
+        public var auditPath: String
+        public var pinentry: String?
+        public var presenceReuse: Double = 0
+        public var presenceTimeout: Int = 60
+        public var lockAfter: Double?
+        /// The control socket's path (`lock`/`unlock`/`status MOUNTPOINT`), when mounted.
+        public var controlSocket: String?
+        /// The mount, when there is one.
+        public var mountpoint: String?
+        public var mountOptions = MountOptions()
+        /// The ssh agent's socket, when the service hosts the agent.
+        public var sshAgentSocket: String?
+        public var knownHosts: [String] = []
+        /// The Secret Service, when hosted: on the session bus (nil address) or this address.
+        public var secretService = false
+        public var secretServiceAddress: String?
+        /// Where a locked vault's passphrase can be read again (the Secret Service's Unlock).
+        public var unlockPassphrase: (@Sendable () throws -> SecureBytes)?
+
+        public init(auditPath: String) { self.auditPath = auditPath }
+    }
+
+    public struct StartFailure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    public let keychain: Keychain
+    public let configuration: Configuration
+    public let audit: AuditLog
+    public let access: AccessLayer
+    public let api: APIServer
+    let fileSystem: KeychainFileSystem?
+    let control: ControlServer?
+    let agent: AgentServer?
+    let secretService: SecretServiceProvider?
+    let fuse: FuseSession?
+    let idle: IdleLocker?
+
+    /// Binds every socket and connects to the bus (a name another provider owns fails here,
+    /// before anything is live); nothing is served until `run`.
+    public init(keychain: Keychain, configuration: Configuration) throws {
+        self.keychain = keychain
+        self.configuration = configuration
+        // Buffered: one write(2) a second instead of one per open (AuditLog says what is kept
+        // at which stop); flushed when the service stops and by `status`/`lock`.
+        let audit = try AuditLog(path: configuration.auditPath, buffered: true)
+        self.audit = audit
+        let fileSystem = configuration.mountpoint.map { _ in KeychainFileSystem(keychain: keychain, audit: audit) }
+        self.fileSystem = fileSystem
+        access = fileSystem?.access ?? AccessLayer(keychain: keychain, audit: audit)
+        let pinentry = PinentryPresence(
+            keychain: keychain, program: configuration.pinentry, reuseSeconds: configuration.presenceReuse,
+            timeoutSeconds: configuration.presenceTimeout)
+        access.presence = pinentry
+        if configuration.secretService {
+            let unlock = configuration.unlockPassphrase
+            let provider = SecretServiceProvider(keychain: keychain, access: access, prompter: pinentry) {
+                guard let unlock else {
+                    throw BusError(
+                        "org.freedesktop.Secret.Error.IsLocked",
+                        "the keychain is locked and no passphrase file can be read again (start the service with a passphrase file)"
+                    )
+                }
+                do { try keychain.unlock(passphrase: unlock()) } catch let e as KeychainError {
+                    throw BusError(e.status.secretServiceErrorName, e.message)
+                } catch {
+                    throw BusError("org.freedesktop.Secret.Error.IsLocked", "the passphrase could not be read again")
+                }
+            }
+            do {
+                let described = try provider.connect(address: configuration.secretServiceAddress)
+                Log.info("secret service: serving \(SecretServiceProvider.busName) on \(described)")
+            } catch {
+                throw StartFailure(description: error.message)
+            }
+            secretService = provider
+        } else {
+            secretService = nil
+        }
+        if let path = configuration.controlSocket {
+            let control = try ControlServer(path: path, keychain: keychain, audit: audit)
+            fileSystem?.controlSocketPath = control.path
+            self.control = control
+        } else {
+            control = nil
+        }
+        api = try APIServer(keychain: keychain, access: access)
+        if let socket = configuration.sshAgentSocket {
+            let policy = AgentPolicy(
+                hosts: HostRestriction(knownHostsFiles: configuration.knownHosts), prompts: pinentry,
+                reusePerHost: configuration.presenceReuse > 0)
+            do { agent = try AgentServer(path: socket, keychain: keychain, access: access, policy: policy) } catch {
+                throw StartFailure(description: "ssh agent: \(error)")
+            }
+        } else {
+            agent = nil
+        }
+        if let fileSystem, let mountpoint = configuration.mountpoint {
+            fuse = FuseSession(fs: fileSystem, mountpoint: mountpoint, options: configuration.mountOptions)
+        } else {
+            fuse = nil
+        }
+        idle = configuration.lockAfter.map { IdleLocker(keychain: keychain, seconds: $0) }
+    }
+
+    /// Starts every face, calls `ready` once they are live (the mount included), and serves
+    /// until the mount ends or, without one, until SIGTERM, SIGINT or SIGHUP. Returns the FUSE
+    /// loop's result (0 without a mount).
+    public func run(ready: () -> Void) throws -> Int32 {
+        // Without a mount the service waits for a signal: blocked before any face's thread
+        // starts (threads inherit the mask), so none of them takes it instead.
+        if fuse == nil { Self.blockTerminationSignals() }
+        control?.start()
+        api.start()
+        defer {
+            api.stop()
+            control?.stop()
+            agent?.removeSocket()
+            audit.flush()
+        }
+        if let agent {
+            Thread.detachNewThread { agent.serve() }
+            Log.info("ssh agent: serving \(keychain.path) on \(agent.path)")
+        }
+        if let idle {
+            // Any face's request counts as activity: the mount's, and the API's.
+            fuse?.onRequest = { idle.touch() }
+            idle.start()
+        }
+        if let fuse {
+            do { try fuse.mount() } catch {
+                throw StartFailure(
+                    description:
+                        "cannot mount on \(configuration.mountpoint ?? "") (is /dev/fuse usable, and fusermount3 installed?)"
+                )
+            }
+            Log.info("mounted \(keychain.path) on \(configuration.mountpoint ?? "")")
+        }
+        if let secretService {
+            Thread.detachNewThread {
+                do { try secretService.serve() } catch {
+                    Log.error("secret service: \(error); the service goes on without it")
+                }
+            }
+        }
+        Log.info("keychain service for \(keychain.path): API on \(api.path)")
+        ready()
+        if let fuse { return fuse.run() }
+        Self.waitForTermination()
+        return 0
+    }
+
+    static var terminationSignals: sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for sig in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&set, sig) }
+        return set
+    }
+
+    static func blockTerminationSignals() {
+        var set = terminationSignals
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+    }
+
+    /// Blocks until SIGTERM, SIGINT or SIGHUP.
+    static func waitForTermination() {
+        var set = terminationSignals
+        var received: Int32 = 0
+        sigwait(&set, &received)
+        Log.info("stopping on signal \(received)")
+    }
+}

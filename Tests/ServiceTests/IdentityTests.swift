@@ -1,0 +1,127 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+// Issue 27: a caller's identity on the API socket cannot be borrowed. An item is in access
+// group `g`, which only the program `allowed` is in; `attacker` is the same client built under
+// another path, in no group. Each attack of the issue (peer-client.c) must find nothing, with a
+// refusal in the audit log naming the attacker's program; the allowed program itself reads at
+// once.
+@Suite("a socket caller's identity cannot be borrowed", .serialized)
+struct IdentityTests {
+    static let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent(
+        "peer-client.c"
+    ).path
+
+    /// A mounted sandbox with the item and the two builds of the client.
+    func withGroupedItem(_ body: (TestSandbox, _ allowed: String, _ attacker: String) throws -> Void) throws {
+        try withSandbox { box in
+            let allowed = box.w + "/allowed", attacker = box.w + "/attacker"
+            for out in [allowed, attacker] {
+                let cc = try box.run("/usr/bin/gcc", ["-O1", "-o", out, Self.source], timeout: 60)
+                try #require(cc.status == 0, "gcc: \(cc.summary)")
+            }
+            let add = try box.cli(["access-group", "add"] + box.unlockArgs + ["g", allowed])
+            try #require(add.status == 0, "access-group add: \(add.summary)")
+            try box.addGeneric("grouped", "acct", "group-secret", extra: ["--access-group", "g"])
+            try box.mount()
+            try body(box, allowed, attacker)
+        }
+    }
+
+    @Test("the allowed program reads at once; the attacker's own program finds nothing")
+    func allowedAndNot() throws {
+        try withGroupedItem { box, allowed, attacker in
+            let ok = try box.run(allowed, [box.apiSocket, "ask"])
+            #expect(ok.stdout == "items 1\n", "allowed: \(ok.summary)")
+            let no = try box.run(attacker, [box.apiSocket, "ask"])
+            #expect(no.stdout == "status -25300\n", "attacker: \(no.summary)")
+        }
+    }
+
+    @Test(
+        "exec after connect, a descriptor passed by SCM_RIGHTS, and a traced or preloaded allowed program find nothing, refused in the audit log under the attacker's program",
+        arguments: ["fork-exec", "pass-fd", "traced", "preload"])
+    func borrowedIdentity(mode: String) throws {
+        try withGroupedItem { box, allowed, attacker in
+            let r: RunResult
+            switch mode {
+            case "preload":
+                r = try box.run(
+                    allowed, [box.apiSocket, "ask"], env: ["LD_PRELOAD": "/lib/x86_64-linux-gnu/libc.so.6"])
+            default:
+                r = try box.run(attacker, [box.apiSocket, mode, allowed])
+            }
+            #expect(r.stdout == "status -25300\n", "\(mode): \(r.summary)")
+            let refusals = box.auditLines(" deny ").filter { $0.contains("op=read") }
+            #expect(refusals.count == 1, "\(mode): audit:\n\(box.audit)")
+            let line = refusals.first.map(String.init) ?? ""
+            if mode == "preload" {
+                #expect(line.contains(allowed) && line.contains("LD_PRELOAD"), "\(line)")
+            } else if mode == "traced" {
+                #expect(line.contains("traced by pid"), "\(line)")
+            } else {
+                // The attacker's program is named (as the connecting process, or as the sender
+                // beside the allowed program it exec'd).
+                #expect(line.contains(attacker), "\(line)")
+            }
+        }
+    }
+
+    @Test("a request sent, then exec of the allowed program at once, never wins (200 races)")
+    func sendThenExecRace() throws {
+        try withGroupedItem { box, allowed, attacker in
+            var outcomes: [String: Int] = [:]
+            for _ in 0..<200 {
+                let r = try box.run(attacker, [box.apiSocket, "race", allowed])
+                outcomes[r.stdout, default: 0] += 1
+            }
+            #expect(outcomes["items 1\n"] == nil, "the race won: \(outcomes)")
+            #expect(outcomes["status -25300\n"] == 200, "outcomes: \(outcomes)")
+        }
+    }
+
+    @Test("a connection whose process exited is not served as the allowed program that took its pid")
+    func pidReuse() throws {
+        try #require(getuid() == 0, "ns_last_pid needs root")
+        try withGroupedItem { box, allowed, attacker in
+            let r = try box.run(attacker, [box.apiSocket, "reuse", allowed])
+            #expect(r.stdout == "status -25300\n", "reuse: \(r.summary)")
+            #expect(box.auditLines(" deny ").contains { $0.contains(attacker) }, "audit:\n\(box.audit)")
+        }
+    }
+
+    @Test(
+        "ssh agent hosted by the service: the allowed program lists the group's key; exec after connect, a passed descriptor and a preloaded allowed program list none",
+        arguments: ["agent-ask", "agent-fork-exec", "agent-pass-fd", "agent-preload"])
+    func agent(mode: String) throws {
+        try withSandbox { box in
+            let allowed = box.w + "/allowed", attacker = box.w + "/attacker"
+            for out in [allowed, attacker] {
+                let cc = try box.run("/usr/bin/gcc", ["-O1", "-o", out, Self.source], timeout: 60)
+                try #require(cc.status == 0, "gcc: \(cc.summary)")
+            }
+            let add = try box.cli(["access-group", "add"] + box.unlockArgs + ["g", allowed])
+            try #require(add.status == 0, "access-group add: \(add.summary)")
+            let key = try box.cli(
+                ["create-keypair", "-a", "ed25519", "-l", "grouped-key", "--access-group", "g"] + box.unlockArgs)
+            try #require(key.status == 0, "create-keypair: \(key.summary)")
+            let agent = box.root + "/agent.sock"
+            try box.mount(["ssh_agent_socket=\(agent)"])
+            let r: RunResult
+            switch mode {
+            case "agent-ask": r = try box.run(allowed, [agent, "agent-ask"])
+            case "agent-preload":
+                r = try box.run(allowed, [agent, "agent-ask"], env: ["LD_PRELOAD": "/lib/x86_64-linux-gnu/libc.so.6"])
+            default: r = try box.run(attacker, [agent, mode, allowed])
+            }
+            #expect(r.stdout == (mode == "agent-ask" ? "keys 1\n" : "keys 0\n"), "\(mode): \(r.summary)")
+            if mode != "agent-ask" {
+                #expect(box.daemonLog.contains("fewer groups"), "the daemon log says why:\n\(box.daemonLog)")
+            }
+        }
+    }
+}
