@@ -6,7 +6,9 @@ import Foundation
 /// hold the secret (a quick "not found" is no figure). The calls of all faces alternate in rounds
 /// (the order rotating each round), so drift hits every side alike.
 enum Face: CaseIterable {
-    case gitService, gitDirect, gitStore, gitLibsecret, dockerService, dockerSecretService, findService, secretTool
+    // In the report's order: each start-alone row under the call it is part of.
+    case gitService, gitDirect, gitStore, gitLibsecret, dockerService, dockerStart, dockerSecretService
+    case findService, cliStart, secretTool
 
     var label: String {
         switch self {
@@ -18,6 +20,8 @@ enum Face: CaseIterable {
         case .dockerSecretService: "docker-credential-secretservice get (gnome-keyring)"
         case .findService: "keychainfs find-generic-password -w, the service answers"
         case .secretTool: "secret-tool lookup (gnome-keyring)"
+        case .dockerStart: "  docker-credential-keychainfs version (its start alone)"
+        case .cliStart: "  keychainfs --version (the CLI's start alone)"
         }
     }
 }
@@ -155,6 +159,13 @@ enum FacesBench {
                 face: .findService, program: cli,
                 args: ["find-generic-password", "--vault", vault.path, "-s", service, "-a", account, "-w"],
                 request: empty, expect: findSecret))
+        // What starting the process costs before any vault work: the floor of each face's time.
+        calls.append(FaceCall(face: .cliStart, program: cli, args: ["--version"], request: empty, expect: "keychainfs"))
+        if access(dockerHelper, X_OK) == 0 {
+            calls.append(
+                FaceCall(
+                    face: .dockerStart, program: dockerHelper, args: ["version"], request: empty, expect: "keychainfs"))
+        }
 
         if access(git, X_OK) == 0 {
             let file = directory + "/git-credentials"

@@ -23,6 +23,11 @@ enum FacesReport {
             if face == .gitDirect, let ours = f.samples[.gitService] {
                 ratio = "this ÷ the service's: \(Fmt.ratio(s.p50 / ours.p50)) (\(s.count) calls, Argon2id each)"
             }
+            for (start, whole) in [(Face.cliStart, Face.findService), (.dockerStart, .dockerService)]
+            where face == start {
+                guard let w = f.samples[whole] else { continue }
+                ratio = "\(Int((s.p50 / w.p50 * 100).rounded())) % of the call above (p50)"
+            }
             for pair in pairs where pair.peer == face {
                 guard let ours = f.samples[pair.ours] else { continue }
                 ratio = "\(Fmt.ratio(ours.p50 / s.p50)), \(Fmt.ratio(ours.percentile(0.9) / s.percentile(0.9)))"
