@@ -144,7 +144,7 @@ final class Daemon {
             ]
     }
 
-    private static func readLine(fd: Int32, timeout: Double) -> String? {
+    static func readLine(fd: Int32, timeout: Double) -> String? {
         var bytes: [UInt8] = []
         let deadline = Clock.now() + UInt64(timeout * 1e9)
         while Clock.now() < deadline {

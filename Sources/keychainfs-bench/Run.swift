@@ -8,7 +8,7 @@ import KeychainStore
 struct HelpRequested: Error {}
 
 struct Options {
-    enum Command: String { case core, fs, all }
+    enum Command: String { case core, fs, all, faces }
     var command: Command = .all
     var sizes: [Int] = [1_000, 100_000]
     var cpu = 0
@@ -22,15 +22,32 @@ struct Options {
     /// Another build's `keychainfs` whose mount-until-usable is measured alternately beside it.
     var baselineKeychainfs: String?
 
+    /// `faces`: calls per face through the service, and through a direct open (Argon2id each).
+    var calls = 200
+    var directCalls = 10
+    /// git's contrib/credential/libsecret/git-credential-libsecret.c, built at run time (Debian's
+    /// git package ships it; the project does not carry git's source).
+    var gitLibsecretSource: String? = {
+        let debian = "/usr/share/doc/git/contrib/credential/libsecret/git-credential-libsecret.c"
+        return access(debian, R_OK) == 0 ? debian : nil
+    }()
+
     static let usage = """
         usage: keychainfs-bench core|fs|all [--items N,N,…] [--cpu N] [--tmpdir DIR]
                                             [--keychainfs PATH | --builtin-daemon]
                                             [--baseline-keychainfs PATH]
+               keychainfs-bench faces [--calls N] [--direct-calls N] [--git-libsecret-source FILE]
+                                      [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
 
           core   the keychain core: add, find, update ops/s, unlock time, bytes per item,
                  against raw SQLite and libsodium baselines measured in the same run
           fs     the mounted filesystem against an in-memory FUSE floor mounted in the same run
           all    both, sharing the vaults (default)
+          faces  git credential fill, docker-credential-keychainfs get and find-generic-password -w
+                 answered by a live mount's service, against git's store file, git's libsecret
+                 helper, docker-credential-secretservice and secret-tool on a gnome-keyring the
+                 bench starts on a private session bus; RSS of both daemons (a missing peer is
+                 skipped with a note)
 
           --items   vault sizes, comma-separated, each ≥ 1000 (k suffix allowed: 1k,100k);
                     default 1000,100000. The 10,000-entry directory exists from 11,000 items.
@@ -46,6 +63,13 @@ struct Options {
           --baseline-keychainfs PATH
                     another build's keychainfs (say main's): its `mount` until usable is
                     measured in the same rounds, alternated, and divided by this one's
+          --calls N  faces: timed calls of each face and peer, alternated in rounds (default 200)
+          --direct-calls N
+                    faces: timed `git credential fill` calls with no service, each opening the
+                    vault with Argon2id (default 10)
+          --git-libsecret-source FILE
+                    faces: git's git-credential-libsecret.c, built with gcc into the temp
+                    directory (default: the copy Debian's git package ships, when present)
 
         Prints figures and ratios; never fails on a timing. Everything it mounts or creates
         is removed on exit, on errors and on SIGINT/SIGTERM.
@@ -92,6 +116,15 @@ struct Options {
                 let path = try next()
                 guard access(path, X_OK) == 0 else { throw BenchError("--keychainfs \(path): not an executable") }
                 o.keychainfs = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+            case "--calls", "--direct-calls":
+                guard let n = Int(try next()), n >= 1, n <= 100_000 else {
+                    throw BenchError("\(name) takes a count from 1 to 100000")
+                }
+                if name == "--calls" { o.calls = n } else { o.directCalls = n }
+            case "--git-libsecret-source":
+                let path = try next()
+                guard access(path, R_OK) == 0 else { throw BenchError("--git-libsecret-source \(path): not readable") }
+                o.gitLibsecretSource = path
             case "--builtin-daemon":
                 o.keychainfs = nil
             case "--baseline-keychainfs":
@@ -127,7 +160,11 @@ enum Runner {
         #else
             let build = "release build"
         #endif
-        Out.line("keychainfs-bench \(o.command.rawValue) --items \(o.sizes.map(String.init).joined(separator: ","))")
+        Out.line(
+            "keychainfs-bench \(o.command.rawValue) "
+                + (o.command == .faces
+                    ? "--calls \(o.calls) --direct-calls \(o.directCalls)"
+                    : "--items \(o.sizes.map(String.init).joined(separator: ","))"))
         Out.line("date \(formatter.string(from: Date())); \(build)")
         Out.line(
             "machine: \(sysconf(Int32(_SC_NPROCESSORS_ONLN))) CPUs (\(cpuModel)), Linux \(kernel), load average at start \(load)"
@@ -136,14 +173,18 @@ enum Runner {
             "libraries: libfuse \(String(cString: fuse_pkgversion())), SQLite \(String(cString: sqlite3_libversion())), libsodium \(String(cString: sodium_version_string()))"
         )
         Out.line(
-            "temp files in \(o.tmpdir) (\(filesystemType(o.tmpdir))); pinned: this process, its daemons and the cat/ls it runs all on CPU \(o.cpu) (sched_setaffinity; now allowed: \(Affinity.current().map(String.init).joined(separator: ",")))"
+            "temp files in \(o.tmpdir) (\(filesystemType(o.tmpdir))); pinned: this process, its daemons and every command it runs all on CPU \(o.cpu) (sched_setaffinity; now allowed: \(Affinity.current().map(String.init).joined(separator: ",")))"
         )
         if o.command != .core {
             let autogroup =
                 (try? String(contentsOfFile: "/proc/sys/kernel/sched_autogroup_enabled", encoding: .utf8))?
                 .trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+            let daemons =
+                o.command == .faces ? "keychainfs, dbus-daemon, gnome-keyring-daemon" : "the floors and keychainfs"
+            let clients =
+                o.command == .faces ? "the git, helper, CLI and secret-tool runs" : "the cat/ls runs and the loops"
             Out.line(
-                "sessions: every daemon (the floors and keychainfs) in a session of its own, as users run them; the cat/ls runs and the loops in this one (kernel.sched_autogroup_enabled=\(autogroup): the scheduler groups tasks by session)"
+                "sessions: every daemon (\(daemons)) in a session of its own, as users run them; \(clients) in this one (kernel.sched_autogroup_enabled=\(autogroup): the scheduler groups tasks by session)"
             )
             Out.line(
                 "keychainfs daemon: "
@@ -152,13 +193,16 @@ enum Runner {
             )
         }
         Out.line(
-            "ratios are cost ratios, keychainfs (or the keychain) ÷ floor: 1.00× = as cheap as the floor, 2.00× = twice the time (or the bytes)"
+            o.command == .faces
+                ? "ratios are cost ratios, keychainfs ÷ peer: 1.00× = as fast as the peer, 2.00× = twice the time"
+                : "ratios are cost ratios, keychainfs (or the keychain) ÷ floor: 1.00× = as cheap as the floor, 2.00× = twice the time (or the bytes)"
         )
     }
 
     static func run(_ o: Options) throws {
         let root = try makeTempDirectory(base: o.tmpdir, prefix: "keychainfs-bench-")
         Out.progress("temp directory \(root)")
+        if o.command == .faces { return try FacesBench.run(o, directory: root) }
 
         Out.progress("crypto baseline")
         let crypto = try CryptoBaseline.measure()

@@ -335,6 +335,9 @@ final class Cleanup: Sendable {
         var directories: [String] = []
     }
     private let state = Mutex(State())
+    /// Held for a whole run: a second caller (the main thread failing because the signal
+    /// handler's run stopped its daemons) waits for the first to finish before it exits.
+    private let running = NSLock()
 
     func addChild(_ pid: pid_t) { state.withLock { $0.children.append(pid) } }
     func removeChild(_ pid: pid_t) { state.withLock { $0.children.removeAll { $0 == pid } } }
@@ -342,6 +345,8 @@ final class Cleanup: Sendable {
     func addDirectory(_ path: String) { state.withLock { $0.directories.append(path) } }
 
     func run() {
+        running.lock()
+        defer { running.unlock() }
         let (kids, mounts, dirs) = state.withLock { s -> ([pid_t], [String], [String]) in
             defer {
                 s.children = []
