@@ -29,9 +29,12 @@ FISH_COMPLETION_DIR ?= $(DATADIR)/fish/vendor_completions.d
 SWIFT ?= swift
 CONFIGURATION ?= release
 BIN ?= .build/$(CONFIGURATION)/keychainfs
+# git's and docker's credential helpers, built beside BIN (`git config credential.helper
+# keychainfs` runs git-credential-keychainfs from PATH; docker's credsStore likewise).
+HELPERS = git-credential-keychainfs docker-credential-keychainfs
 
 # Every file install-files writes, for uninstall.
-INSTALLED = $(BINDIR)/keychainfs $(MANDIR)/man1/keychainfs.1 $(MANDIR)/man5/keychainfs.5 \
+INSTALLED = $(BINDIR)/keychainfs $(addprefix $(BINDIR)/,$(HELPERS)) $(MANDIR)/man1/keychainfs.1 $(MANDIR)/man5/keychainfs.5 \
 	$(BASH_COMPLETION_DIR)/keychainfs $(ZSH_COMPLETION_DIR)/_keychainfs \
 	$(FISH_COMPLETION_DIR)/keychainfs.fish $(SYSTEMD_USER_DIR)/keychainfs.service \
 	$(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service $(SYSTEMD_USER_DIR)/keychainfs-secret-service.service \
@@ -43,7 +46,7 @@ INSTALLED = $(BINDIR)/keychainfs $(MANDIR)/man1/keychainfs.1 $(MANDIR)/man5/keyc
 all: build
 
 build:
-	$(SWIFT) build -c $(CONFIGURATION) --product keychainfs
+	for product in keychainfs $(HELPERS); do $(SWIFT) build -c $(CONFIGURATION) --product $$product || exit 1; done
 
 install: build
 	$(MAKE) install-files
@@ -51,10 +54,13 @@ install: build
 # The installed helper and unit name the installed binary, not /usr/local/bin's.
 install-files:
 	@test -x "$(BIN)" || { echo "make: $(BIN) is not built; run 'make' first" >&2; exit 1; }
+	@for helper in $(HELPERS); do test -x "$(dir $(BIN))$$helper" \
+		|| { echo "make: $(dir $(BIN))$$helper is not built; run 'make' first" >&2; exit 1; }; done
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(MANDIR)/man1" "$(DESTDIR)$(MANDIR)/man5" \
 		"$(DESTDIR)$(BASH_COMPLETION_DIR)" "$(DESTDIR)$(ZSH_COMPLETION_DIR)" "$(DESTDIR)$(FISH_COMPLETION_DIR)" \
 		"$(DESTDIR)$(SYSTEMD_USER_DIR)"
 	install -m 0755 "$(BIN)" "$(DESTDIR)$(BINDIR)/keychainfs"
+	for helper in $(HELPERS); do install -m 0755 "$(dir $(BIN))$$helper" "$(DESTDIR)$(BINDIR)/$$helper" || exit 1; done
 	install -m 0644 docs/man/keychainfs.1 "$(DESTDIR)$(MANDIR)/man1/keychainfs.1"
 	install -m 0644 docs/man/keychainfs.5 "$(DESTDIR)$(MANDIR)/man5/keychainfs.5"
 	"$(BIN)" --generate-completion-script bash > "$(DESTDIR)$(BASH_COMPLETION_DIR)/keychainfs"

@@ -64,7 +64,7 @@ let package = Package(
         // The keychain service's API socket protocol, its client and how a one-shot command finds
         // the service of its vault (docs/service.md). No server: the helpers link it.
         .target(
-            name: "KeychainAPI", dependencies: ["Keychain", "KeychainAccess", "KeychainCrypto"],
+            name: "KeychainAPI", dependencies: ["Keychain", "KeychainAccess", "KeychainCrypto", "CPlatform"],
             path: "Sources/KeychainAPI"),
         // The keychain service: the one process that holds an unlocked vault and hosts its faces
         // (the mount, the API socket, the ssh agent, the Secret Service). Its API socket server.

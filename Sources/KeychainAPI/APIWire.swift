@@ -358,7 +358,14 @@ struct WireReader {
         return c
     }
     mutating func attributes(_ c: ItemClass) throws -> Attributes {
-        do { return try AttributeCodec.decode(try part(), itemClass: c) } catch { throw Self.bad }
+        let decoded: Attributes
+        do { decoded = try AttributeCodec.decode(try part(), itemClass: c) } catch { throw Self.bad }
+        // A date is a finite number of seconds within ±10^11 (3,000 years around 1970): NaN, an
+        // infinity or 1e300 would trap wherever a face turns it into an integer (a stat's time).
+        for case .date(let d) in decoded.values where !(abs(d.timeIntervalSince1970) < 1e11) {
+            throw KeychainError(.param, "a date attribute is out of range")
+        }
+        return decoded
     }
 
     mutating func query() throws -> Query {

@@ -1,6 +1,7 @@
 import Foundation
 import Keychain
 import KeychainAccess
+import CPlatform
 import KeychainCrypto
 
 #if canImport(Glibc)
@@ -39,6 +40,13 @@ public final class ServiceClient: KeychainDoor {
         withUnsafeMutableBytes(of: &address.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw Unusable(description: "socket: \(String(cString: strerror(errno)))") }
+        // The service identifies this process by its /proc/<pid>/exe, which a process that is not
+        // dumpable (ProcessHardening) keeps from every other process of its user: dumpable while
+        // connected (core dumps stay off: RLIMIT_CORE is 0), not dumpable again after
+        // (docs/security.md, "The service's callers").
+        _ = kcfs_set_dumpable(1)
+        var connected = false
+        defer { if !connected { _ = kcfs_set_dumpable(0) } }
         let rc = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
@@ -78,6 +86,7 @@ public final class ServiceClient: KeychainDoor {
                 description:
                     "the keychain service at \(path) speaks version \(hello.version), this client \(APIWire.version)")
         }
+        connected = true
         return ServiceClient(vault: vault, socketPath: path, pid: cred.pid, fd: fd, nonce: hello.nonce)
     }
 
@@ -91,7 +100,10 @@ public final class ServiceClient: KeychainDoor {
         self.nonce = nonce
     }
 
-    deinit { close(fd) }
+    deinit {
+        close(fd)
+        _ = kcfs_set_dumpable(0)
+    }
 
     public var vaultDescription: String { "\(vaultPath) (keychain service pid \(servicePID))" }
 

@@ -88,32 +88,27 @@ public final class AccessLayer: Sendable {
     }
 
     /// The caller of a message on a socket face (the service's API socket, the ssh agent):
-    /// `identities` are every process involved (`PeerProcess.judge`), and the caller is in the
-    /// groups all of them are in, with the presence decisions all of them were given; `taint`
-    /// (the pinned process is traced or preloaded) leaves it the default group only. The
-    /// description names the first (the connecting process) and `why` what lessened it.
-    public func caller(peer identities: [ProcessIdentity], taint: String?) throws -> Caller {
+    /// `identities` are every process involved (`PeerProcess.judge`), the connecting one first.
+    /// Fail closed: when anything lessened the identity (`lessened`: another process wrote the
+    /// message, the connecting process exec'd or is gone, a sender could not be identified, the
+    /// process is traced or preloaded), the caller is in the default group only, with no
+    /// remembered presence; the description names every process involved, for the audit line.
+    public func caller(peer identities: [ProcessIdentity], lessened: String?) throws -> Caller {
         let policy: AccessPolicy
         do { policy = try currentPolicy() } catch let e as KeychainError {
             Log.error("access policy: \(e.message)")
             throw e
         }
         guard let first = identities.first else { return Caller(presence: presence) }
-        var groups = policy.accessGroups(forExecutable: taint == nil ? first.executable : nil)
-        var grants = taint == nil ? first.executable.flatMap { policy.rememberedPresence[$0] } ?? [] : []
-        for other in identities.dropFirst() {
-            let theirs = Set(policy.accessGroups(forExecutable: other.executable))
-            groups = groups.filter { theirs.contains($0) }
-            grants.formIntersection(other.executable.flatMap { policy.rememberedPresence[$0] } ?? [])
-        }
-        if groups.isEmpty { groups = [Caller.defaultAccessGroup] }
+        let whole = lessened == nil && identities.count == 1
+        let others = identities.dropFirst().map(\.description).joined(separator: ", ")
         return Caller(
-            accessGroups: groups, presence: presence,
-            processDescription: identities.count == 1
-                ? first.description : first.description + " (with " + identities[1].description + ")",
-            processKey: first.key, presenceGrants: grants,
+            accessGroups: policy.accessGroups(forExecutable: whole ? first.executable : nil), presence: presence,
+            processDescription: others.isEmpty ? first.description : first.description + " (with " + others + ")",
+            processKey: first.key,
+            presenceGrants: whole ? first.executable.flatMap { policy.rememberedPresence[$0] } ?? [] : [],
             // Only a whole, untainted identity may be remembered for ("Always allow").
-            executable: identities.count == 1 && taint == nil ? first.executable : nil)
+            executable: whole ? first.executable : nil)
     }
 
     /// The caller a holder of the vault's passphrase is (a command that opened the vault with

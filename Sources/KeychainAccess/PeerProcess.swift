@@ -39,18 +39,29 @@ public final class PeerProcess: Sendable {
         }
         var pidfd = kcfs_peer_pidfd(fd)
         let byKernel = pidfd >= 0
-        if pidfd < 0 { pidfd = kcfs_pidfd_open(cred.pid, 0) }
+        // Only a kernel without SO_PEERPIDFD (before 6.5) falls back to the pid: on one that has
+        // it, a failure means the peer is gone, and its pid may already be another process's.
+        if pidfd < 0 {
+            guard errno == ENOPROTOOPT else { throw Refusal(description: "pid \(cred.pid) is gone") }
+            pidfd = kcfs_pidfd_open(cred.pid, 0)
+        }
         guard pidfd >= 0 else { throw Refusal(description: "pid \(cred.pid) is gone") }
         let directory = open("/proc/\(cred.pid)", kcfs_o_path | O_DIRECTORY | O_CLOEXEC)
         // The directory was opened for the pinned process only if that process is still alive
         // now: a pid is not given to another process while the first is unreaped.
-        guard directory >= 0, kcfs_pidfd_exited(pidfd) == 0,
-            let identity = ProcessIdentity.leader(cred.pid, in: directory, pidfsInode: pidfsInode(pidfd)),
-            kcfs_pidfd_exited(pidfd) == 0
-        else {
+        guard directory >= 0, kcfs_pidfd_exited(pidfd) == 0 else {
             if directory >= 0 { close(directory) }
             close(pidfd)
             throw Refusal(description: "pid \(cred.pid) is gone")
+        }
+        guard let identity = ProcessIdentity.leader(cred.pid, in: directory, pidfsInode: pidfsInode(pidfd)),
+            kcfs_pidfd_exited(pidfd) == 0
+        else {
+            close(directory)
+            close(pidfd)
+            // Its executable cannot be read: it is gone, or not dumpable (a hardened process that
+            // did not open itself to the service, as ServiceClient does while connected).
+            throw Refusal(description: "pid \(cred.pid) cannot be identified (gone, or not dumpable)")
         }
         return PeerProcess(
             pid: cred.pid, uid: cred.uid, identity: identity, taint: Self.taint(in: directory), byKernel: byKernel,
@@ -92,27 +103,34 @@ public final class PeerProcess: Sendable {
     /// process as it connected, and whoever else is in play; the caller gets the groups all of
     /// them have (`AccessLayer.caller(peer:)`), and `why` says why it is fewer than the pin's.
     public func judge(sender: pid_t) -> (identities: [ProcessIdentity], why: String?) {
-        guard isAlive else {
-            return ([identity], "the connecting process (pid \(pid)) is gone")
-        }
+        var identities = [identity]
+        var why: [String] = []
         if sender != pid {
-            guard sender > 0, let other = ProcessIdentity.of(tid: sender) else {
-                return ([identity], "sent by pid \(sender), which could not be identified")
+            if sender > 0, let other = ProcessIdentity.of(tid: sender) {
+                identities.append(other)
+                why.append("sent by \(other.description), not the connecting process")
+            } else {
+                why.append("sent by pid \(sender), which could not be identified")
             }
-            return ([identity, other], "sent by \(other.description), not the connecting process")
         }
-        let now = executableNow()
-        if now != identity.executable {
-            let changed = ProcessIdentity(
-                pid: pid, executable: now, startTime: identity.startTime ?? 0)
-            return ([identity, changed], "exec'd \(changed.description) since it connected")
+        if !isAlive {
+            why.append("the connecting process (pid \(pid)) is gone")
+        } else if sender == pid {
+            let now = executableNow()
+            if now != identity.executable {
+                let changed = ProcessIdentity(pid: pid, executable: now, startTime: identity.startTime ?? 0)
+                identities.append(changed)
+                why.append("exec'd \(changed.description) since it connected")
+            }
         }
-        return ([identity], nil)
+        return (identities, why.isEmpty ? nil : why.joined(separator: "; "))
     }
 
     /// Every process involved in one request whose bytes the kernel attributed to `senders`,
     /// the pinned process first, and why the caller is lessened (nil: it is the pinned process
-    /// alone, as it connected, untainted).
+    /// alone, alive, running what it ran at the pin, untainted). A lessened caller gets the
+    /// default group only (`AccessLayer.caller(peer:lessened:)`): never the pinned executable's
+    /// groups, whose program may no longer be the one speaking.
     public func judge(senders: Set<pid_t>) -> (identities: [ProcessIdentity], why: String?) {
         var identities = [identity]
         var why: [String] = []

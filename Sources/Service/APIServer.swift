@@ -17,8 +17,8 @@ public final class APIServer: Sendable {
     let access: AccessLayer
     private let listener: Int32
     private let connections = Mutex(0)
-    /// More connections than this wait in the listen queue: a client cannot make the service
-    /// start unbounded threads.
+    /// Connections beyond this many at once are closed at accept (logged): a client cannot make
+    /// the service start unbounded threads.
     static let maxConnections = 64
 
     public init(keychain: Keychain, access: AccessLayer, directory: String = ServiceLocator.directory()) throws {
@@ -61,9 +61,19 @@ public final class APIServer: Sendable {
             while true {
                 let client = kcfs_accept_cloexec(listener)
                 if client < 0 {
-                    if errno == EINTR || errno == ECONNABORTED { continue }
-                    return
+                    let e = errno
+                    if e == EINTR || e == ECONNABORTED { continue }
+                    // stop() closed the listener: the thread ends. Anything else (EMFILE, ENOMEM)
+                    // passes: said, and tried again a moment later, never the end of the API.
+                    if e == EBADF || e == EINVAL { return }
+                    Log.error("api: accept: \(String(cString: strerror(e))); retrying")
+                    usleep(100_000)
+                    continue
                 }
+                // A client that connects and says nothing holds a thread: it is let go after a
+                // minute without a request.
+                var idle = timeval(tv_sec: 60, tv_usec: 0)
+                setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &idle, socklen_t(MemoryLayout<timeval>.size))
                 _ = kcfs_set_passcred(client)
                 let admitted = connections.withLock { n -> Bool in
                     guard n < Self.maxConnections else { return false }
@@ -195,22 +205,25 @@ public final class APIServer: Sendable {
         }
     }
 
-    /// A keychain verb, through a `KeychainSession` for the least of every process involved:
-    /// the pinned one as it connected, and each sender (or the passphrase's holder).
+    /// A keychain verb, through a `KeychainSession` for the pinned process when it wrote the
+    /// request itself, unchanged (as the passphrase's holder once it proved it), else for the
+    /// default group only (`PeerProcess.judge`, fail-closed).
     private func answerVerb(_ request: APIRequest, peer: PeerProcess, senders: Set<pid_t>, holder: Bool) -> APIReply {
         let (identities, why) = peer.judge(senders: senders)
         let caller: Caller
         do {
+            // A lessened request is no holder's: the passphrase was proved by the pinned process.
             caller =
-                holder ? try access.holderCaller(peer.identity) : try access.caller(peer: identities, taint: peer.taint)
+                holder && why == nil
+                ? try access.holderCaller(peer.identity) : try access.caller(peer: identities, lessened: why)
         } catch let e as KeychainError {
             return .failure(e.status, e.message)
         } catch {
             return .failure(.io, "the caller could not be decided")
         }
-        if let why, !holder { Log.info("api: \(peer.identity.description): fewer groups: \(why)") }
+        if let why { Log.info("api: \(peer.identity.description): default group only: \(why)") }
         let session = KeychainSession(
-            keychain: keychain, caller: caller, audit: access.audit, via: "api", lessened: holder ? nil : why)
+            keychain: keychain, caller: caller, audit: access.audit, via: "api", lessened: why)
         do {
             switch request {
             case .copyMatching(let q): return .items(try session.copyMatching(q.query).map(WireItem.init))

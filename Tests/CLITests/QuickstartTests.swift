@@ -30,6 +30,9 @@ struct QuickstartTests {
                 """
                 #!/bin/sh
                 mkdir -p .build/release && cp '\(binary)' .build/release/keychainfs
+                for helper in git-credential-keychainfs docker-credential-keychainfs; do
+                    cp "$(dirname '\(binary)')/$helper" .build/release/
+                done
                 for i in 1 2 3; do echo "[$i/3] Compiling stand-in $i"; done
 
                 """.utf8))
@@ -48,6 +51,9 @@ struct QuickstartTests {
         #expect(log.contains("[3/3] Compiling stand-in 3"), "the log lacks the build output: \(log)")
         #expect(r.stdout.contains("hello from keychainfs"), "\(r.stdout)")
         #expect(fileMode(box.home + "/.local/bin/keychainfs") == 0o755)
+        // The credential helpers, so that `git config credential.helper keychainfs` works.
+        #expect(fileMode(box.home + "/.local/bin/git-credential-keychainfs") == 0o755)
+        #expect(fileMode(box.home + "/.local/bin/docker-credential-keychainfs") == 0o755)
         #expect(fileMode(box.home + "/.local/share/man/man1/keychainfs.1") == 0o644)
         #expect(fileMode(box.root + "/config/keychainfs/passphrase") == 0o600)
     }
@@ -59,14 +65,17 @@ struct QuickstartTests {
     func onePackageList() throws {
         let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().path
-        func read(_ file: String) throws -> String { try String(contentsOfFile: repository + "/" + file, encoding: .utf8) }
+        func read(_ file: String) throws -> String {
+            try String(contentsOfFile: repository + "/" + file, encoding: .utf8)
+        }
         let listed = Set(
             try read("mount-helper/packages").split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
                 .filter { !$0.isEmpty && !$0.hasPrefix("#") })
         let manifest = try read("Package.swift")
         let named = Set(manifest.matches(of: /\.apt\(\["([a-z0-9.+-]+)"\]\)/).map { String($0.output.1) })
         #expect(named.count >= 4, "Package.swift's providers: \(named.sorted())")
-        #expect(named.subtracting(listed).isEmpty, "not in mount-helper/packages: \(named.subtracting(listed).sorted())")
+        #expect(
+            named.subtracting(listed).isEmpty, "not in mount-helper/packages: \(named.subtracting(listed).sorted())")
         // CModpDH links GMP, which has no pkg-config provider line.
         #expect(manifest.contains(#"linkedLibrary("gmp")"#) == listed.contains("libgmp-dev"))
         for script in ["mount-helper/quickstart", ".ci/run"] {

@@ -12,6 +12,11 @@
      reuse       a child connects and exits; ALLOWED is started with the child's pid
                  (ns_last_pid, root only); the parent asks on the child's connection
      traced      a traced child execs ALLOWED ask (PTRACE_TRACEME)
+     lend FD     (as ALLOWED) connect, be greeted, hand the connection and its nonce over the
+                 socket FD, and sleep: an allowed program whose connection is taken
+     borrow-live, borrow-gone
+                 start ALLOWED lend, take its greeted connection, and ask on it while ALLOWED
+                 lives, or after it exited
      agent-ask, agent-fork-exec, agent-pass-fd
                  the same against the ssh agent socket: REQUEST_IDENTITIES, prints "keys N"
    Prints one line: "items N" or "status S" (an OSStatus), or "error WHAT". */
@@ -154,6 +159,43 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (!strcmp(mode, "sleep")) { sleep(3); return 0; }
     if (!strcmp(mode, "ask")) { ask(connect_to(path)); return 0; }
+    if (!strcmp(mode, "lend")) {
+        int to = atoi(allowed), fd = connect_to(path);
+        unsigned char nonce[16];
+        hello(fd, nonce);
+        char space[CMSG_SPACE(sizeof(int))];
+        struct iovec iov = {nonce, 16};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
+        struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+        h->cmsg_level = SOL_SOCKET; h->cmsg_type = SCM_RIGHTS; h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &fd, sizeof fd);
+        if (sendmsg(to, &m, 0) != 16) return 1;
+        sleep(3);
+        return 0;
+    }
+    if (!strcmp(mode, "borrow-live") || !strcmp(mode, "borrow-gone")) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) die("socketpair");
+        pid_t c = fork();
+        if (c == 0) {
+            char number[16];
+            snprintf(number, sizeof number, "%d", sv[1]);
+            execl(allowed, allowed, path, "lend", number, (char *)0);
+            _exit(127);
+        }
+        unsigned char nonce[16];
+        char space[CMSG_SPACE(sizeof(int))];
+        struct iovec iov = {nonce, 16};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
+        if (recvmsg(sv[0], &m, MSG_WAITALL) != 16) die("recvmsg");
+        int fd;
+        memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof fd);
+        if (!strcmp(mode, "borrow-gone")) { kill(c, SIGKILL); waitpid(c, NULL, 0); }
+        send_request(fd, nonce);
+        print_reply(fd);
+        kill(c, SIGKILL);
+        return 0;
+    }
     if (!strcmp(mode, "agent-ask")) { agent_ask(connect_to(path)); return 0; }
     if (!strcmp(mode, "agent-fork-exec")) {
         pid_t c;

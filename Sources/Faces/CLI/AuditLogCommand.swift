@@ -30,7 +30,8 @@ struct AuditLogCommand: ParsableCommand {
     @Flag(name: .long, help: "Only refusals.") var denied = false
     @Option(
         name: .long,
-        help: ArgumentHelp("Only lines at or after this time (RFC 3339, UTC: 2026-11-27T10:00:00Z).", valueName: "time"))
+        help: ArgumentHelp("Only lines at or after this time (RFC 3339, UTC: 2026-11-27T10:00:00Z).", valueName: "time")
+    )
     var since: String?
 
     func validate() throws {

@@ -73,7 +73,7 @@ struct VaultOptions: ParsableArguments {
 
     /// The vault opened and unlocked here, its decisions audited (`via=cli`).
     private func directSession(_ given: SecureBytes? = nil) throws -> KeychainSession {
-        let keychain = try openUnlocked(given)
+        let keychain = try openUnlocked(given, incremental: true)
         let state = KeychainPaths.stateDirectory()
         try? makeDirectories(state, mode: 0o700)
         return KeychainSession(
@@ -92,11 +92,15 @@ struct VaultOptions: ParsableArguments {
 
     /// Opens and unlocks the vault. The CLI holds the passphrase, so it acts in every access
     /// group of the policy (with `default` first, where its new items go).
-    func openUnlocked(_ given: SecureBytes? = nil) throws -> Keychain {
+    /// `incremental`: check only what the command reads, as the mount does (docs/security.md,
+    /// "Mounting"), not every row first: a one-shot read of a 100,000-item vault then answers
+    /// within the KDF and milliseconds.
+    func openUnlocked(_ given: SecureBytes? = nil, incremental: Bool = false) throws -> Keychain {
         try Doors.checkDirectOpen(vault: path)
         let keychain = try Keychain.open(at: path)
         try keychain.unlock(
-            passphrase: given ?? passphrase.read(prompt: "passphrase for \(path): "), acceptRollback: acceptRollback)
+            passphrase: given ?? passphrase.read(prompt: "passphrase for \(path): "), acceptRollback: acceptRollback,
+            incrementalCheck: incremental)
         keychain.onDamagedRow { Output.errorLine("keychainfs: warning: skipped a damaged row: \($0)") }
         let groups = try keychain.accessPolicy().groups.map(\.name).filter { $0 != Caller.defaultAccessGroup }
         // User presence is asked as the mount asks it: pinentry on this process's terminal (any

@@ -106,7 +106,8 @@ public enum HelperVault {
             throw HelperFailure("cannot open the vault \(options.vault): \(e.message)")
         }
         let passphrase = try readPassphrase(options, vault: options.vault)
-        do { try keychain.unlock(passphrase: passphrase) } catch let e as KeychainError {
+        // Only what the answer reads is checked, as the mount checks (docs/security.md, "Mounting").
+        do { try keychain.unlock(passphrase: passphrase, incrementalCheck: true) } catch let e as KeychainError {
             throw HelperFailure("the vault \(options.vault) stays locked: \(e.message)")
         }
         let policy: AccessPolicy

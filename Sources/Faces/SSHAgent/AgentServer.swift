@@ -45,8 +45,8 @@ struct VaultBackend: AgentBackend {
     /// now: an exec since it connected or another process on the socket borrows nothing).
     func currentCaller() throws -> Caller {
         let (identities, why) = peer.judge(senders: senders.current)
-        if let why { Log.info("ssh agent: \(peer.identity.description): fewer groups: \(why)") }
-        return try access.caller(peer: identities, taint: peer.taint)
+        if let why { Log.info("ssh agent: \(peer.identity.description): default group only: \(why)") }
+        return try access.caller(peer: identities, lessened: why)
     }
 
     func identities(session: AgentSession) throws -> [SSHIdentity] {
@@ -130,6 +130,7 @@ public final class AgentServer: Sendable {
     let access: AccessLayer
     let policy: AgentPolicy
     private let listener: Int32
+    private let connections = Mutex(0)
 
     public struct Failure: Error, CustomStringConvertible {
         public let description: String
@@ -187,20 +188,35 @@ public final class AgentServer: Sendable {
     /// Accepts connections until the process ends.
     public func serve() -> Never {
         while true {
-            let connection = accept(listener, nil, nil)
-            if connection >= 0 { _ = fcntl(connection, F_SETFD, FD_CLOEXEC) }
+            // Close-on-exec from the start: a pinentry started meanwhile must not inherit it.
+            let connection = kcfs_accept_cloexec(listener)
             if connection < 0 {
                 if errno == EINTR || errno == ECONNABORTED { continue }
                 Log.error("ssh agent: accept: \(String(cString: strerror(errno)))")
                 sleep(1)
                 continue
             }
+            // A thread and three descriptors a connection: past `maxConnections` at once, a new
+            // one is closed (and logged), so no client can exhaust the service that hosts the agent.
+            let admitted = connections.withLock { n -> Bool in
+                guard n < Self.maxConnections else { return false }
+                n += 1
+                return true
+            }
+            guard admitted else {
+                Log.error("ssh agent: more than \(Self.maxConnections) connections at once; one refused")
+                close(connection)
+                continue
+            }
             Thread.detachNewThread { [self] in
                 self.handle(connection)
                 close(connection)
+                connections.withLock { $0 -= 1 }
             }
         }
     }
+
+    static let maxConnections = 128
 
     public func removeSocket() { unlink(path) }
 
