@@ -22,6 +22,9 @@ struct IntegrityProgress {
     var pass: BackgroundPass?
     /// Told (once) about the failure, for the face's log.
     var observer: (@Sendable (String) -> Void)?
+    /// Whether an incremental unlock starts the background pass (a one-shot command does not:
+    /// it ends long before, and the pass only competed with its one read).
+    var backgroundPassEnabled = true
 }
 
 /// A background pass that readers of a whole class wait for.
@@ -44,6 +47,14 @@ extension Keychain {
     /// Whether every bucket has been verified since the unlock (for tests and the log).
     public var integrityCheckComplete: Bool { state.withLock { $0.integrity.complete } }
 
+    /// An incremental unlock after this starts no background pass: each read still verifies the
+    /// buckets it needs, and an answer that needs every row verifies them all (a one-shot
+    /// command: the CLI and the helpers when no service runs).
+    public func withoutBackgroundIntegrityPass() -> Keychain {
+        state.withLock { $0.integrity.backgroundPassEnabled = false }
+        return self
+    }
+
     /// Waits for the background pass, then says how it ended: nil when every bucket verified,
     /// else the failure every read now gets.
     public func waitForIntegrityCheck() -> String? {
@@ -55,7 +66,7 @@ extension Keychain {
     /// Resets the progress at unlock: all verified (the full check passed), or nothing yet and a
     /// background pass started.
     func startIntegrityProgress(complete: Bool) {
-        let pass = complete ? nil : BackgroundPass()
+        let pass = complete || !state.withLock({ $0.integrity.backgroundPassEnabled }) ? nil : BackgroundPass()
         state.withLock {
             $0.integrity.complete = complete
             $0.integrity.verified = []

@@ -98,6 +98,7 @@ struct VaultOptions: ParsableArguments {
     func openUnlocked(_ given: SecureBytes? = nil, incremental: Bool = false) throws -> Keychain {
         try Doors.checkDirectOpen(vault: path)
         let keychain = try Keychain.open(at: path)
+        if incremental { _ = keychain.withoutBackgroundIntegrityPass() }
         try keychain.unlock(
             passphrase: given ?? passphrase.read(prompt: "passphrase for \(path): "), acceptRollback: acceptRollback,
             incrementalCheck: incremental)

@@ -107,7 +107,9 @@ public enum HelperVault {
         }
         let passphrase = try readPassphrase(options, vault: options.vault)
         // Only what the answer reads is checked, as the mount checks (docs/security.md, "Mounting").
-        do { try keychain.unlock(passphrase: passphrase, incrementalCheck: true) } catch let e as KeychainError {
+        do {
+            try keychain.withoutBackgroundIntegrityPass().unlock(passphrase: passphrase, incrementalCheck: true)
+        } catch let e as KeychainError {
             throw HelperFailure("the vault \(options.vault) stays locked: \(e.message)")
         }
         let policy: AccessPolicy
