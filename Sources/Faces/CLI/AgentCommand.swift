@@ -57,8 +57,17 @@ struct SSHAgentCommand: ParsableCommand {
             "Start with the vault locked, asking for no passphrase now: the first use asks through pinentry on the terminal or display of the process that wants a key."
     )
     var locked = false
+    @Flag(name: .customShort("s"), help: "Print Bourne shell commands (the default), as ssh-agent -s.")
+    var bourneShell = false
+    @Flag(name: .customShort("c"), help: "Print C shell commands, as ssh-agent -c.")
+    var cShell = false
+    @Flag(
+        name: .customShort("k"),
+        help: "Stop the agent named by $SSH_AGENT_PID (a keychainfs ssh-agent) and print the commands that unset it.")
+    var kill = false
 
     func validate() throws {
+        if bourneShell && cShell { throw ValidationError("give -s or -c, not both") }
         guard (0...300).contains(presenceReuse) else {
             throw ValidationError("--presence-reuse: give 0 to 300 seconds")
         }
@@ -76,11 +85,35 @@ struct SSHAgentCommand: ParsableCommand {
         return runtime + "/keychainfs/ssh-agent.sock"
     }
 
-    static func environmentLines(_ path: String, pid: pid_t) -> String {
-        "SSH_AUTH_SOCK=\(path); export SSH_AUTH_SOCK;\nSSH_AGENT_PID=\(pid); export SSH_AGENT_PID;\necho Agent pid \(pid);"
+    static func environmentLines(_ path: String, pid: pid_t, cShell: Bool = false) -> String {
+        cShell
+            ? "setenv SSH_AUTH_SOCK \(path);\nsetenv SSH_AGENT_PID \(pid);\necho Agent pid \(pid);"
+            : "SSH_AUTH_SOCK=\(path); export SSH_AUTH_SOCK;\nSSH_AGENT_PID=\(pid); export SSH_AGENT_PID;\necho Agent pid \(pid);"
+    }
+
+    /// `-k`: stops the agent `$SSH_AGENT_PID` names, only if it is a keychainfs ssh agent of
+    /// this user (never another program that took the pid), as `ssh-agent -k` does.
+    func stopAgent() throws {
+        guard let text = ProcessInfo.processInfo.environment["SSH_AGENT_PID"], let pid = pid_t(text), pid > 0 else {
+            throw CLIError.failure("SSH_AGENT_PID is not set to an agent's pid; nothing stopped")
+        }
+        let cmdline = (FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") ?? Data()).split(separator: 0).map {
+            String(decoding: $0, as: UTF8.self)
+        }
+        guard cmdline.count >= 2, cmdline.contains("ssh-agent"), cmdline[0].hasSuffix("keychainfs") else {
+            throw CLIError.failure("pid \(pid) is not a keychainfs ssh agent; nothing stopped")
+        }
+        guard Glibc.kill(pid, SIGTERM) == 0 else {
+            throw CLIError.system("cannot stop the agent (pid \(pid))", Errno(rawValue: errno))
+        }
+        Output.line(
+            cShell
+                ? "unsetenv SSH_AUTH_SOCK;\nunsetenv SSH_AGENT_PID;\necho Agent pid \(pid) killed;"
+                : "unset SSH_AUTH_SOCK;\nunset SSH_AGENT_PID;\necho Agent pid \(pid) killed;")
     }
 
     func run() throws {
+        if kill { return try stopAgent() }
         let path = try resolvedSocket()
         if foreground { try serve(path) } else { try spawnAgent(path) }
     }
@@ -114,7 +147,7 @@ struct SSHAgentCommand: ParsableCommand {
             Terminal.writeAll(readyFd, Array("ok\n".utf8))
             close(readyFd)
         } else {
-            Output.line(Self.environmentLines(path, pid: getpid()))
+            Output.line(Self.environmentLines(path, pid: getpid(), cShell: cShell))
         }
         Log.info("ssh agent: serving \(keychain.path) on \(path)")
         server.serve()
@@ -173,7 +206,7 @@ struct SSHAgentCommand: ParsableCommand {
             waitpid(pid, &status, 0)
             throw CLIError.failure("the agent exited before it was listening; see \(logPath)")
         }
-        Output.line(Self.environmentLines(path, pid: pid))
+        Output.line(Self.environmentLines(path, pid: pid, cShell: cShell))
     }
 }
 

@@ -119,11 +119,19 @@ struct FindOptions: ParsableArguments {
     var passwordOnly = false
     @Flag(name: .customShort("g"), help: "Also print the secret, on stderr, after the attributes.")
     var showPassword = false
+    @Flag(
+        name: .long,
+        help: "Print the item as JSON (dump-keychain --json's form, an array of one); its secret only with -w or -g.")
+    var json = false
 }
 
 func findPassword(_ door: any KeychainDoor, _ itemClass: ItemClass, attributes: Attributes, find: FindOptions) throws {
     let wantData = find.passwordOnly || find.showPassword
     let item = try door.find(Query(itemClass, attributes, returnData: wantData))
+    if find.json {
+        Output.write(Array(ItemPrinter.json([item], includeData: wantData).utf8))
+        return
+    }
     if find.passwordOnly {
         Output.write(item.data ?? [])
         Output.write(Array("\n".utf8))

@@ -1,2 +1,5 @@
-/// The one version number: `keychainfs --version` prints `keychainfs <version>`.
-let keychainfsVersion = "0.1.0"
+import Keychain
+
+/// `keychainfs --version` prints `keychainfs <version>`; the number is the core's
+/// (Sources/Keychain/Version.swift), which the credential helpers print too.
+let keychainfsVersion = keychainfsVersionNumber

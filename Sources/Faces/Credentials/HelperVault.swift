@@ -39,6 +39,24 @@ public struct HelperOptions: Sendable {
 
     public init() {}
 
+    /// `--help` or `-h` anywhere: the helper prints its usage and exits 0; `--version`: its
+    /// name and keychainfs's version. Checked before anything else, as git and docker users
+    /// try them first.
+    public static func answerHelpOrVersion(_ arguments: [String], tool: String, operations: [String]) {
+        if arguments.contains("--help") || arguments.contains("-h") {
+            HelperIO.write(
+                1,
+                Array(
+                    "usage: \(tool) \(usage)\noperations: \(operations.joined(separator: ", "))\nsee docs/credentials.md; the vault's keychain service answers when one runs (docs/service.md)\n"
+                        .utf8))
+            exit(0)
+        }
+        if arguments.contains("--version") {
+            HelperIO.write(1, Array("\(tool) (keychainfs) \(keychainfsVersionNumber)\n".utf8))
+            exit(0)
+        }
+    }
+
     public static func parse(_ arguments: [String], operations: [String]) throws(HelperUsageError) -> HelperOptions {
         var options = HelperOptions()
         var rest = arguments[...]

@@ -19,6 +19,8 @@ func finish(_ line: String, _ code: Int32) -> Never {
     exit(code)
 }
 
+HelperOptions.answerHelpOrVersion(
+    Array(CommandLine.arguments.dropFirst()), tool: tool, operations: ["get", "store", "erase", "list", "version"])
 let options: HelperOptions
 do {
     options = try HelperOptions.parse(
@@ -27,7 +29,7 @@ do {
     HelperIO.errorLine("\(tool): \(error.message)")
     finish("Usage: \(tool) \(HelperOptions.usage)", 2)
 }
-if options.operation == "version" { finish("\(tool) (keychainfs) 1", 0) }
+if options.operation == "version" { finish("\(tool) (keychainfs) \(keychainfsVersionNumber)", 0) }
 Watchdog.start(
     seconds: options.timeout, tool: tool, exitCode: 1,
     answer: Array(((options.operation == "get" ? DockerCredentialHelper.notFound : "timed out") + "\n").utf8))

@@ -18,6 +18,8 @@ func usage(_ message: String) -> Never {
     exit(2)
 }
 
+HelperOptions.answerHelpOrVersion(
+    Array(CommandLine.arguments.dropFirst()), tool: tool, operations: ["get", "store", "erase"])
 let options: HelperOptions
 do {
     options = try HelperOptions.parse(Array(CommandLine.arguments.dropFirst()), operations: ["get", "store", "erase"])
