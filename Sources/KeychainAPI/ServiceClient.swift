@@ -33,13 +33,6 @@ public final class ServiceClient: KeychainDoor {
         guard let identity = ServiceLocator.identity(ofVault: vault) else { return nil }
         guard ServiceLocator.isPrivateDirectory(directory) else { return nil }
         let path = ServiceLocator.socketPath(for: identity, directory: directory)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw Unusable(description: "socket: \(String(cString: strerror(errno)))") }
         // The service identifies this process by its /proc/<pid>/exe, which a process that is not
         // dumpable (ProcessHardening) keeps from every other process of its user: dumpable while
         // connected (core dumps stay off: RLIMIT_CORE is 0), not dumpable again after
@@ -47,21 +40,16 @@ public final class ServiceClient: KeychainDoor {
         _ = kcfs_set_dumpable(1)
         var connected = false
         defer { if !connected { _ = kcfs_set_dumpable(0) } }
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        guard rc == 0 else {
-            let e = errno
-            close(fd)
-            if e == ENOENT || e == ECONNREFUSED { return nil }
-            throw Unusable(description: "cannot connect to \(path): \(String(cString: strerror(e)))")
+        let fd: Int32
+        do { fd = try UnixSocket.connect(to: path) } catch {
+            if error == .noSuchFileOrDirectory || error == .connectionRefused { return nil }
+            // A path too long for a socket address finds no service (the locator keeps it short).
+            if error == .fileNameTooLong { return nil }
+            throw Unusable(description: "cannot connect to \(path): \(error)")
         }
         // Secrets go only to a service of this user.
-        var cred = PeerCredentials()
-        var len = socklen_t(MemoryLayout<PeerCredentials>.size)
-        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, cred.uid == getuid() else {
+        var cred = kcfs_ucred()
+        guard kcfs_peer_cred(fd, &cred) == 0, cred.uid == getuid() else {
             close(fd)
             throw Unusable(description: "\(path) is served by another user's process")
         }
@@ -89,8 +77,6 @@ public final class ServiceClient: KeychainDoor {
         connected = true
         return ServiceClient(vault: vault, socketPath: path, pid: cred.pid, fd: fd, nonce: hello.nonce)
     }
-
-    private struct PeerCredentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
 
     private init(vault: String, socketPath: String, pid: pid_t, fd: Int32, nonce: [UInt8]) {
         self.vaultPath = vault

@@ -32,27 +32,11 @@ public final class APIServer: Sendable {
         // A socket left by a service that died (kill -9) is replaced; one that answers belongs
         // to a live service of the same vault, which the daemon's lock on the file rules out.
         unlink(path)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw KeychainError(.io, "socket: \(String(cString: strerror(errno)))") }
-        // Set on the listener so every accepted socket has it before its client's first byte.
-        _ = kcfs_set_passcred(fd)
-        let old = umask(0o077)
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
+        // Passing credentials from the listener on: every accepted socket has it before its
+        // client's first byte.
+        do { listener = try UnixSocket.listen(at: path, backlog: 64, passCredentials: true) } catch {
+            throw KeychainError(.io, "cannot listen on \(path): \(error)")
         }
-        umask(old)
-        guard rc == 0, listen(fd, 64) == 0 else {
-            let e = errno
-            close(fd)
-            throw KeychainError(.io, "cannot listen on \(path): \(String(cString: strerror(e)))")
-        }
-        listener = fd
     }
 
     /// Accepts on a thread of its own until `stop()`.

@@ -16,8 +16,12 @@ struct IdentityTests {
         "peer-client.c"
     ).path
 
-    /// A mounted sandbox with the item and the two builds of the client.
-    func withGroupedItem(_ body: (TestSandbox, _ allowed: String, _ attacker: String) throws -> Void) throws {
+    /// A sandbox with the two builds of the client and an access group `g` of `allowed` only;
+    /// `setup` adds what goes in the group and says the mount's options; then the vault is mounted.
+    func withGroup(
+        setup: (TestSandbox) throws -> [String],
+        _ body: (TestSandbox, _ allowed: String, _ attacker: String) throws -> Void
+    ) throws {
         try withSandbox { box in
             let allowed = box.w + "/allowed", attacker = box.w + "/attacker"
             for out in [allowed, attacker] {
@@ -26,10 +30,18 @@ struct IdentityTests {
             }
             let add = try box.cli(["access-group", "add"] + box.unlockArgs + ["g", allowed])
             try #require(add.status == 0, "access-group add: \(add.summary)")
-            try box.addGeneric("grouped", "acct", "group-secret", extra: ["--access-group", "g"])
-            try box.mount()
+            try box.mount(try setup(box))
             try body(box, allowed, attacker)
         }
+    }
+
+    /// A mounted sandbox with an item in group `g` and the two builds of the client.
+    func withGroupedItem(_ body: (TestSandbox, _ allowed: String, _ attacker: String) throws -> Void) throws {
+        try withGroup(
+            setup: { box in
+                try box.addGeneric("grouped", "acct", "group-secret", extra: ["--access-group", "g"])
+                return []
+            }, body)
     }
 
     @Test("the allowed program reads at once; the attacker's own program finds nothing")
@@ -98,19 +110,13 @@ struct IdentityTests {
         "ssh agent hosted by the service: the allowed program lists the group's key; exec after connect, a passed descriptor and a preloaded allowed program list none",
         arguments: ["agent-ask", "agent-fork-exec", "agent-pass-fd", "agent-preload"])
     func agent(mode: String) throws {
-        try withSandbox { box in
-            let allowed = box.w + "/allowed", attacker = box.w + "/attacker"
-            for out in [allowed, attacker] {
-                let cc = try box.run("/usr/bin/gcc", ["-O1", "-o", out, Self.source], timeout: 60)
-                try #require(cc.status == 0, "gcc: \(cc.summary)")
-            }
-            let add = try box.cli(["access-group", "add"] + box.unlockArgs + ["g", allowed])
-            try #require(add.status == 0, "access-group add: \(add.summary)")
+        try withGroup(setup: { box in
             let key = try box.cli(
                 ["create-keypair", "-a", "ed25519", "-l", "grouped-key", "--access-group", "g"] + box.unlockArgs)
             try #require(key.status == 0, "create-keypair: \(key.summary)")
+            return ["ssh_agent_socket=\(box.root)/agent.sock"]
+        }) { box, allowed, attacker in
             let agent = box.root + "/agent.sock"
-            try box.mount(["ssh_agent_socket=\(agent)"])
             let r: RunResult
             switch mode {
             case "agent-ask": r = try box.run(allowed, [agent, "agent-ask"])

@@ -122,6 +122,45 @@ static void agent_ask(int fd) {
     printf("keys %u\n", (uint32_t)body[1] << 24 | body[2] << 16 | body[3] << 8 | body[4]);
 }
 
+/* Sends `fd` over the socket `via` with `len` bytes of `data` (SCM_RIGHTS); 0 on success. */
+static int send_fd(int via, int fd, void *data, size_t len) {
+    char space[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {data, len};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET; h->cmsg_type = SCM_RIGHTS; h->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(h), &fd, sizeof fd);
+    return sendmsg(via, &m, 0) == (ssize_t)len ? 0 : -1;
+}
+
+/* Receives a descriptor and `len` bytes of `data` from the socket `via`. */
+static int recv_fd(int via, void *data, size_t len) {
+    char space[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {data, len};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
+    if (recvmsg(via, &m, MSG_WAITALL) != (ssize_t)len || !CMSG_FIRSTHDR(&m)) die("recvmsg");
+    int fd;
+    memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof fd);
+    return fd;
+}
+
+/* A child connects, passes the connection by SCM_RIGHTS and execs ALLOWED; the parent gets it. */
+static int passed_by_child(const char *path, const char *allowed, pid_t *child) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) die("socketpair");
+    *child = fork();
+    if (*child == 0) {
+        char byte = 0;
+        if (send_fd(sv[1], connect_to(path), &byte, 1) != 0) _exit(1);
+        execl(allowed, allowed, path, "sleep", (char *)0);
+        _exit(127);
+    }
+    char byte;
+    int fd = recv_fd(sv[0], &byte, 1);
+    usleep(200000);
+    return fd;
+}
+
 /* The issue's "exec after connect": a child connects on a socket the parent shares, then execs
    ALLOWED; the parent keeps the connection. Returns it (the child's pid in *child). */
 static int connected_by_child(const char *path, const char *allowed, pid_t *child) {
@@ -160,16 +199,10 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "sleep")) { sleep(3); return 0; }
     if (!strcmp(mode, "ask")) { ask(connect_to(path)); return 0; }
     if (!strcmp(mode, "lend")) {
-        int to = atoi(allowed), fd = connect_to(path);
+        int fd = connect_to(path);
         unsigned char nonce[16];
         hello(fd, nonce);
-        char space[CMSG_SPACE(sizeof(int))];
-        struct iovec iov = {nonce, 16};
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
-        struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-        h->cmsg_level = SOL_SOCKET; h->cmsg_type = SCM_RIGHTS; h->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(h), &fd, sizeof fd);
-        if (sendmsg(to, &m, 0) != 16) return 1;
+        if (send_fd(atoi(allowed), fd, nonce, 16) != 0) return 1;
         sleep(3);
         return 0;
     }
@@ -184,12 +217,7 @@ int main(int argc, char **argv) {
             _exit(127);
         }
         unsigned char nonce[16];
-        char space[CMSG_SPACE(sizeof(int))];
-        struct iovec iov = {nonce, 16};
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
-        if (recvmsg(sv[0], &m, MSG_WAITALL) != 16) die("recvmsg");
-        int fd;
-        memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof fd);
+        int fd = recv_fd(sv[0], nonce, 16);
         if (!strcmp(mode, "borrow-gone")) { kill(c, SIGKILL); waitpid(c, NULL, 0); }
         send_request(fd, nonce);
         print_reply(fd);
@@ -197,71 +225,17 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(mode, "agent-ask")) { agent_ask(connect_to(path)); return 0; }
-    if (!strcmp(mode, "agent-fork-exec")) {
+    if (!strcmp(mode, "fork-exec") || !strcmp(mode, "agent-fork-exec")) {
         pid_t c;
         int fd = connected_by_child(path, allowed, &c);
-        agent_ask(fd);
+        if (!strcmp(mode, "fork-exec")) ask(fd); else agent_ask(fd);
         kill(c, SIGKILL);
         return 0;
     }
-    if (!strcmp(mode, "agent-pass-fd")) {
-        int sv[2];
-        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) die("socketpair");
-        pid_t c = fork();
-        if (c == 0) {
-            int fd = connect_to(path);
-            char byte = 0, space[CMSG_SPACE(sizeof(int))];
-            struct iovec iov = {&byte, 1};
-            struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
-            struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-            h->cmsg_level = SOL_SOCKET; h->cmsg_type = SCM_RIGHTS; h->cmsg_len = CMSG_LEN(sizeof(int));
-            memcpy(CMSG_DATA(h), &fd, sizeof fd);
-            if (sendmsg(sv[1], &m, 0) != 1) _exit(1);
-            execl(allowed, allowed, path, "sleep", (char *)0);
-            _exit(127);
-        }
-        char byte, space[CMSG_SPACE(sizeof(int))];
-        struct iovec iov = {&byte, 1};
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
-        if (recvmsg(sv[0], &m, 0) != 1) die("recvmsg");
-        int fd;
-        memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof fd);
-        usleep(200000);
-        agent_ask(fd);
-        kill(c, SIGKILL);
-        return 0;
-    }
-    if (!strcmp(mode, "fork-exec")) {
+    if (!strcmp(mode, "pass-fd") || !strcmp(mode, "agent-pass-fd")) {
         pid_t c;
-        int fd = connected_by_child(path, allowed, &c);
-        ask(fd);
-        kill(c, SIGKILL);
-        return 0;
-    }
-    if (!strcmp(mode, "pass-fd")) {
-        int sv[2];
-        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) die("socketpair");
-        pid_t c = fork();
-        if (c == 0) {
-            int fd = connect_to(path);
-            char byte = 0, space[CMSG_SPACE(sizeof(int))];
-            struct iovec iov = {&byte, 1};
-            struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
-            struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-            h->cmsg_level = SOL_SOCKET; h->cmsg_type = SCM_RIGHTS; h->cmsg_len = CMSG_LEN(sizeof(int));
-            memcpy(CMSG_DATA(h), &fd, sizeof fd);
-            if (sendmsg(sv[1], &m, 0) != 1) _exit(1);
-            execl(allowed, allowed, path, "sleep", (char *)0);
-            _exit(127);
-        }
-        char byte, space[CMSG_SPACE(sizeof(int))];
-        struct iovec iov = {&byte, 1};
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
-        if (recvmsg(sv[0], &m, 0) != 1) die("recvmsg");
-        int fd;
-        memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof fd);
-        usleep(200000);
-        ask(fd);
+        int fd = passed_by_child(path, allowed, &c);
+        if (!strcmp(mode, "pass-fd")) ask(fd); else agent_ask(fd);
         kill(c, SIGKILL);
         return 0;
     }
@@ -297,21 +271,10 @@ int main(int argc, char **argv) {
             int fd = connect_to(path);
             unsigned char nonce[16];
             hello(fd, nonce);
-            char space[CMSG_SPACE(sizeof(int))];
-            struct iovec iov = {nonce, 16};
-            struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
-            struct cmsghdr *h = CMSG_FIRSTHDR(&m);
-            h->cmsg_level = SOL_SOCKET; h->cmsg_type = SCM_RIGHTS; h->cmsg_len = CMSG_LEN(sizeof(int));
-            memcpy(CMSG_DATA(h), &fd, sizeof fd);
-            _exit(sendmsg(sv[1], &m, 0) == 16 ? 0 : 1);
+            _exit(send_fd(sv[1], fd, nonce, 16) == 0 ? 0 : 1);
         }
         unsigned char nonce[16];
-        char space[CMSG_SPACE(sizeof(int))];
-        struct iovec iov = {nonce, 16};
-        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
-        if (recvmsg(sv[0], &m, MSG_WAITALL) != 16) die("recvmsg");
-        int fd;
-        memcpy(&fd, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof fd);
+        int fd = recv_fd(sv[0], nonce, 16);
         waitpid(c, NULL, 0);
         /* The next pid the kernel hands out is the dead child's. */
         int last = open("/proc/sys/kernel/ns_last_pid", O_WRONLY);

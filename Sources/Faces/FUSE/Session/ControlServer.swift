@@ -1,3 +1,4 @@
+import CPlatform
 import Foundation
 import SystemPackage
 import Synchronization
@@ -39,21 +40,7 @@ public final class ControlServer: Sendable {
         }
         unlink(path)
         Self.removeStaleSockets(in: dir)
-        var address = try Self.address(path)
-        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard listener >= 0 else { throw Errno(rawValue: errno) }
-        let old = umask(0o077)
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        umask(old)
-        guard rc == 0, listen(listener, 8) == 0 else {
-            let e = errno
-            close(listener)
-            throw Errno(rawValue: e)
-        }
+        let listener = try UnixSocket.listen(at: path, backlog: 8)
         self.listener = listener
     }
 
@@ -80,15 +67,12 @@ public final class ControlServer: Sendable {
         unlink(path)
     }
 
-    private struct PeerCredentials { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
-
     private func handle(_ client: Int32) {
         // A client that connects and says nothing must not block lock/unlock for others.
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var cred = PeerCredentials()
-        var len = socklen_t(MemoryLayout<PeerCredentials>.size)
-        guard getsockopt(client, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, cred.uid == uid || cred.uid == 0 else {
+        var cred = kcfs_ucred()
+        guard kcfs_peer_cred(client, &cred) == 0, cred.uid == uid || cred.uid == 0 else {
             reply(client, "error \(KeychainStatus.authFailed.rawValue) not the mounting user")
             return
         }
@@ -141,7 +125,6 @@ public final class ControlServer: Sendable {
         _ = (line + "\n").withCString { write(client, $0, strlen($0)) }
     }
 
-    /// A Unix socket address for `path` (ENAMETOOLONG past sun_path's 108 bytes).
     /// The control sockets of daemons that died without cleaning up (kill -9, a crash): a
     /// `ctl-<pid>.sock` nobody listens on any more (connect is refused) is removed. One that
     /// answers belongs to a live daemon and stays.
@@ -149,45 +132,19 @@ public final class ControlServer: Sendable {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: dir) else { return }
         for name in names where name.hasPrefix("ctl-") && name.hasSuffix(".sock") {
             let path = dir + "/" + name
-            guard var address = try? address(path) else { continue }
-            let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            guard fd >= 0 else { return }
-            let rc = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-                }
+            do { close(try UnixSocket.connect(to: path)) } catch {
+                if error == .connectionRefused { unlink(path) }
             }
-            let refused = rc != 0 && errno == ECONNREFUSED
-            close(fd)
-            if refused { unlink(path) }
         }
-    }
-
-    static func address(_ path: String) throws -> sockaddr_un {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw Errno.fileNameTooLong }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in for (i, b) in bytes.enumerated() { raw[i] = b } }
-        return address
     }
 
     /// The client side, used by the CLI.
     public static func request(socket path: String, _ command: String, payload: SecureBytes? = nil) throws -> String {
-        var address = try address(path)
-        let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw Errno(rawValue: errno) }
+        let fd = try UnixSocket.connect(to: path)
         defer { close(fd) }
-        let rc = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-            }
-        }
-        guard rc == 0 else { throw Errno(rawValue: errno) }
         // Only hand a passphrase to a daemon of our own user (or root).
-        var cred = PeerCredentials()
-        var len = socklen_t(MemoryLayout<PeerCredentials>.size)
-        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, cred.uid == getuid() || cred.uid == 0 else {
+        var cred = kcfs_ucred()
+        guard kcfs_peer_cred(fd, &cred) == 0, cred.uid == getuid() || cred.uid == 0 else {
             throw Errno.notPermitted
         }
         _ = (command + "\n").withCString { write(fd, $0, strlen($0)) }
