@@ -22,7 +22,7 @@ struct GroupCommitTests {
             let keys = try kc.callContext(nil).unlockedKeys().manifest
             let outcomes = Mutex<[String: String]>([:])
             let group = DispatchGroup()
-            DispatchQueue.global().async(group: group) {
+            onOwnThread(group) {
                 do {
                     try kc.writeTransaction(keys: keys) { _ in
                         leaderInside.signal()
@@ -34,7 +34,7 @@ struct GroupCommitTests {
             leaderInside.wait()
             let writers: [(String, String)] = [("w1", "one"), ("dup", "taken"), ("w2", "two"), ("w3", "three")]
             for (name, account) in writers {
-                DispatchQueue.global().async(group: group) {
+                onOwnThread(group) {
                     do {
                         _ = try kc.add(.genericPassword, genp("svc", account), data: bytes("data-\(name)"))
                         outcomes.withLock { $0[name] = "ok" }
@@ -84,6 +84,17 @@ struct GroupCommitTests {
                 Query(.genericPassword, [Schema.service: .string("conc")], matchLimit: .all, returnAttributes: true))
             #expect(all.count == 400)
         }
+    }
+}
+
+/// Runs `body` on a thread of its own, inside `group`: libdispatch on Linux gives the global
+/// queue about one thread per CPU and cannot see a blocked one, so with the leader held and other
+/// suites' work on the pool the queued writers sometimes never started (a CI run on 2 CPUs).
+private func onOwnThread(_ group: DispatchGroup, _ body: @escaping @Sendable () -> Void) {
+    group.enter()
+    Thread.detachNewThread {
+        body()
+        group.leave()
     }
 }
 
