@@ -16,10 +16,9 @@ public final class APIServer: Sendable {
     let keychain: Keychain
     let access: AccessLayer
     private let listener: Int32
-    private let connections = Mutex(0)
-    /// Connections beyond this many at once are closed at accept (logged): a client cannot make
-    /// the service start unbounded threads.
-    static let maxConnections = 64
+    /// Connections beyond 64 at once are closed at accept (logged): a client cannot make the
+    /// service start unbounded threads.
+    private let connections = ConnectionLimit(64)
 
     public init(keychain: Keychain, access: AccessLayer, directory: String = ServiceLocator.directory()) throws {
         guard let identity = ServiceLocator.identity(ofVault: keychain.path) else {
@@ -59,20 +58,15 @@ public final class APIServer: Sendable {
                 var idle = timeval(tv_sec: 60, tv_usec: 0)
                 setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &idle, socklen_t(MemoryLayout<timeval>.size))
                 _ = kcfs_set_passcred(client)
-                let admitted = connections.withLock { n -> Bool in
-                    guard n < Self.maxConnections else { return false }
-                    n += 1
-                    return true
-                }
-                guard admitted else {
-                    Log.error("api: more than \(Self.maxConnections) connections; one refused")
+                guard connections.admit() else {
+                    Log.error("api: more than \(connections.limit) connections; one refused")
                     close(client)
                     continue
                 }
                 let worker = Thread { [self] in
                     serve(client)
                     close(client)
-                    connections.withLock { $0 -= 1 }
+                    connections.release()
                 }
                 worker.name = "keychainfs-api"
                 worker.start()

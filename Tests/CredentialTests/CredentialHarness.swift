@@ -12,17 +12,6 @@ import Testing
 // environment git runs in (the sandbox's HOME, no system config, no terminal prompts, the
 // products directory on PATH so `credential.helper keychainfs` finds the helper).
 
-/// The directory holding `keychainfs` and the helpers.
-let productsDirectory: String? = keychainfsBinary.map { KeychainPaths.parent(of: $0) }
-
-@discardableResult
-func helperBinary(_ name: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
-    let dir = try #require(productsDirectory, "keychainfs binary not found; set KEYCHAINFS_BIN")
-    let path = dir + "/" + name
-    try #require(FileManager.default.isExecutableFile(atPath: path), "\(path) is not built")
-    return path
-}
-
 extension TestSandbox {
     /// The environment git and its helpers run in.
     var gitEnvironment: [String: String?] {

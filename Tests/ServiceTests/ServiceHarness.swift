@@ -12,15 +12,6 @@ import Testing
 // that could unlock the vault (no passphrase file, no terminal): what it answers, the service
 // answered.
 
-let productsDirectory: String? = keychainfsBinary.map { ($0 as NSString).deletingLastPathComponent }
-
-func helperBinary(_ name: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
-    let dir = try #require(productsDirectory, "keychainfs binary not found; set KEYCHAINFS_BIN")
-    let path = dir + "/" + name
-    try #require(FileManager.default.isExecutableFile(atPath: path), "\(path) is not built")
-    return path
-}
-
 extension TestSandbox {
     /// The API socket the service of this sandbox's vault listens on.
     var apiSocket: String {

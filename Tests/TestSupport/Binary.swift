@@ -37,6 +37,20 @@ public let keychainfsBinary: String? = {
     return nil
 }()
 
+/// The directory holding `keychainfs` and the credential helpers (built beside it).
+public let productsDirectory: String? = keychainfsBinary.map { ($0 as NSString).deletingLastPathComponent }
+
+/// A helper executable built beside `keychainfs` (`git-credential-keychainfs`, …).
+@discardableResult
+public func helperBinary(_ name: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> String {
+    let dir = try #require(
+        productsDirectory, "keychainfs binary not found; set KEYCHAINFS_BIN", sourceLocation: sourceLocation)
+    let path = dir + "/" + name
+    try #require(
+        FileManager.default.isExecutableFile(atPath: path), "\(path) is not built", sourceLocation: sourceLocation)
+    return path
+}
+
 /// The binary, or a failed requirement that says how to point the tests at it.
 @discardableResult
 public func requireBinary(sourceLocation: SourceLocation = #_sourceLocation) throws -> String {

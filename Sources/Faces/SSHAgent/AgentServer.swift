@@ -130,7 +130,9 @@ public final class AgentServer: Sendable {
     let access: AccessLayer
     let policy: AgentPolicy
     private let listener: Int32
-    private let connections = Mutex(0)
+    /// A thread and three descriptors a connection: past 128 at once, a new one is closed (and
+    /// logged), so no client can exhaust the service that hosts the agent.
+    private let connections = ConnectionLimit(128)
 
     public struct Failure: Error, CustomStringConvertible {
         public let description: String
@@ -196,27 +198,18 @@ public final class AgentServer: Sendable {
                 sleep(1)
                 continue
             }
-            // A thread and three descriptors a connection: past `maxConnections` at once, a new
-            // one is closed (and logged), so no client can exhaust the service that hosts the agent.
-            let admitted = connections.withLock { n -> Bool in
-                guard n < Self.maxConnections else { return false }
-                n += 1
-                return true
-            }
-            guard admitted else {
-                Log.error("ssh agent: more than \(Self.maxConnections) connections at once; one refused")
+            guard connections.admit() else {
+                Log.error("ssh agent: more than \(connections.limit) connections at once; one refused")
                 close(connection)
                 continue
             }
             Thread.detachNewThread { [self] in
                 self.handle(connection)
                 close(connection)
-                connections.withLock { $0 -= 1 }
+                connections.release()
             }
         }
     }
-
-    static let maxConnections = 128
 
     public func removeSocket() { unlink(path) }
 
