@@ -95,6 +95,7 @@ public final class VaultStore: ItemStore {
         self.connection = connection
         readerConnection = try Connection(path: path, create: false)
         try Self.configure(readerConnection)
+        OpenStores.register(self)
     }
 
     /// Creates a new vault file (mode 0600; its directory 0700 if it has to be made).
@@ -253,6 +254,18 @@ public final class VaultStore: ItemStore {
                 }
             }
             return result
+        }
+    }
+
+    /// Folds the WAL into the vault file without waiting for anyone (OpenStores, at exit): a
+    /// plain copy of the file is then whole. Another process reading an older snapshot keeps
+    /// the frames it needs; SQLite's last close does the rest.
+    func checkpointWithoutWaiting() {
+        endHeldRead()
+        state.withLock { _ in
+            sqlite3_busy_timeout(connection.handle, 0)
+            try? connection.run("PRAGMA wal_checkpoint(TRUNCATE)")
+            sqlite3_busy_timeout(connection.handle, 30_000)
         }
     }
 
