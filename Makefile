@@ -18,7 +18,9 @@ MANDIR ?= $(DATADIR)/man
 # mount(8) looks for mount.<type> in /sbin, /sbin/fs.d and /sbin/fs only, whatever PREFIX is.
 # Empty: no mount helper (a per-user install cannot write /sbin).
 MOUNT_HELPER_DIR ?= /sbin
-SYSTEMD_USER_DIR ?= $(PREFIX)/lib/systemd/user
+# Where systemd's user manager looks (systemd-analyze --user unit-paths): $XDG_DATA_HOME/systemd/user
+# for PREFIX=~/.local, /usr/local/share/systemd/user and /usr/share/systemd/user system-wide.
+SYSTEMD_USER_DIR ?= $(DATADIR)/systemd/user
 # The Secret Service's D-Bus activation file. Empty (DBUS_SERVICES_DIR=) installs none: a machine
 # with gnome-keyring has one for the same name, and the bus would pick either.
 DBUS_SERVICES_DIR ?= $(DATADIR)/dbus-1/services
@@ -33,11 +35,20 @@ BIN ?= .build/$(CONFIGURATION)/keychainfs
 # keychainfs` runs git-credential-keychainfs from PATH; docker's credsStore likewise).
 HELPERS = git-credential-keychainfs docker-credential-keychainfs
 
+# The one keychain service and the sockets that start it (docs/service.md).
+UNITS = keychainfs.service keychainfs.socket keychainfs-ssh-agent.socket
+# With the D-Bus activation file installed, the service also serves the Secret Service (the
+# file's SystemdService= starts it for org.freedesktop.secrets).
+SERVICE_OPTIONS = $(if $(DBUS_SERVICES_DIR), -o secret_service)
+# Units earlier versions installed, each its own process: uninstall removes them too.
+OBSOLETE = $(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service $(SYSTEMD_USER_DIR)/keychainfs-secret-service.service \
+	$(PREFIX)/lib/systemd/user/keychainfs.service $(PREFIX)/lib/systemd/user/keychainfs-ssh-agent.service \
+	$(PREFIX)/lib/systemd/user/keychainfs-secret-service.service
+
 # Every file install-files writes, for uninstall.
 INSTALLED = $(BINDIR)/keychainfs $(addprefix $(BINDIR)/,$(HELPERS)) $(MANDIR)/man1/keychainfs.1 $(MANDIR)/man5/keychainfs.5 \
 	$(BASH_COMPLETION_DIR)/keychainfs $(ZSH_COMPLETION_DIR)/_keychainfs \
-	$(FISH_COMPLETION_DIR)/keychainfs.fish $(SYSTEMD_USER_DIR)/keychainfs.service \
-	$(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service $(SYSTEMD_USER_DIR)/keychainfs-secret-service.service \
+	$(FISH_COMPLETION_DIR)/keychainfs.fish $(addprefix $(SYSTEMD_USER_DIR)/,$(UNITS)) \
 	$(if $(DBUS_SERVICES_DIR),$(DBUS_SERVICES_DIR)/org.freedesktop.secrets.service) \
 	$(if $(MOUNT_HELPER_DIR),$(MOUNT_HELPER_DIR)/mount.keychainfs)
 
@@ -66,15 +77,11 @@ install-files:
 	"$(BIN)" --generate-completion-script bash > "$(DESTDIR)$(BASH_COMPLETION_DIR)/keychainfs"
 	"$(BIN)" --generate-completion-script zsh > "$(DESTDIR)$(ZSH_COMPLETION_DIR)/_keychainfs"
 	"$(BIN)" --generate-completion-script fish > "$(DESTDIR)$(FISH_COMPLETION_DIR)/keychainfs.fish"
-	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/keychainfs@.service \
-		> "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs.service"
-	chmod 0644 "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs.service"
-	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/keychainfs-ssh-agent.service \
-		> "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service"
-	chmod 0644 "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service"
-	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/keychainfs-secret-service.service \
-		> "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs-secret-service.service"
-	chmod 0644 "$(DESTDIR)$(SYSTEMD_USER_DIR)/keychainfs-secret-service.service"
+	for unit in $(UNITS); do \
+		sed -e 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' -e 's|@SERVICE_OPTIONS@|$(SERVICE_OPTIONS)|' \
+			"mount-helper/$$unit" > "$(DESTDIR)$(SYSTEMD_USER_DIR)/$$unit" || exit 1; \
+		chmod 0644 "$(DESTDIR)$(SYSTEMD_USER_DIR)/$$unit"; \
+	done
 ifneq ($(DBUS_SERVICES_DIR),)
 	install -d "$(DESTDIR)$(DBUS_SERVICES_DIR)"
 	sed 's|/usr/local/bin/keychainfs|$(BINDIR)/keychainfs|g' mount-helper/org.freedesktop.secrets.service \
@@ -89,7 +96,7 @@ ifneq ($(MOUNT_HELPER_DIR),)
 endif
 
 uninstall:
-	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED) $(OBSOLETE))
 
 # ArgumentParser's GenerateManual plugin (debug: the test build is already there).
 man:

@@ -72,7 +72,7 @@ let package = Package(
             name: "KeychainService",
             dependencies: [
                 "Keychain", "KeychainAPI", "KeychainAccess", "KeychainCrypto", "CPlatform", "KeychainFS",
-                "KeychainSSHAgent", "KeychainSecretService",
+                "KeychainSSHAgent", "KeychainSecretService", "CSystemd",
             ],
             path: "Sources/Service"),
         // Faces (Sources/Faces): each translates its users' language into core calls, beside the

@@ -21,6 +21,7 @@ public enum Doors {
     ) throws -> any KeychainDoor {
         do {
             if let client = try ServiceClient.connect(vault: vault, directory: directory) { return client }
+            if let client = ServiceClient.activate(vault: vault, directory: directory) { return client }
         } catch let e as ServiceClient.Unusable {
             throw KeychainError(.io, "the keychain service of \(vault) cannot be used: \(e.description)")
         }

@@ -32,7 +32,12 @@ public final class ServiceClient: KeychainDoor {
     public static func connect(vault: String, directory: String = ServiceLocator.directory()) throws -> ServiceClient? {
         guard let identity = ServiceLocator.identity(ofVault: vault) else { return nil }
         guard ServiceLocator.isPrivateDirectory(directory) else { return nil }
-        let path = ServiceLocator.socketPath(for: identity, directory: directory)
+        return try connect(socket: ServiceLocator.socketPath(for: identity, directory: directory), vault: vault)
+    }
+
+    /// Connects to the service listening on `path` (see `connect(vault:)`), waiting up to
+    /// `helloTimeout` seconds for its greeting (a service systemd is starting runs its KDF first).
+    static func connect(socket path: String, vault: String, helloTimeout: Int = 120) throws -> ServiceClient? {
         // The service identifies this process by its /proc/<pid>/exe, which a process that is not
         // dumpable (ProcessHardening) keeps from every other process of its user: dumpable while
         // connected (core dumps stay off: RLIMIT_CORE is 0), not dumpable again after
@@ -54,7 +59,7 @@ public final class ServiceClient: KeychainDoor {
             throw Unusable(description: "\(path) is served by another user's process")
         }
         // A service waiting on a prompt for another client must not hang this one forever.
-        var timeout = timeval(tv_sec: 120, tv_usec: 0)
+        var timeout = timeval(tv_sec: helloTimeout, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let hello: APIHello
         do {
@@ -73,6 +78,10 @@ public final class ServiceClient: KeychainDoor {
             throw Unusable(
                 description:
                     "the keychain service at \(path) speaks version \(hello.version), this client \(APIWire.version)")
+        }
+        if helloTimeout != 120 {
+            timeout = timeval(tv_sec: 120, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         }
         connected = true
         return ServiceClient(vault: vault, socketPath: path, pid: cred.pid, fd: fd, nonce: hello.nonce)

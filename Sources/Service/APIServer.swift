@@ -16,11 +16,16 @@ public final class APIServer: Sendable {
     let keychain: Keychain
     let access: AccessLayer
     private let listener: Int32
+    /// The default vault's socket systemd listens on for the service (`keychainfs.socket`,
+    /// `SocketActivation.swift`), served beside `path`; systemd owns its file.
+    private let activated: Int32?
     /// Connections beyond 64 at once are closed at accept (logged): a client cannot make the
     /// service start unbounded threads.
     private let connections = ConnectionLimit(64)
 
-    public init(keychain: Keychain, access: AccessLayer, directory: String = ServiceLocator.directory()) throws {
+    public init(
+        keychain: Keychain, access: AccessLayer, directory: String = ServiceLocator.directory(), activated: Int32? = nil
+    ) throws {
         guard let identity = ServiceLocator.identity(ofVault: keychain.path) else {
             throw KeychainError(.noSuchKeychain, "the vault \(keychain.path) is not a regular file")
         }
@@ -28,6 +33,8 @@ public final class APIServer: Sendable {
         self.path = ServiceLocator.socketPath(for: identity, directory: directory)
         self.keychain = keychain
         self.access = access
+        self.activated = activated
+        if let activated { _ = kcfs_set_passcred(activated) }
         // A socket left by a service that died (kill -9) is replaced; one that answers belongs
         // to a live service of the same vault, which the daemon's lock on the file rules out.
         unlink(path)
@@ -38,8 +45,13 @@ public final class APIServer: Sendable {
         }
     }
 
-    /// Accepts on a thread of its own until `stop()`.
+    /// Accepts on a thread of its own per listening socket until `stop()`.
     public func start() {
+        accept(on: listener)
+        if let activated { accept(on: activated) }
+    }
+
+    private func accept(on listener: Int32) {
         let thread = Thread { [self] in
             while true {
                 let client = kcfs_accept_cloexec(listener)
@@ -77,8 +89,10 @@ public final class APIServer: Sendable {
     }
 
     public func stop() {
-        shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
+        for fd in [listener] + (activated.map { [$0] } ?? []) {
+            shutdown(fd, Int32(SHUT_RDWR))
+            close(fd)
+        }
         unlink(path)
     }
 

@@ -31,6 +31,10 @@ public final class ServiceHost: Sendable {
         /// The Secret Service, when hosted: on the session bus (nil address) or this address.
         public var secretService = false
         public var secretServiceAddress: String?
+        /// Sockets systemd listens on for the service (`ActivatedSockets.take()`): the default
+        /// vault's API socket is served beside the service's own, an ssh agent socket makes the
+        /// service host the agent on it.
+        public var activated = ActivatedSockets()
         /// Where a locked vault's passphrase can be read again (the Secret Service's Unlock).
         public var unlockPassphrase: (@Sendable () throws -> SecureBytes)?
 
@@ -101,11 +105,14 @@ public final class ServiceHost: Sendable {
         } else {
             control = nil
         }
-        api = try APIServer(keychain: keychain, access: access)
-        if let socket = configuration.sshAgentSocket {
-            let policy = AgentPolicy(
-                hosts: HostRestriction(knownHostsFiles: configuration.knownHosts), prompts: pinentry,
-                reusePerHost: configuration.presenceReuse > 0)
+        api = try APIServer(keychain: keychain, access: access, activated: configuration.activated.api)
+        let policy = AgentPolicy(
+            hosts: HostRestriction(knownHostsFiles: configuration.knownHosts), prompts: pinentry,
+            reusePerHost: configuration.presenceReuse > 0)
+        if let fd = configuration.activated.sshAgent {
+            let path = ActivatedSockets.boundPath(fd) ?? configuration.sshAgentSocket ?? "(socket from systemd)"
+            agent = AgentServer(listening: fd, path: path, keychain: keychain, access: access, policy: policy)
+        } else if let socket = configuration.sshAgentSocket {
             do { agent = try AgentServer(path: socket, keychain: keychain, access: access, policy: policy) } catch {
                 throw StartFailure(description: "ssh agent: \(error)")
             }

@@ -29,9 +29,9 @@ struct InstallTests {
             ("/usr/share/bash-completion/completions/keychainfs", 0o644),
             ("/usr/share/zsh/site-functions/_keychainfs", 0o644),
             ("/usr/share/fish/vendor_completions.d/keychainfs.fish", 0o644),
-            ("/usr/lib/systemd/user/keychainfs.service", 0o644),
-            ("/usr/lib/systemd/user/keychainfs-ssh-agent.service", 0o644),
-            ("/usr/lib/systemd/user/keychainfs-secret-service.service", 0o644),
+            ("/usr/share/systemd/user/keychainfs.service", 0o644),
+            ("/usr/share/systemd/user/keychainfs.socket", 0o644),
+            ("/usr/share/systemd/user/keychainfs-ssh-agent.socket", 0o644),
             ("/usr/share/dbus-1/services/org.freedesktop.secrets.service", 0o644),
         ]
         for file in expected {
@@ -43,9 +43,7 @@ struct InstallTests {
         let version = try box.run(stage + "/usr/bin/keychainfs", ["--version"], timeout: 10)
         #expect(version.status == 0 && version.stdout.hasPrefix("keychainfs "), "\(version.summary)")
         for file in [
-            "/sbin/mount.keychainfs", "/usr/lib/systemd/user/keychainfs.service",
-            "/usr/lib/systemd/user/keychainfs-ssh-agent.service",
-            "/usr/lib/systemd/user/keychainfs-secret-service.service",
+            "/sbin/mount.keychainfs", "/usr/share/systemd/user/keychainfs.service",
             "/usr/share/dbus-1/services/org.freedesktop.secrets.service",
         ] {
             let text = (try? String(contentsOfFile: stage + file, encoding: .utf8)) ?? ""
@@ -104,5 +102,54 @@ struct InstallTests {
         #expect(fileMode(home + "/.local/bin/keychainfs") == 0o755)
         #expect(fileMode(home + "/.local/share/man/man1/keychainfs.1") == 0o644)
         #expect(!FileManager.default.fileExists(atPath: home + "/sbin"))
+    }
+
+    /// Issue 28, point 3: `systemctl --user` finds the units of a per-user install (systemd 252
+    /// does not search ~/.local/lib/systemd/user), each one parses, and the D-Bus activation file
+    /// starts the one service, which then serves the Secret Service.
+    @Test("a per-user install puts the units where systemd's user manager looks, and they verify")
+    func unitsWhereSystemdLooks() throws {
+        let box = try Sandbox()
+        let home = box.root + "/home"
+        let installed = try Self.make(box, ["install-files", "PREFIX=\(home)/.local", "MOUNT_HELPER_DIR="])
+        try #require(installed.status == 0, "\(installed.summary)")
+        let units = home + "/.local/share/systemd/user"
+        for unit in ["keychainfs.service", "keychainfs.socket", "keychainfs-ssh-agent.socket"] {
+            #expect(fileMode(units + "/" + unit) == 0o644, "\(unit) is not in \(units)")
+        }
+        let service = (try? String(contentsOfFile: units + "/keychainfs.service", encoding: .utf8)) ?? ""
+        #expect(service.contains("ExecStart=\(home)/.local/bin/keychainfs mount %h/Keychain -f -o secret_service"))
+        #expect(service.contains("Sockets=keychainfs.socket keychainfs-ssh-agent.socket"))
+        let dbus =
+            (try? String(
+                contentsOfFile: home + "/.local/share/dbus-1/services/org.freedesktop.secrets.service", encoding: .utf8))
+            ?? ""
+        #expect(dbus.contains("SystemdService=keychainfs.service"))
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze") else { return }
+        let paths = try box.run(
+            "/usr/bin/systemd-analyze", ["--user", "unit-paths"],
+            env: ["HOME": home, "XDG_DATA_HOME": home + "/.local/share", "XDG_CONFIG_HOME": home + "/.config"],
+            timeout: 20)
+        #expect(paths.stdout.split(separator: "\n").contains(Substring(units)), "\(paths.summary)")
+        let runtime = box.root + "/run"
+        #expect(mkdir(runtime, 0o700) == 0)
+        let verify = try box.run(
+            "/usr/bin/systemd-analyze",
+            ["--user", "verify"]
+                + ["keychainfs.service", "keychainfs.socket", "keychainfs-ssh-agent.socket"].map {
+                    units + "/" + $0
+                },
+            env: [
+                "HOME": home, "XDG_DATA_HOME": home + "/.local/share", "XDG_CONFIG_HOME": home + "/.config",
+                "XDG_RUNTIME_DIR": runtime,
+            ], timeout: 30)
+        #expect(verify.status == 0 && verify.stderr.isEmpty, "systemd-analyze verify: \(verify.summary)")
+        // Without the D-Bus file the service leaves the bus alone.
+        let plain = box.root + "/plain"
+        let noBus = try Self.make(box, ["install-files", "PREFIX=\(plain)", "MOUNT_HELPER_DIR=", "DBUS_SERVICES_DIR="])
+        try #require(noBus.status == 0, "\(noBus.summary)")
+        let plainService =
+            (try? String(contentsOfFile: plain + "/share/systemd/user/keychainfs.service", encoding: .utf8)) ?? ""
+        #expect(plainService.contains("keychainfs mount %h/Keychain -f\n"), "\(plainService)")
     }
 }

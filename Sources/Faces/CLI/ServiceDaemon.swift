@@ -50,6 +50,9 @@ struct ServiceDaemon {
             close(fd)
         }
         do {
+            // Taken first, so that no failure below leaves them to a child.
+            let activated: ActivatedSockets
+            do { activated = try ActivatedSockets.take() } catch { throw CLIError.failure(error.description) }
             // One daemon per vault file: a second would serve stale views of the same items.
             try refuseRunningService()
             let lock = try DaemonLock.acquire(vault: vaultPath)
@@ -71,6 +74,7 @@ struct ServiceDaemon {
                     acceptRollback: vault.acceptRollback, incrementalCheck: true)
             }
             var configuration = serviceConfiguration(parsed)
+            configuration.activated = activated
             configuration.mountpoint = mountpoint
             configuration.mountOptions = parsed.fuse
             configuration.mountOptions.fsname = vaultPath

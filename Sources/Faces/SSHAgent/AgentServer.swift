@@ -130,6 +130,8 @@ public final class AgentServer: Sendable {
     let access: AccessLayer
     let policy: AgentPolicy
     private let listener: Int32
+    /// Whether this agent bound `path` (and removes it when it stops).
+    private let ownsSocket: Bool
     /// A thread and three descriptors a connection: past 128 at once, a new one is closed (and
     /// logged), so no client can exhaust the service that hosts the agent.
     private let connections = ConnectionLimit(128)
@@ -174,6 +176,19 @@ public final class AgentServer: Sendable {
             throw Failure(description: "cannot listen on \(path): \(String(cString: strerror(bindErrno)))")
         }
         listener = fd
+        ownsSocket = true
+    }
+
+    /// Serves a socket already listening (systemd's `keychainfs-ssh-agent.socket`), whose
+    /// file systemd owns: never unlinked here.
+    public init(listening fd: Int32, path: String, keychain: Keychain, access: AccessLayer, policy: AgentPolicy) {
+        self.path = path
+        self.keychain = keychain
+        self.access = access
+        self.policy = policy
+        _ = kcfs_set_passcred(fd)
+        listener = fd
+        ownsSocket = false
     }
 
     static func answers(_ address: inout sockaddr_un) -> Bool {
@@ -211,7 +226,7 @@ public final class AgentServer: Sendable {
         }
     }
 
-    public func removeSocket() { unlink(path) }
+    public func removeSocket() { if ownsSocket { unlink(path) } }
 
     /// One connection: its peer process is pinned at accept, and must be of this user.
     func handle(_ fd: Int32) {
