@@ -66,9 +66,10 @@ enum SecretInput {
 }
 
 /// Where a passphrase comes from: `--passphrase-file`, `--passphrase-fd`,
-/// `--passphrase-program`, else the systemd credential `keychainfs.passphrase`, else a no-echo
-/// prompt on the terminal, else (under systemd) `systemd-ask-password`. Files, descriptors,
-/// credentials and programs lose one trailing newline.
+/// `--passphrase-program`, else the file `$KEYCHAINFS_PASSPHRASE_FILE` names (as the credential
+/// helpers read it), else the systemd credential `keychainfs.passphrase`, else a no-echo prompt on
+/// the terminal (three tries, `unlocking`), else (under systemd) `systemd-ask-password`. Files,
+/// descriptors, credentials and programs lose one trailing newline.
 struct PassphraseSource {
     var file: String?
     var fd: Int32?
@@ -78,9 +79,16 @@ struct PassphraseSource {
     /// Whether a source other than the terminal prompt was given.
     var isGiven: Bool { file != nil || fd != nil || program != nil }
 
-    func read(prompt: String) throws -> SecureBytes {
+    func read(prompt: String) throws -> SecureBytes { try readSourced(prompt: prompt).passphrase }
+
+    /// The passphrase, and whether it was typed at the terminal prompt (which alone is asked again).
+    func readSourced(prompt: String) throws -> (passphrase: SecureBytes, typed: Bool) {
         var bytes: [UInt8]
-        if let file {
+        var typedAtPrompt = false
+        let environmentFile = ProcessInfo.processInfo.environment["KEYCHAINFS_PASSPHRASE_FILE"].flatMap {
+            $0.isEmpty ? nil : $0
+        }
+        if let file = file ?? (isGiven ? nil : environmentFile) {
             let fd = open(file, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { throw CLIError.system("cannot open passphrase file \(file)", Errno(rawValue: errno)) }
             defer { close(fd) }
@@ -97,6 +105,7 @@ struct PassphraseSource {
             bytes = credential
         } else if let typed = try SecretInput.prompt(prompt) {
             bytes = typed
+            typedAtPrompt = true
         } else if var asked = try PassphraseProgram.askThroughSystemd(prompt: prompt, id: "keychainfs") {
             SecretInput.chomp(&asked)
             bytes = asked
@@ -106,7 +115,23 @@ struct PassphraseSource {
             )
         }
         if bytes.isEmpty { throw CLIError.failure("the passphrase is empty") }
-        return try SecretInput.secure(&bytes)
+        return (try SecretInput.secure(&bytes), typedAtPrompt)
+    }
+
+    /// `body` with the passphrase. Typed at the terminal, a wrong one (errSecAuthFailed) is asked
+    /// again, three tries in all, as sudo, gpg and pinentry give; from any other source the first
+    /// answer is final (a script's file does not improve by being read again).
+    func unlocking<R>(prompt: String, _ body: (SecureBytes) throws -> R) throws -> R {
+        var attempt = 1
+        while true {
+            let (passphrase, typed) = try readSourced(prompt: prompt)
+            do { return try body(passphrase) } catch let e as KeychainError
+                where e.status == .authFailed && typed && attempt < 3
+            {
+                attempt += 1
+                Output.errorLine("keychainfs: wrong passphrase; try again (\(attempt) of 3)")
+            }
+        }
     }
 
     /// A new passphrase: from a file or descriptor as given, or typed twice on the terminal.

@@ -99,9 +99,13 @@ struct VaultOptions: ParsableArguments {
         try Doors.checkDirectOpen(vault: path)
         let keychain = try Keychain.open(at: path)
         if incremental { _ = keychain.withoutBackgroundIntegrityPass() }
-        try keychain.unlock(
-            passphrase: given ?? passphrase.read(prompt: "passphrase for \(path): "), acceptRollback: acceptRollback,
-            incrementalCheck: incremental)
+        if let given {
+            try keychain.unlock(passphrase: given, acceptRollback: acceptRollback, incrementalCheck: incremental)
+        } else {
+            try passphrase.unlocking(prompt: "passphrase for \(path): ") {
+                try keychain.unlock(passphrase: $0, acceptRollback: acceptRollback, incrementalCheck: incremental)
+            }
+        }
         keychain.onDamagedRow { Output.errorLine("keychainfs: warning: skipped a damaged row: \($0)") }
         let groups = try keychain.accessPolicy().groups.map(\.name).filter { $0 != Caller.defaultAccessGroup }
         // User presence is asked as the mount asks it: pinentry on this process's terminal (any

@@ -154,8 +154,9 @@ struct ServiceDaemon {
         let keychain = try Keychain.open(at: vaultPath)
         var masterKey: SecureBytes?
         if !parsed.fuse.startLocked {
-            let passphrase = try passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): ")
-            masterKey = try keychain.masterKey(passphrase: passphrase, acceptRollback: vault.acceptRollback)
+            masterKey = try passphraseSource(parsed).unlocking(prompt: "passphrase for \(vaultPath): ") {
+                try keychain.masterKey(passphrase: $0, acceptRollback: vault.acceptRollback)
+            }
         }
         let logPath = parsed.log ?? (KeychainPaths.stateDirectory() + "/daemon.log")
         try makeDirectories(KeychainPaths.parent(of: logPath), mode: 0o700)
