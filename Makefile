@@ -47,6 +47,7 @@ OBSOLETE = $(SYSTEMD_USER_DIR)/keychainfs-ssh-agent.service $(SYSTEMD_USER_DIR)/
 
 # Every file install-files writes, for uninstall.
 INSTALLED = $(BINDIR)/keychainfs $(addprefix $(BINDIR)/,$(HELPERS)) $(MANDIR)/man1/keychainfs.1 $(MANDIR)/man5/keychainfs.5 \
+	$(addprefix $(MANDIR)/man1/,$(addsuffix .1,$(HELPERS))) \
 	$(BASH_COMPLETION_DIR)/keychainfs $(ZSH_COMPLETION_DIR)/_keychainfs \
 	$(FISH_COMPLETION_DIR)/keychainfs.fish $(addprefix $(SYSTEMD_USER_DIR)/,$(UNITS)) \
 	$(if $(DBUS_SERVICES_DIR),$(DBUS_SERVICES_DIR)/org.freedesktop.secrets.service) \
@@ -74,6 +75,7 @@ install-files:
 	for helper in $(HELPERS); do install -m 0755 "$(dir $(BIN))$$helper" "$(DESTDIR)$(BINDIR)/$$helper" || exit 1; done
 	install -m 0644 docs/man/keychainfs.1 "$(DESTDIR)$(MANDIR)/man1/keychainfs.1"
 	install -m 0644 docs/man/keychainfs.5 "$(DESTDIR)$(MANDIR)/man5/keychainfs.5"
+	for helper in $(HELPERS); do install -m 0644 "docs/man/$$helper.1" "$(DESTDIR)$(MANDIR)/man1/$$helper.1" || exit 1; done
 	"$(BIN)" --generate-completion-script bash > "$(DESTDIR)$(BASH_COMPLETION_DIR)/keychainfs"
 	"$(BIN)" --generate-completion-script zsh > "$(DESTDIR)$(ZSH_COMPLETION_DIR)/_keychainfs"
 	"$(BIN)" --generate-completion-script fish > "$(DESTDIR)$(FISH_COMPLETION_DIR)/keychainfs.fish"
@@ -99,6 +101,9 @@ uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED) $(OBSOLETE))
 
 # ArgumentParser's GenerateManual plugin (debug: the test build is already there).
+# The generated page ends with a generic EXIT STATUS: it is replaced by the hand-written
+# ENVIRONMENT, FILES, EXIT STATUS and SEE ALSO of docs/man/keychainfs.1.sections.
 man:
 	$(SWIFT) package plugin generate-manual --configuration debug
-	cp .build/plugins/GenerateManual/outputs/keychainfs/keychainfs.1 docs/man/keychainfs.1
+	sed '/^\.Sh "EXIT STATUS"/,$$d' .build/plugins/GenerateManual/outputs/keychainfs/keychainfs.1 \
+		| cat - docs/man/keychainfs.1.sections > docs/man/keychainfs.1

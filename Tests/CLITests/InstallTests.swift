@@ -26,6 +26,8 @@ struct InstallTests {
         let expected: [(path: String, mode: UInt32)] = [
             ("/usr/bin/keychainfs", 0o755), ("/sbin/mount.keychainfs", 0o755),
             ("/usr/share/man/man1/keychainfs.1", 0o644), ("/usr/share/man/man5/keychainfs.5", 0o644),
+            ("/usr/share/man/man1/git-credential-keychainfs.1", 0o644),
+            ("/usr/share/man/man1/docker-credential-keychainfs.1", 0o644),
             ("/usr/share/bash-completion/completions/keychainfs", 0o644),
             ("/usr/share/zsh/site-functions/_keychainfs", 0o644),
             ("/usr/share/fish/vendor_completions.d/keychainfs.fish", 0o644),
@@ -50,13 +52,14 @@ struct InstallTests {
             #expect(text.contains("/usr/bin/keychainfs") && !text.contains("/usr/local/bin"), "\(file)")
         }
         // Completions complete the subcommands, new ones included.
-        let bash = (try? String(contentsOfFile: stage + expected[4].path, encoding: .utf8)) ?? ""
+        let bashCompletion = "/usr/share/bash-completion/completions/keychainfs"
+        let bash = (try? String(contentsOfFile: stage + bashCompletion, encoding: .utf8)) ?? ""
         for verb in [
             "find-generic-password", "find-key", "delete-certificate", "generate", "create-keypair", "ssh-agent",
         ] {
             #expect(bash.contains(verb), "the bash completion lacks \(verb)")
         }
-        let syntax = try box.run("/bin/bash", ["-n", stage + expected[4].path], timeout: 10)
+        let syntax = try box.run("/bin/bash", ["-n", stage + bashCompletion], timeout: 10)
         #expect(syntax.status == 0, "bash -n: \(syntax.summary)")
         try checkManualPages(box, stage: stage)
 
@@ -77,8 +80,18 @@ struct InstallTests {
         for name in names {
             #expect(page.contains(".It Em \(name)"), "docs/man/keychainfs.1 lacks \(name): run 'make man'")
         }
+        // Issue 28, point 3: what a user looks up in a man page beyond the commands.
+        for heading in [
+            ".Sh ENVIRONMENT", ".Sh FILES", ".Sh \"EXIT STATUS\"", ".Sh \"SEE ALSO\"", "KEYCHAINFS_PASSPHRASE_FILE",
+        ] {
+            #expect(page.contains(heading), "keychainfs(1) lacks \(heading)")
+        }
+        #expect(page.components(separatedBy: ".Sh \"EXIT STATUS\"").count == 2, "two EXIT STATUS sections")
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/man") else { return }
-        for section in ["man1/keychainfs.1", "man5/keychainfs.5"] {
+        for section in [
+            "man1/keychainfs.1", "man5/keychainfs.5", "man1/git-credential-keychainfs.1",
+            "man1/docker-credential-keychainfs.1",
+        ] {
             let rendered = try box.run("/usr/bin/man", ["-l", stage + "/usr/share/man/" + section], timeout: 20)
             #expect(
                 rendered.status == 0 && rendered.stdout.contains("NAME") && rendered.stdout.contains("keychainfs"),
