@@ -104,6 +104,15 @@ struct CLISurfaceTests {
         for option in MountOption.table {
             #expect(mount.stdoutString.contains(option.syntax), "mount --help lacks \(option.syntax)")
         }
+        // Issue 28, point 6: readable at 80 columns, no row broken back to the margin.
+        let narrow = try box.run(["mount", "--help"], env: ["COLUMNS": "80"])
+        let lines = narrow.stdoutString.split(separator: "\n", omittingEmptySubsequences: false)
+        #expect(lines.allSatisfy { $0.count <= 80 }, "\(lines.filter { $0.count > 80 })")
+        let table = lines.drop { !$0.hasPrefix("Mount options") }.dropFirst().prefix { !$0.isEmpty }
+        #expect(table.count >= MountOption.table.count)
+        #expect(
+            table.allSatisfy { $0.hasPrefix("  ") },
+            "a row wrapped to the margin: \(table.filter { !$0.hasPrefix("  ") })")
     }
 
     @Test("an unknown command is a usage error, with --help too")

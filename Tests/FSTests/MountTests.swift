@@ -141,6 +141,25 @@ struct MountTests {
         }
     }
 
+    @Test("a mountpoint with files is refused unless -o nonempty; its files come back at unmount")
+    func nonEmptyMountpoint() throws {
+        try withSandbox { box in
+            try Data("mine".utf8).write(to: URL(fileURLWithPath: box.mnt + "/notes.txt"))
+            let refused = try box.cli(
+                ["mount", box.vault, box.mnt, "--passphrase-file", box.passphraseFile], timeout: 20)
+            #expect(refused.status == 1, "\(refused.summary)")
+            #expect(refused.stderr.contains("not empty") && refused.stderr.contains("-o nonempty"), "\(refused.stderr)")
+            #expect(!box.isMounted)
+            try box.mount(["nonempty"])
+            #expect(box.isMounted)
+            #expect(
+                !FileManager.default.fileExists(atPath: box.mnt + "/notes.txt"), "the hidden file shows in the mount")
+            let u = try box.cli(["unmount", box.mnt], timeout: 10)
+            #expect(u.status == 0, "\(u.summary)")
+            #expect((try? String(contentsOfFile: box.mnt + "/notes.txt", encoding: .utf8)) == "mine")
+        }
+    }
+
     @Test("background mount with --passphrase-fd")
     func passphraseFdBackground() throws {
         try withSandbox { box in

@@ -14,7 +14,7 @@ import CPlatform
 struct Mount: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Mount a vault as a directory.",
-        usage: "keychainfs mount [options] [vault] mountpoint [-f] [-o option[,option...]]",
+        usage: "keychainfs mount [options] [vault] mountpoint [-f] [-o opt[,opt...]]",
         discussion: """
             keychainfs mount [VAULT] MOUNTPOINT. Without -f the daemon goes to the background once the mount \
             is live, logging to $XDG_STATE_HOME/keychainfs/daemon.log.
@@ -48,7 +48,7 @@ struct Mount: ParsableCommand {
 
     func run() throws {
         let parsed = try ParsedMountOptions(options)
-        try prepareMountpoint()
+        try prepareMountpoint(nonempty: parsed.nonempty)
         let daemon = ServiceDaemon(
             vault: vault, vaultPath: vaultPath, mountpoint: mountpoint, options: options, readyFd: readyFd,
             masterKeyFd: masterKeyFd)
@@ -59,8 +59,11 @@ struct Mount: ParsableCommand {
         }
     }
 
-    /// Refuses a live mount, clears a stale one (a killed daemon), checks the directory.
-    func prepareMountpoint() throws {
+    /// Refuses a live mount, clears a stale one (a killed daemon), checks the directory, and
+    /// refuses one with entries unless `-o nonempty` (as fuse2 and sshfs did: files there would
+    /// vanish from view while mounted, and a script writing into the mountpoint before the mount
+    /// is live would write beside the vault, not into it).
+    func prepareMountpoint(nonempty: Bool) throws {
         if MountTable.isKeychainMount(mountpoint) {
             guard MountTable.isStale(mountpoint) else {
                 throw CLIError.failure("\(mountpoint) is already a keychainfs mount")
@@ -72,6 +75,11 @@ struct Mount: ParsableCommand {
         guard FileManager.default.fileExists(atPath: mountpoint, isDirectory: &isDirectory), isDirectory.boolValue
         else {
             throw CLIError.failure("mountpoint \(mountpoint) is not a directory")
+        }
+        if !nonempty, let entries = try? FileManager.default.contentsOfDirectory(atPath: mountpoint), !entries.isEmpty {
+            throw CLIError.failure(
+                "mountpoint \(mountpoint) is not empty (\(entries.count) entries); mount with -o nonempty to hide them while mounted"
+            )
         }
     }
 }

@@ -47,6 +47,9 @@ struct MountOption: Sendable {
         ) {
             $0.passphraseProgram = $1
         },
+        .flag("nonempty", "Mount over a directory that is not empty (its files hidden while mounted).") {
+            $0.nonempty = true
+        },
         .text("log", "PATH", "The daemon's log (default $XDG_STATE_HOME/keychainfs/daemon.log).") { $0.log = $1 },
         .flag("locked", "Mount without unlocking: nothing is readable before 'keychainfs unlock'.") {
             $0.fuse.startLocked = true
@@ -106,12 +109,13 @@ struct MountOption: Sendable {
     /// The valid options, for error messages: `allow_other, default_permissions, cache=SECONDS, …`.
     static var known: String { table.map(\.syntax).joined(separator: ", ") }
 
-    /// The table as `mount --help` prints it: two columns, wrapped here to 80 columns with a
-    /// hanging indent (ArgumentParser would wrap the rows back to the margin).
+    /// The table as `mount --help` prints it: two columns, wrapped here to 78 columns with a
+    /// hanging indent (ArgumentParser wraps any line of 80 columns or more back to the margin,
+    /// which broke rows in the middle).
     static var helpText: String {
         let indent = 2 + table.map(\.syntax.count).max()! + 2
         let rows = table.flatMap { option in
-            wrap(option.help, width: 80 - indent).enumerated().map { i, line in
+            wrap(option.help, width: 78 - indent).enumerated().map { i, line in
                 let head = i == 0 ? "  " + option.syntax : ""
                 return head + String(repeating: " ", count: indent - head.count) + line
             }
@@ -186,6 +190,8 @@ struct ParsedMountOptions {
     var secretServiceAddress: String?
     /// Serve the ssh agent from the mount's service, on this socket.
     var sshAgentSocket: String?
+    /// Mount over a directory that has entries (refused otherwise: they would vanish from view).
+    var nonempty = false
 
     /// Where `-o ssh_agent` listens: beside the service's API socket.
     static var defaultAgentSocket: String { ServiceLocator.directory() + "/ssh-agent.sock" }

@@ -37,7 +37,7 @@ struct Serve: ParsableCommand {
 
     func run() throws {
         let parsed = try ParsedMountOptions(options)
-        let mountOnly = ["allow_other", "default_permissions", "cache", "debug"]
+        let mountOnly = ["allow_other", "default_permissions", "cache", "debug", "nonempty"]
         if let used = options.flatMap({ ParsedMountOptions.split($0) }).first(where: { option in
             mountOnly.contains(String(option.prefix { $0 != "=" }))
         }) {
