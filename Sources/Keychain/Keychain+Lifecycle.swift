@@ -164,6 +164,8 @@ extension Keychain {
             $0.lockState = .unlocked(since: Date())
         }
         noteCounter(manifest.counter)
+        // Durable at every unlock (RollbackMark): what this device has seen survives a power loss.
+        rollbackMark.makeDurable()
         startIntegrityProgress(complete: !incremental)
     }
 

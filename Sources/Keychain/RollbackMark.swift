@@ -10,8 +10,14 @@ import Synchronization
 /// The file is rewritten in place with one fixed-size `pwrite` under `flock`, so concurrent
 /// writers (a daemon and a CLI) never lose a raise to a torn file, and a mark is only ever
 /// raised after the commit that reached it is durable: the mark never runs ahead of the vault,
-/// so it cannot refuse an honest vault. A mark lost in a crash is only lower (weaker), never
-/// wrong. Not fsynced for the same reason.
+/// so it cannot refuse an honest vault.
+///
+/// Durability (docs/security.md, "Rollback"): a mark that a power loss empties would switch the
+/// protection off, so the file is fsynced, with its directory, when it is created; again at
+/// every unlock (`makeDurable`); and about a second after a raise (`scheduleSync`, one pending
+/// sync at a time, off the commit's path). The raise itself follows the commit's own fsync, so a
+/// durable mark is never ahead of the vault: after a power loss it is at worst a little lower,
+/// never gone.
 ///
 /// The file is opened once and the descriptor kept (`held`): opening and closing it for the
 /// check before every commit and the raise after it were two path walks per durable write. A
@@ -22,6 +28,9 @@ final class RollbackMark: Sendable {
     /// The kept descriptor (-1: none yet). The mutex also orders this process's threads: a
     /// `flock` is held by the open file, so it does not exclude two threads sharing it.
     private let held = Mutex<Int32>(-1)
+    /// Whether a deferred sync is pending (`scheduleSync`).
+    private let syncPending = Atomic<Bool>(false)
+    private static let syncQueue = DispatchQueue(label: "keychainfs.rollback-mark.sync")
 
     init(deviceKeyPath: String, vaultID: [UInt8]) {
         let hex = vaultID.map { String(format: "%02x", $0) }.joined()
@@ -57,6 +66,26 @@ final class RollbackMark: Sendable {
     /// happened whatever this does.
     func raise(to counter: Int64) {
         try? update { current in max(current ?? counter, counter) }
+        scheduleSync()
+    }
+
+    /// Flushes the mark to disk now (at unlock).
+    func makeDurable() {
+        held.withLock { fd in
+            if fd >= 0 { _ = fdatasync(fd) }
+        }
+    }
+
+    /// Flushes the mark about a second from now, unless a flush is already pending: a burst of
+    /// commits costs one fdatasync, and no commit waits for it.
+    private func scheduleSync() {
+        guard syncPending.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+        else { return }
+        Self.syncQueue.asyncAfter(deadline: .now() + 1) { [weak self] in
+            guard let self else { return }
+            syncPending.store(false, ordering: .releasing)
+            makeDurable()
+        }
     }
 
     /// Sets the mark to `counter`, also lowering it: `--accept-rollback`.
@@ -81,10 +110,12 @@ final class RollbackMark: Sendable {
         try held.withLock { fd in
             // Every commit raises the mark: the directory is made only when the open says it is
             // missing (a stat per commit, and Foundation's formatting below, were 2% of a write).
+            var madeDirectory = false
             if !reopenIfGone(&fd, flags: O_RDWR | O_CREAT, mode: 0o600) && errno == ENOENT {
                 try FileManager.default.createDirectory(
                     atPath: KeychainPaths.parent(of: path), withIntermediateDirectories: true,
                     attributes: [.posixPermissions: 0o700])
+                madeDirectory = true
                 _ = reopenIfGone(&fd, flags: O_RDWR | O_CREAT, mode: 0o600)
             }
             guard fd >= 0 else {
@@ -99,7 +130,21 @@ final class RollbackMark: Sendable {
             guard pwrite(fd, record, record.count, 0) == record.count else {
                 throw KeychainError(.io, "cannot write the rollback mark \(path): \(String(cString: strerror(errno)))")
             }
+            // A new mark (it held no value): durable at once, its name too, so a power loss
+            // cannot leave an empty file, which reads as no mark at all.
+            if current == nil {
+                _ = fsync(fd)
+                Self.syncDirectory(KeychainPaths.parent(of: path))
+                if madeDirectory { Self.syncDirectory(KeychainPaths.parent(of: KeychainPaths.parent(of: path))) }
+            }
         }
+    }
+
+    private static func syncDirectory(_ path: String) {
+        let dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard dir >= 0 else { return }
+        _ = fsync(dir)
+        close(dir)
     }
 
     /// The counter as 20 decimal digits (zero-padded; counters are never negative) and a newline.
