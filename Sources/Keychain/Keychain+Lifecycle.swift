@@ -47,6 +47,7 @@ extension Keychain {
             }
             let keychain = Keychain(path: path, store: store, header: header, deviceKeyPath: deviceKeyPath)
             try keychain.unlock(master: master, header: header)
+            KDFMark(rollbackMark: keychain.rollbackMark).record(parameters)
             return keychain
         } catch {
             for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
@@ -72,8 +73,12 @@ extension Keychain {
     /// (restored from a backup on purpose) and the mark reset to it. `incrementalCheck`: the rows
     /// are checked bucket by bucket after the unlock returns (Keychain+IncrementalCheck.swift)
     /// instead of all of them before; the mount's daemon asks for it.
-    public func unlock(passphrase: SecureBytes, acceptRollback: Bool = false, incrementalCheck: Bool = false) throws {
-        let master = try masterKey(passphrase: passphrase, acceptRollback: acceptRollback)
+    public func unlock(
+        passphrase: SecureBytes, acceptRollback: Bool = false, acceptKDFChange: Bool = false,
+        incrementalCheck: Bool = false
+    ) throws {
+        let master = try masterKey(
+            passphrase: passphrase, acceptRollback: acceptRollback, acceptKDFChange: acceptKDFChange)
         try unlock(
             master: master, header: state.withLock { $0.header }, acceptRollback: acceptRollback,
             incremental: incrementalCheck)
@@ -88,10 +93,19 @@ extension Keychain {
     /// `mount` calls it in the CLI and hands the key to its daemon (`unlock(masterKey:)`), so
     /// the passphrase is stretched once per mount. The key is in guarded memory; the caller
     /// drops it as soon as it has handed it on.
-    public func masterKey(passphrase: SecureBytes, acceptRollback: Bool = false) throws -> SecureBytes {
+    ///
+    /// Parameters other than those this device last unlocked the vault with are refused before
+    /// the Argon2id runs, unless `acceptKDFChange` (KDFMark.swift).
+    public func masterKey(passphrase: SecureBytes, acceptRollback: Bool = false, acceptKDFChange: Bool = false)
+        throws -> SecureBytes
+    {
         let header = try refreshedHeader()
+        let kdfMark = KDFMark(rollbackMark: rollbackMark)
+        try kdfMark.check(header.parameters, vault: path, accepting: acceptKDFChange)
         let kek = try header.keyEncryptionKey(passphrase: passphrase)
         let master = try header.openMaster(kek: kek)
+        // They unwrapped the master key: the passphrase holder set them.
+        kdfMark.record(header.parameters)
         if header.format < VaultHeader.formatVersion {
             _ = try migrate(
                 master: master, kek: kek,
@@ -223,6 +237,8 @@ extension Keychain {
     /// covers the header) is re-tagged with it; a format-1 vault is migrated first.
     public func changePassphrase(old: SecureBytes, new: SecureBytes, parameters: PasswordHashParameters? = nil) throws {
         var current = try refreshedHeader()
+        let kdfMark = KDFMark(rollbackMark: rollbackMark)
+        try kdfMark.check(current.parameters, vault: path, accepting: false)
         let kek = try current.keyEncryptionKey(passphrase: old)
         let master = try current.openMaster(kek: kek)
         if let parameters {
@@ -242,6 +258,7 @@ extension Keychain {
         try VaultHeader.wrapMaster(master, header: &newHeader, passphrase: new)
         try writeTransaction(keys: try ManifestKeys(master: master)) { try newHeader.write(to: $0) }
         state.withLock { $0.header = newHeader }
+        kdfMark.record(newHeader.parameters)
     }
 
     /// Checks a passphrase without changing anything (devicePasscode prompts).

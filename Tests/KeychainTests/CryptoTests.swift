@@ -346,12 +346,17 @@ struct HeaderTamperTests {
         }
     }
 
-    @Test("KDF parameters changed within range are bound into the wrap: errSecAuthFailed")
+    @Test(
+        "KDF parameters changed within range: refused before deriving by this device's KDF mark; accepted, they are bound into the wrap: errSecAuthFailed"
+    )
     func changedParameters() throws {
         try withVault { v throws in
             try v.raw().setMeta("kdf_ops", le64(Self.interactive.opsLimit + 1))
             let kc = try v.open()
-            expectError(.authFailed) { try kc.unlock(passphrase: try secure(testPassphrase)) }
+            expectError(.decode, containing: ["other than those this device last unlocked it with"]) {
+                try kc.unlock(passphrase: try secure(testPassphrase))
+            }
+            expectError(.authFailed) { try kc.unlock(passphrase: try secure(testPassphrase), acceptKDFChange: true) }
             #expect(kc.lockState == .neverUnlocked)
         }
     }

@@ -32,6 +32,13 @@ struct VaultOptions: ParsableArguments {
     )
     var acceptRollback = false
 
+    @Flag(
+        name: .long,
+        help:
+            "Open a vault whose Argon2id parameters differ from those this device last unlocked it with (changed on purpose elsewhere)."
+    )
+    var acceptKDFChange = false
+
     @Option(
         name: .long,
         help: ArgumentHelp(
@@ -100,10 +107,14 @@ struct VaultOptions: ParsableArguments {
         let keychain = try Keychain.open(at: path)
         if incremental { _ = keychain.withoutBackgroundIntegrityPass() }
         if let given {
-            try keychain.unlock(passphrase: given, acceptRollback: acceptRollback, incrementalCheck: incremental)
+            try keychain.unlock(
+                passphrase: given, acceptRollback: acceptRollback, acceptKDFChange: acceptKDFChange,
+                incrementalCheck: incremental)
         } else {
             try passphrase.unlocking(prompt: "passphrase for \(path): ") {
-                try keychain.unlock(passphrase: $0, acceptRollback: acceptRollback, incrementalCheck: incremental)
+                try keychain.unlock(
+                    passphrase: $0, acceptRollback: acceptRollback, acceptKDFChange: acceptKDFChange,
+                    incrementalCheck: incremental)
             }
         }
         keychain.onDamagedRow { Output.errorLine("keychainfs: warning: skipped a damaged row: \($0)") }

@@ -71,7 +71,8 @@ struct ServiceDaemon {
             } else if !parsed.fuse.startLocked {
                 try keychain.unlock(
                     passphrase: passphraseSource(parsed).read(prompt: "passphrase for \(vaultPath): "),
-                    acceptRollback: vault.acceptRollback, incrementalCheck: true)
+                    acceptRollback: vault.acceptRollback, acceptKDFChange: vault.acceptKDFChange,
+                    incrementalCheck: true)
             }
             var configuration = serviceConfiguration(parsed)
             configuration.activated = activated
@@ -155,7 +156,8 @@ struct ServiceDaemon {
         var masterKey: SecureBytes?
         if !parsed.fuse.startLocked {
             masterKey = try passphraseSource(parsed).unlocking(prompt: "passphrase for \(vaultPath): ") {
-                try keychain.masterKey(passphrase: $0, acceptRollback: vault.acceptRollback)
+                try keychain.masterKey(
+                    passphrase: $0, acceptRollback: vault.acceptRollback, acceptKDFChange: vault.acceptKDFChange)
             }
         }
         let logPath = parsed.log ?? (KeychainPaths.stateDirectory() + "/daemon.log")
