@@ -87,4 +87,26 @@ struct CrossClassToolTests {
             #expect(again.status == 0 && again.stderr.isEmpty, "\(again.summary)")
         }
     }
+
+    @Test("rsync -aX of a backup into /inet/<server>: exit 0, no error line, the backup's bytes and comment")
+    func rsyncRestoresInternetPasswords() throws {
+        try withMount { box in
+            let d = box.mnt + "/inet/https:rsync.example.com", backup = box.root + "/inet-backup"
+            let r = try box.sh(
+                """
+                set -e; mkdir \(q(d)); printf pw1 > \(q(d + "/alice")); printf pw2 > \(q(d + "/bob"))
+                rsync -aX \(q(d + "/")) \(q(backup + "/"))
+                printf pw1-restored > \(q(backup + "/alice")); setfattr -n user.keychain.comment -v back \(q(backup + "/alice"))
+                rm \(q(d + "/bob"))
+                rsync -aX \(q(backup + "/")) \(q(d + "/"))
+                """)
+            #expect(r.status == 0 && r.stderr.isEmpty, "\(r.summary)")
+            #expect(
+                try box.sh("ls -a \(q(d)) && cat \(q(d + "/alice")) \(q(d + "/bob"))").lines == [
+                    ".", "..", "alice", "bob", "pw1-restoredpw2",
+                ])
+            #expect(try xattr(box, d + "/alice", "comment") == "back")
+            #expect(try xattr(box, d + "/bob", "server") == "rsync.example.com")
+        }
+    }
 }
