@@ -11,6 +11,11 @@ public struct DockerCredentialHelper {
     public static let label = "Docker Credentials"
     /// What docker recognises as a miss (docker-credential-helpers `credentials.NotFound`).
     public static let notFound = "credentials not found in native keychain"
+    /// docker-credential-helpers' words for a request without a server URL or a username
+    /// (`credentials.NewErrCredentialsMissingServerURL`, `…MissingUsername`): docker's client
+    /// recognises them by their text.
+    public static let missingServerURL = "no credentials server URL"
+    public static let missingUsername = "no credentials username"
 
     /// The keychain service's socket, or the vault this helper opened (`HelperVault.openDoor`).
     public let door: any KeychainDoor
@@ -52,8 +57,8 @@ public struct DockerCredentialHelper {
     }
 
     public func store(_ credential: Credential) throws {
-        guard !credential.ServerURL.isEmpty else { throw HelperFailure("no credentials server URL") }
-        guard !credential.Username.isEmpty else { throw HelperFailure("no credentials username") }
+        guard !credential.ServerURL.isEmpty else { throw HelperFailure(Self.missingServerURL) }
+        guard !credential.Username.isEmpty else { throw HelperFailure(Self.missingUsername) }
         var attributes = try Self.location(credential.ServerURL).stored(account: credential.Username)
         attributes[Schema.label] = .string(Self.label)
         // The URL as docker wrote it, for `list` (docker compares it with what it asks for).

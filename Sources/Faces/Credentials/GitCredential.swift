@@ -130,7 +130,7 @@ public struct InternetLocation: Equatable, Sendable {
         return out
     }
 
-    /// The same location exactly (an erase): an absent path or account is the empty value add
+    /// The same location exactly (docker's items): an absent path or account is the empty value add
     /// gives it; the port as `accepts(port:)` says.
     public func exactQuery(account: String?) -> Attributes {
         var out = query(account: account ?? "")

@@ -82,30 +82,33 @@ public struct GitCredentialHelper {
             .internetPassword, attributes, data: StoredSecret.encode(password: password, extras: request.extras))
     }
 
-    /// `erase`: deletes only the item whose whole location and account equal git's (an absent
-    /// path or username is the empty one; an absent port is 0 or the protocol's default) and, when git says which password failed, only if
-    /// the item still holds that password (another process may have stored a good one since).
-    /// Returns how many items were deleted (0 or 1).
+    /// `erase`: deletes every item matching the fields git gave, as git's own store and cache
+    /// helpers and osxkeychain do: an absent username or path matches any account or path; the
+    /// port as `accepts(port:)` says (it is part of git's `host`). When git says which password
+    /// failed, only the items still holding that password go (another process may have stored
+    /// a good one since); the others are kept silently, as git's t0303 asks. Returns how many
+    /// items were deleted.
     @discardableResult
     public mutating func erase(_ request: GitCredential) throws -> Int {
         let location = try InternetLocation(request)
-        let exact: [KeychainItem]
+        let matching: [KeychainItem]
         do {
-            exact = try door.copyMatching(
-                Query(.internetPassword, location.exactQuery(account: request.username), matchLimit: .all))
+            matching = try door.copyMatching(
+                Query(.internetPassword, location.query(account: request.username), matchLimit: .all))
         } catch KeychainStatus.itemNotFound {
             return 0
         }
         var deleted = 0
-        for candidate in exact where location.accepts(port: candidate.port) {
+        for candidate in matching where location.accepts(port: candidate.port) {
             if let rejected = request.password {
                 let item = try door.item(id: candidate.id, itemClass: .internetPassword, withData: true)
-                guard StoredSecret.decode(item.data ?? []).password == Array(rejected.utf8) else {
-                    notes.append("\(candidate.summary) holds another password than the one git rejected: kept")
-                    continue
-                }
+                guard StoredSecret.decode(item.data ?? []).password == Array(rejected.utf8) else { continue }
             }
-            deleted += try door.delete(Query(.internetPassword, persistentReference: candidate.id))
+            do {
+                deleted += try door.delete(Query(.internetPassword, persistentReference: candidate.id))
+            } catch KeychainStatus.itemNotFound {
+                continue  // gone meanwhile: erased all the same
+            }
         }
         return deleted
     }

@@ -42,6 +42,22 @@ if options.operation != "list" {
 }
 defer { Sodium.wipe(&input) }
 
+// What docker-credential-helpers checks before it asks its store (credentials.Serve): the
+// request itself, so a malformed one gets the Go helpers' own words whatever the vault's state.
+let serverURL = String(decoding: input, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+var credential: DockerCredentialHelper.Credential?
+switch options.operation {
+case "store":
+    do { credential = try JSONDecoder().decode(DockerCredentialHelper.Credential.self, from: Data(input)) } catch {
+        finish("malformed credentials: expected {\"ServerURL\", \"Username\", \"Secret\"}", 1)
+    }
+    if credential?.ServerURL.isEmpty ?? true { finish(DockerCredentialHelper.missingServerURL, 1) }
+    if credential?.Username.isEmpty ?? true { finish(DockerCredentialHelper.missingUsername, 1) }
+case "get", "erase":
+    if serverURL.isEmpty { finish(DockerCredentialHelper.missingServerURL, 1) }
+default: break
+}
+
 let helper: DockerCredentialHelper
 do {
     helper = DockerCredentialHelper(door: try HelperVault.openDoor(options, tool: tool, face: "docker"))
@@ -51,14 +67,9 @@ do {
 }
 
 do {
-    let serverURL = String(decoding: input, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     switch options.operation {
     case "store":
-        let credential: DockerCredentialHelper.Credential
-        do { credential = try JSONDecoder().decode(DockerCredentialHelper.Credential.self, from: Data(input)) } catch {
-            finish("malformed credentials: expected {\"ServerURL\", \"Username\", \"Secret\"}", 1)
-        }
-        try helper.store(credential)
+        if let credential { try helper.store(credential) }
     case "get":
         guard let found = try helper.get(serverURL) else { finish(DockerCredentialHelper.notFound, 1) }
         HelperIO.write(1, Array(try JSONEncoder().encode(found)) + [10])

@@ -201,9 +201,9 @@ def rsync():
 
 @R.check("rsync-aX-round-trip")
 def rsync_round_trip():
-    """A backup made with rsync -aX (it carries the user.keychain.* xattrs) restored onto the items,
-    the documented way (docs/xattrs.md): the items keep their own attributes; an item's
-    user.keychain.* xattrs name it (account, dates), so they cannot go onto rsync's temp file."""
+    """A backup made with rsync -aX (it carries the user.keychain.* xattrs) restored onto the items
+    without them (docs/xattrs.md: the bytes alone): the items keep their own attributes.
+    CrossClassToolTests restores one with its xattrs."""
     need("rsync")
     d = svc("rsync-rt")
     for name, data in FILES.items():

@@ -68,8 +68,27 @@ struct KeychainAttributeXattrs: XattrNamespace {
         if flags & 1 != 0 && item.attributes[attribute] != nil { throw Errno.fileExists }  // XATTR_CREATE
         if flags & 2 != 0 && item.attributes[attribute] == nil { throw Errno.noData }  // XATTR_REPLACE
         let parsed = try AttributeText.parse(attribute, value, currentProtection: item.accessibility)
+        // The dates are the item's own record, as a file's times are its own: a date set (`mv`
+        // and `cp -a` copying an item's xattrs, `rsync -X` restoring a backup) is accepted and
+        // changes nothing, as utimensat is.
+        if attribute.access == .system { return }
+        // The value it has already (`rsync -X` and `cp -a` set every xattr of their source): nothing
+        // to change, and a fresh file stays fresh (Rename.swift).
+        if item.attributes[attribute] == parsed { return }
         let oldDirectory = PathCodec.directory(of: c, item.attributes)
         let oldLeaf = PathCodec.leaf(of: c, item.attributes)
+        var moved = item.attributes
+        moved[attribute] = parsed
+        if fs.memoryFiles.isFresh(id), PathCodec.directory(of: c, moved) == oldDirectory,
+            PathCodec.isTempName(oldLeaf, for: PathCodec.leaf(of: c, moved))
+        {
+            // rsync names its temp file `.f.XXXXXX` (created through the mount, no attribute set
+            // yet) and sets f's xattrs on it before renaming it to f: the attribute that would move
+            // it to f is the name that rename gives it. Moving it now would leave rsync's rename
+            // nothing to rename (or meet f itself: EEXIST). The temp stays fresh, so the rename
+            // onto an existing f gives f its bytes, as `sed -i`'s does.
+            return
+        }
         fs.memoryFiles.forgetFresh(id)
         try fs.audited(caller, item: id, .setAttribute(attribute.name)) {
             _ = try fs.keychain.update(
@@ -77,8 +96,6 @@ struct KeychainAttributeXattrs: XattrNamespace {
                 caller: caller)
         }
         guard Schema.isPrimaryKey(attribute, in: c) || attribute == Schema.label else { return }
-        var moved = item.attributes
-        moved[attribute] = parsed
         let newDirectory = PathCodec.directory(of: c, moved)
         guard newDirectory != oldDirectory || PathCodec.leaf(of: c, moved) != oldLeaf else { return }
         // The item's path changed: the kernel drops its cached entry for the old name before

@@ -87,6 +87,13 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
         if try !fs.items(inDirectory: itemClass, to, caller: caller).isEmpty {
             throw noReplace ? Errno.fileExists : Errno.directoryNotEmpty
         }
+        // An empty directory there (mkdir'd, or kept after its last item left) is replaced, as
+        // rename(2) replaces an empty directory; with RENAME_NOREPLACE it is EEXIST. One holding
+        // an editor's scratch files is not empty.
+        if let target = fs.directories.emptyDirectory(itemClass, to), target != fromIno {
+            if noReplace { throw Errno.fileExists }
+            if !fs.memoryFileEntries(in: target, caller: nil).isEmpty { throw Errno.directoryNotEmpty }
+        }
         if !moving.isEmpty {
             var query = Query(itemClass, synchronizableAny: true)
             for (k, v) in fromAttrs { query.attributes[k] = v }

@@ -134,6 +134,19 @@ public enum PathCodec {
             && (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b[n - 1])
     }
 
+    /// Whether `name` is rsync's temp file for `leaf`: `.` + leaf + `.` + six letters or digits
+    /// (rsync's `get_tmpname` and mkstemp's `XXXXXX`). Compared as bytes.
+    public static func isTempName(_ name: String, for leaf: String) -> Bool {
+        let n = Array(name.utf8), l = Array(leaf.utf8), dot = UInt8(ascii: ".")
+        guard !l.isEmpty, n.count == l.count + 8, n.first == dot, n[n.count - 7] == dot,
+            n[1..<(l.count + 1)].elementsEqual(l)
+        else { return false }
+        return n.suffix(6).allSatisfy { b in
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(b)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b)
+        }
+    }
+
     /// Names compared as bytes: Swift's `==` on strings is canonical equivalence, which would
     /// make the NFC and NFD spellings of `é` one name.
     static func same(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }

@@ -60,12 +60,17 @@ final class DirectoryTable: Sendable {
     /// A directory renamed. The kernel moves the directory's inode to the new name, so that
     /// inode now is the new directory (its listing right after the rename is the moved items);
     /// the old name gets a new inode if it is ever looked up again. An empty directory stays
-    /// one under its new name.
+    /// one under its new name. A directory the rename replaced (an empty one, made with mkdir
+    /// or kept) is gone: its inode no longer names a directory, nor is it listed or looked up.
     func renamed(_ from: UInt64, to c: ItemClass, _ spelling: String, empty: Bool) {
         state.withLock { s in
             let wasEmpty = s.empty.remove(from) != nil
             if let (oldClass, oldSpelling) = s.byInode[from] {
                 s.byKey.removeValue(forKey: State.key(oldClass, oldSpelling))
+            }
+            if let replaced = s.byKey[State.key(c, spelling)], replaced != from {
+                s.empty.remove(replaced)
+                s.byInode.removeValue(forKey: replaced)
             }
             s.byKey[State.key(c, spelling)] = from
             s.byInode[from] = (c, spelling)
