@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainCredentials
 import KeychainCrypto
 import SystemPackage
 
@@ -27,6 +28,15 @@ struct KeychainfsCommand: ParsableCommand {
             AccessGroup.self, RememberedPresence.self, AuditLogCommand.self, Backup.self, Verify.self, Salvage.self,
             Run.self, Inject.self, SecretServiceCommand.self,
         ])
+}
+
+// One binary, three programs: the installed credential helpers are hard links to keychainfs
+// (their /proc/PID/exe keeps their own name, so access groups tell them apart, which a symlink
+// would not), each run by the name it was started as.
+switch CommandLine.arguments.first.map({ $0.split(separator: "/").last.map(String.init) ?? $0 }) {
+case "git-credential-keychainfs": GitHelperMain.run(Array(CommandLine.arguments.dropFirst()))
+case "docker-credential-keychainfs": DockerHelperMain.run(Array(CommandLine.arguments.dropFirst()))
+default: break
 }
 
 // Before any key exists in memory: no core dumps, no same-user ptrace.
