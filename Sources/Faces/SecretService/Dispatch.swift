@@ -25,8 +25,21 @@ extension SecretServiceProvider {
         let interface = sd_bus_message_get_interface(message).map { String(cString: $0) } ?? ""
         let member = sd_bus_message_get_member(message).map { String(cString: $0) } ?? ""
         guard let object = ObjectPath(path) else {
-            return replyError(
-                message, BusError("org.freedesktop.DBus.Error.UnknownObject", "no object \(path)"))
+            // The nodes above the service ("/", "/org", "/org/freedesktop") introspect as the way
+            // to it, so `busctl tree` finds it.
+            if (ObjectPath.root + "/").hasPrefix(path == "/" ? path : path + "/"), member == "Introspect" {
+                let child = ObjectPath.root.dropFirst(path == "/" ? 1 : path.count + 1).split(separator: "/")[0]
+                let call = Call(message: message, reader: MessageReader(message: message), object: .directory)
+                guard
+                    (try? reply(call) { w throws(BusError) in
+                        try w.string(Introspection.xml(for: .directory, children: [String(child)]))
+                    }) != nil
+                else {
+                    return replyError(message, BusError.failed("the reply could not be sent"))
+                }
+                return 1
+            }
+            return replyError(message, BusError("org.freedesktop.Secret.Error.NoSuchObject", "no object \(path)"))
         }
         let call = Call(message: message, reader: MessageReader(message: message), object: object)
         do {
@@ -233,8 +246,11 @@ extension SecretServiceProvider {
         switch call.object {
         case .service: return ["collection", "aliases"]
         case .directory:
-            return call.path.hasSuffix("/aliases") ? ObjectPath.aliases : ["login"]
-        case .collection:
+            return call.path.hasSuffix("/aliases")
+                ? ObjectPath.aliases : ObjectPath.CollectionName.allCases.map(\.rawValue)
+        case .collection(.session):
+            return sessionCollection.withLock { $0.search([:]) }.map(String.init)
+        case .collection(.login):
             let caller = try self.caller(of: call)
             return try visibleItems(caller).map { "\($0.itemClass.rawValue)\($0.id)" }
         default: return []

@@ -170,7 +170,7 @@ enum Introspection {
         switch object {
         case .service: own = [SecretServiceProvider.serviceInterface]
         case .collection: own = [SecretServiceProvider.collectionInterface]
-        case .item: own = [SecretServiceProvider.itemInterface]
+        case .item, .sessionItem: own = [SecretServiceProvider.itemInterface]
         case .session: own = [SecretServiceProvider.sessionInterface]
         case .prompt: own = [SecretServiceProvider.promptInterface]
         case .directory: own = []

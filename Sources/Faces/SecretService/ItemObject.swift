@@ -32,6 +32,13 @@ extension SecretServiceProvider {
     }
 
     func itemProperties(_ call: Call) throws -> [String: PropertyValue] {
+        if case .sessionItem(let n) = call.object {
+            let item = try sessionItem(n)
+            return [
+                "Locked": .bool(false), "Attributes": .map(item.attributes), "Label": .string(item.label),
+                "Created": .uint64(item.created), "Modified": .uint64(item.modified),
+            ]
+        }
         let (caller, itemClass, id) = try target(call)
         let item = try visibleItem(caller, itemClass, id)
         return [
@@ -44,6 +51,19 @@ extension SecretServiceProvider {
     }
 
     func setItemProperty(_ call: Call, _ name: String) throws {
+        if case .sessionItem(let n) = call.object {
+            let r = call.reader
+            let label =
+                name == "Label" ? try r.variant("s", what: "Label") { () throws(BusError) in try r.string() } : nil
+            let map =
+                name == "Attributes"
+                ? try r.variant("a{ss}", what: "Attributes") { () throws(BusError) in try r.stringMap() } : nil
+            try changeSessionItem(call, n, [name, "Modified"]) { item in
+                if let label { item.label = label }
+                if let map { item.attributes = map }
+            }
+            return
+        }
         let (caller, itemClass, id) = try target(call)
         let item = try visibleItem(caller, itemClass, id)
         let changes: Attributes
@@ -72,6 +92,14 @@ extension SecretServiceProvider {
     func getSecret(_ call: Call) throws {
         let session = try call.reader.objectPath()
         let algorithm = try checkSession(session, for: call)
+        if case .sessionItem(let n) = call.object {
+            let item = try sessionItem(n)
+            try reply(call) { w throws(BusError) in
+                try writeSecret(
+                    w, session: session, algorithm: algorithm, value: item.secret, contentType: item.contentType)
+            }
+            return
+        }
         let (caller, itemClass, id) = try target(call)
         let item = try readSecretOf(caller, itemClass, id)
         try reply(call) { w throws(BusError) in
@@ -83,6 +111,10 @@ extension SecretServiceProvider {
 
     func setSecret(_ call: Call) throws {
         let (value, contentType) = try readSecret(call)
+        if case .sessionItem(let n) = call.object {
+            try changeSessionItem(call, n, ["Modified"]) { $0.setSecret(value, contentType: contentType) }
+            return
+        }
         let (caller, itemClass, id) = try target(call)
         let item = try visibleItem(caller, itemClass, id)
         let changes = try SecretServiceMapping.changes(settingContentType: contentType, of: item)
@@ -99,6 +131,17 @@ extension SecretServiceProvider {
     }
 
     func deleteItem(_ call: Call) throws {
+        if case .sessionItem(let n) = call.object {
+            guard sessionCollection.withLock({ $0.delete(n) }) else {
+                throw BusError("org.freedesktop.Secret.Error.NoSuchObject", "no such item")
+            }
+            try reply(call) { w throws(BusError) in try w.objectPath("/") }
+            emit(ObjectPath.sessionCollectionPath, Introspection.collection, "ItemDeleted") { w throws(BusError) in
+                try w.objectPath(ObjectPath.sessionItemPath(n))
+            }
+            propertiesChanged(ObjectPath.sessionCollectionPath, Introspection.collection, ["Items"])
+            return
+        }
         let (caller, itemClass, id) = try target(call)
         let item = try visibleItem(caller, itemClass, id)
         _ = try audited(caller, id, .dbusDelete) {
@@ -109,6 +152,30 @@ extension SecretServiceProvider {
             try w.objectPath(ObjectPath.item(item))
         }
         propertiesChanged(ObjectPath.collectionPath, Introspection.collection, ["Items"])
+    }
+
+    // MARK: The session collection's items
+
+    /// An item of the session collection, or NoSuchObject.
+    func sessionItem(_ n: Int) throws(BusError) -> SessionCollection.Item {
+        guard let item = sessionCollection.withLock({ $0.items[n] }) else {
+            throw BusError("org.freedesktop.Secret.Error.NoSuchObject", "no such item")
+        }
+        return item
+    }
+
+    /// Changes an item of the session collection, replies, and says what changed.
+    private func changeSessionItem(
+        _ call: Call, _ n: Int, _ changed: [String], _ body: (inout SessionCollection.Item) -> Void
+    ) throws {
+        guard sessionCollection.withLock({ $0.update(n, body) }) else {
+            throw BusError("org.freedesktop.Secret.Error.NoSuchObject", "no such item")
+        }
+        try reply(call) { _ throws(BusError) in }
+        emit(ObjectPath.sessionCollectionPath, Introspection.collection, "ItemChanged") { w throws(BusError) in
+            try w.objectPath(ObjectPath.sessionItemPath(n))
+        }
+        propertiesChanged(ObjectPath.sessionItemPath(n), Introspection.item, changed)
     }
 
     // MARK: Finding and reading items
@@ -142,11 +209,19 @@ extension SecretServiceProvider {
         }
     }
 
-    func search(_ call: Call) throws -> (unlocked: [String], locked: [String]) {
+    /// SearchItems: the vault's items that match, the most recently changed first (as
+    /// gnome-keyring answers, so a lookup, which takes the first, gets the newest); on the
+    /// service, the session collection's first (never locked).
+    func search(_ call: Call, includingSession: Bool = false) throws -> (unlocked: [String], locked: [String]) {
         let query = try call.reader.stringMap()
         let caller = try self.caller(of: call)
         let found = try audited(caller, nil, .dbusSearch) { try visibleItems(caller, narrowedBy: query) }
-        var unlocked: [String] = []
+            .sorted { a, b in
+                let (ma, mb) = (a.modificationDate ?? .distantPast, b.modificationDate ?? .distantPast)
+                return ma != mb ? ma > mb : a.id > b.id
+            }
+        var unlocked: [String] =
+            includingSession ? sessionCollection.withLock { $0.search(query) }.map(ObjectPath.sessionItemPath) : []
         var locked: [String] = []
         for item in found {
             if SecretServiceMapping.isLocked(item, in: keychain, for: caller) {

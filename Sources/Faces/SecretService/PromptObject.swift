@@ -90,7 +90,9 @@ extension SecretServiceProvider {
     /// path never. An item the caller may not see is NoSuchObject.
     func isUnlocked(_ path: String, for caller: Caller) throws -> Bool {
         switch ObjectPath(path) {
-        case .collection?: return !collectionLocked
+        case .collection(.login)?: return !collectionLocked
+        case .collection(.session)?: return true
+        case .sessionItem(let n)?: return (try? sessionItem(n)) != nil
         case .item(let itemClass, let id)?:
             return !SecretServiceMapping.isLocked(try visibleItem(caller, itemClass, id), in: keychain, for: caller)
         default: return false
@@ -104,7 +106,7 @@ extension SecretServiceProvider {
             try w.variant("ao") { () throws(BusError) in try w.objectPaths(unlocked) }
         }
         for path in unlocked {
-            let interface = path == ObjectPath.collectionPath ? Introspection.collection : Introspection.item
+            let interface = ObjectPath.collectionPaths.contains(path) ? Introspection.collection : Introspection.item
             propertiesChanged(path, interface, ["Locked"])
         }
     }

@@ -72,6 +72,13 @@ public final class SecretServiceProvider: Sendable {
         var open: [Int: (owner: String, algorithm: SessionAlgorithm)] = [:]
     }
     let sessions = Mutex(Sessions())
+    /// The session collection: in this process's memory only, never written to the vault, gone
+    /// (its secrets wiped) when the provider stops.
+    let sessionCollection = Mutex(SessionCollection())
+    /// The login collection's label (Collection.Label is read-write): kept in memory, "Login"
+    /// again when the provider starts (docs/secret-service.md).
+    let loginLabel = Mutex("Login")
+
     /// The bus connection; set once by `connect` before `serve`.
     let bus = Mutex<BusHandle?>(nil)
 
@@ -100,6 +107,7 @@ public final class SecretServiceProvider: Sendable {
     }
 
     deinit {
+        sessionCollection.withLock { $0.wipe() }
         close(wake.read)
         close(wake.write)
     }
@@ -140,7 +148,9 @@ public final class SecretServiceProvider: Sendable {
             throw ProviderStartError(message: "cannot own \(Self.busName): \(String(cString: strerror(-r)))")
         }
         let me = Unmanaged.passUnretained(self).toOpaque()
-        r = sd_bus_add_fallback(pointer, nil, ObjectPath.root, providerHandler, me)
+        // Every path: one outside the service's tree is NoSuchObject, as clients expect of a
+        // Secret Service (secretstorage's ItemNotFoundException), not sd-bus's UnknownObject.
+        r = sd_bus_add_fallback(pointer, nil, "/", providerHandler, me)
         guard r >= 0 else {
             sd_bus_unref(pointer)
             throw ProviderStartError(message: "cannot serve \(ObjectPath.root): \(String(cString: strerror(-r)))")

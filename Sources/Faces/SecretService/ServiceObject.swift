@@ -56,10 +56,10 @@ extension SecretServiceProvider {
         values: { provider, _ in ["Collections": .paths(provider.collectionPaths)] })
 
     /// The collections the service lists.
-    var collectionPaths: [String] { [ObjectPath.collectionPath] }
+    var collectionPaths: [String] { ObjectPath.CollectionName.allCases.map(ObjectPath.collectionPath) }
 
     func serviceSearchItems(_ call: Call) throws {
-        let (unlocked, locked) = try search(call)
+        let (unlocked, locked) = try search(call, includingSession: true)
         try reply(call) { w throws(BusError) in
             try w.objectPaths(unlocked)
             try w.objectPaths(locked)
@@ -72,7 +72,12 @@ extension SecretServiceProvider {
         let algorithm = try checkSession(session, for: call)
         let caller = try self.caller(of: call)
         var secrets: [(String, KeychainItem)] = []
+        var sessionSecrets: [(String, SessionCollection.Item)] = []
         for path in paths {
+            if case .sessionItem(let n)? = ObjectPath(path), let item = try? sessionItem(n) {
+                sessionSecrets.append((path, item))
+                continue
+            }
             guard case .item(let itemClass, let id)? = ObjectPath(path) else { continue }
             do { secrets.append((path, try readSecretOf(caller, itemClass, id))) } catch let e as BusError
                 where e.name == "org.freedesktop.Secret.Error.NoSuchObject"
@@ -88,6 +93,13 @@ extension SecretServiceProvider {
                 try writeSecret(
                     w, session: session, algorithm: algorithm, value: item.data ?? [],
                     contentType: SecretServiceMapping.contentType(of: item))
+                try w.close()
+            }
+            for (path, item) in sessionSecrets {
+                try w.open("e", "o(oayays)")
+                try w.objectPath(path)
+                try writeSecret(
+                    w, session: session, algorithm: algorithm, value: item.secret, contentType: item.contentType)
                 try w.close()
             }
             try w.close()
@@ -156,20 +168,20 @@ extension SecretServiceProvider {
     func readAlias(_ call: Call) throws {
         let alias = try call.reader.string()
         try reply(call) { w throws(BusError) in
-            try w.objectPath(ObjectPath.aliases.contains(alias) ? ObjectPath.collectionPath : "/")
+            try w.objectPath(ObjectPath.aliasTable[alias].map(ObjectPath.collectionPath) ?? "/")
         }
     }
 
     func createCollection(_ call: Call) throws {
         try call.reader.skip("a{sv}")
         let alias = try call.reader.string()
-        guard ObjectPath.aliases.contains(alias) else {
+        guard let existing = ObjectPath.aliasTable[alias] else {
             throw BusError.notSupported(
-                "keychainfs serves one collection (login, aliases default and login); new collections are not supported"
-            )
+                "keychainfs serves two collections (login, aliases default and login; session, alias session); "
+                    + "new collections are not supported")
         }
         try reply(call) { w throws(BusError) in
-            try w.objectPath(ObjectPath.collectionPath)
+            try w.objectPath(ObjectPath.collectionPath(existing))
             try w.objectPath("/")
         }
     }
