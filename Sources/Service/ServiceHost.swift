@@ -31,6 +31,10 @@ public final class ServiceHost: Sendable {
         /// The Secret Service, when hosted: on the session bus (nil address) or this address.
         public var secretService = false
         public var secretServiceAddress: String?
+        /// Trust a Secret Service client's pid from a bus that gives no process handle: serve
+        /// group-restricted items and remembered decisions without the identity prompt
+        /// (docs/secret-service.md, "Access control"). Off unless the user opts out.
+        public var secretServiceTrustPid = false
         /// Where a locked vault's passphrase can be read again (the Secret Service's Unlock).
         public var unlockPassphrase: (@Sendable () throws -> SecureBytes)?
 
@@ -71,7 +75,10 @@ public final class ServiceHost: Sendable {
         access.presence = pinentry
         if configuration.secretService {
             let unlock = configuration.unlockPassphrase
-            let provider = SecretServiceProvider(keychain: keychain, access: access, prompter: pinentry) {
+            let provider = SecretServiceProvider(
+                keychain: keychain, access: access, prompter: pinentry,
+                trustBusPid: configuration.secretServiceTrustPid
+            ) {
                 guard let unlock else {
                     throw BusError(
                         "org.freedesktop.Secret.Error.IsLocked",

@@ -10,17 +10,50 @@ import Testing
 
 @Suite("secret service provider: access, locking, sessions, errors", .serialized)
 struct SecretServiceAccessTests {
-    @Test("an app outside an access group finds nothing of that group and cannot read it by path; audited")
+    @Test(
+        "an app outside an access group finds nothing of that group and cannot read it by path; an app in it reads only after a prompt naming its pid and executable (the bus gives no process handle); audited"
+    )
     func accessGroupDenied() throws {
-        try withSecretService(setup: { box in
-            let add = try box.cli(["access-group", "add"] + box.unlockArgs + ["team", "/usr/bin/secret-tool"])
-            try #require(add.status == 0, "access-group add: \(add.summary)")
-            try box.addGeneric("team-svc", "ivy", "team-secret", extra: ["--access-group", "team"])
-        }) { box, bus in
-            // secret-tool is in group team: it finds and reads the item.
+        let (pinentry, dir) = try scriptedPinentry()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try withSecretService(
+            options: ["--pinentry", pinentry.script],
+            setup: { box in
+                let add = try box.cli(["access-group", "add"] + box.unlockArgs + ["team", "/usr/bin/secret-tool"])
+                try #require(add.status == 0, "access-group add: \(add.summary)")
+                try box.addGeneric("team-svc", "ivy", "team-secret", extra: ["--access-group", "team"])
+            }
+        ) { box, bus in
+            // secret-tool is in group team: it finds the item, Locked until a prompt confirms
+            // its pid and executable (dbus-daemon 1.14 gives a pid, no process handle).
             let search = try box.secretTool(bus.address, ["search", "--all", "service", "team-svc"])
-            #expect(search.stdout.contains("secret = team-secret"), "secret-tool (in team): \(search.summary)")
+            #expect(!search.stdout.contains("team-secret"), "served without a prompt: \(search.summary)")
             let path = try #require(itemPaths(search).first, "no item path in \(search.stdout)")
+            let lookup = try box.secretTool(bus.address, ["lookup", "service", "team-svc"])
+            #expect(lookup.stdout.isEmpty, "served without a prompt: \(lookup.summary)")
+            // Denied at the prompt: still nothing. Allowed: read.
+            try pinentry.answer("deny")
+            let denied = try box.run(
+                "/usr/bin/secret-tool", ["search", "--all", "--unlock", "service", "team-svc"],
+                env: box.busEnvironment(bus.address).merging(["DISPLAY": ":99"]) { $1 }, timeout: 20)
+            #expect(!denied.stdout.contains("team-secret"), "served after a denial: \(denied.summary)")
+            try pinentry.answer("allow")
+            let allowed = try box.run(
+                "/usr/bin/secret-tool", ["search", "--all", "--unlock", "service", "team-svc"],
+                env: box.busEnvironment(bus.address).merging(["DISPLAY": ":99"]) { $1 }, timeout: 20)
+            #expect(allowed.stdout.contains("secret = team-secret"), "secret-tool (in team): \(allowed.summary)")
+            #expect(
+                pinentry.prompts.last.map { $0.contains("pid ") && $0.contains("/usr/bin/secret-tool") } == true,
+                "the prompt names the pid and executable: \(pinentry.prompts)")
+            #expect(box.audit.contains("identity confirmed"), "\(box.audit.suffix(800))")
+            // The confirmation was that client's: the next secret-tool (a new client) is asked again.
+            let asked = pinentry.prompts.count
+            try pinentry.answer("deny")
+            let next = try box.run(
+                "/usr/bin/secret-tool", ["lookup", "service", "team-svc"],
+                env: box.busEnvironment(bus.address).merging(["DISPLAY": ":99"]) { $1 }, timeout: 20)
+            #expect(next.stdout.isEmpty, "a confirmation carried over to another client: \(next.summary)")
+            #expect(pinentry.prompts.count == asked + 1, "\(pinentry.prompts)")
             // python is not: the search is empty and the path answers NoSuchObject.
             let r = try box.python(
                 bus.address,

@@ -58,6 +58,9 @@ struct MessageReader {
         return p.map { String(cString: $0) } ?? ""
     }
 
+    /// A Unix file descriptor (`h`), owned by the message: dup it to keep it.
+    func descriptor() throws(BusError) -> Int32 { try basic("h", Int32(-1)) }
+
     func bool() throws(BusError) -> Bool {
         let v: Int32 = try basic("b", 0)
         return v != 0

@@ -185,12 +185,25 @@ extension SecretServiceProvider {
     /// request's process. A call never prompts: an item that needs user presence is Locked to
     /// a caller until its Unlock prompt (a Prompt object) was answered, or its executable was
     /// told "Always allow".
-    func caller(of call: Call) throws -> Caller {
-        var creds: OpaquePointer?
+    ///
+    /// Where the bus gives the sender's process handle (ProcessFD), the pid comes from it and
+    /// the process is checked to be alive once identified; where it gives a pid only, the
+    /// caller is `identityUnconfirmed` (and its remembered "Always allow" decisions do not
+    /// count) until a prompt confirms it (BusIdentity.swift), unless the provider trusts pids.
+    func caller(of call: Call) throws -> Caller { try callerAndPid(of: call).caller }
+
+    func callerAndPid(of call: Call) throws -> (caller: Caller, pid: pid_t) {
+        let handle = trustBusPid ? nil : processHandle(of: call)
+        defer { if let handle { close(handle) } }
         var pid: pid_t = 0
-        if sd_bus_query_sender_creds(call.message, keychainfs_creds_pid, &creds) >= 0, let creds {
-            _ = sd_bus_creds_get_pid(creds, &pid)
-            sd_bus_creds_unref(creds)
+        if let handle {
+            pid = Self.pid(ofHandle: handle) ?? 0
+        } else {
+            var creds: OpaquePointer?
+            if sd_bus_query_sender_creds(call.message, keychainfs_creds_pid, &creds) >= 0, let creds {
+                _ = sd_bus_creds_get_pid(creds, &pid)
+                sd_bus_creds_unref(creds)
+            }
         }
         guard pid > 0 else {
             throw BusError("org.freedesktop.DBus.Error.AccessDenied", "the caller's process cannot be identified")
@@ -199,11 +212,19 @@ extension SecretServiceProvider {
         do { caller = try access.caller(tid: pid, identify: true) } catch {
             throw BusError("org.freedesktop.DBus.Error.AccessDenied", "the caller's process cannot be identified")
         }
+        // Identified while the handle pinned the process: it must still be that process.
+        if let handle, Self.pid(ofHandle: handle) != pid {
+            throw BusError("org.freedesktop.DBus.Error.AccessDenied", "the caller's process ended")
+        }
         caller.authenticationUI = .fail
         caller.presence = nil
+        if !identityConfirmed(call.sender, caller, pid: pid) {
+            caller.identityUnconfirmed = true
+            caller.presenceGrants = []
+        }
         caller.presenceGrants.formUnion(grants(for: call.sender))
         if caller.processDescription.isEmpty { caller.processDescription = "pid \(pid)" }
-        return caller
+        return (caller, pid)
     }
 
     /// The items a client gave presence for in this unlock of the keychain.

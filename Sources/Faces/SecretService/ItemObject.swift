@@ -42,7 +42,7 @@ extension SecretServiceProvider {
         let (caller, itemClass, id) = try target(call)
         let item = try visibleItem(caller, itemClass, id)
         return [
-            "Locked": .bool(SecretServiceMapping.isLocked(item, in: keychain, for: caller)),
+            "Locked": .bool(isLocked(item, for: caller)),
             "Attributes": .map(SecretServiceMapping.attributes(of: item)),
             "Label": .string(SecretServiceMapping.label(of: item)),
             "Created": .uint64(UInt64(max(0, item.creationDate?.timeIntervalSince1970 ?? 0))),
@@ -66,6 +66,7 @@ extension SecretServiceProvider {
         }
         let (caller, itemClass, id) = try target(call)
         let item = try visibleItem(caller, itemClass, id)
+        try requireIdentity(item, caller)
         let changes: Attributes
         if name == "Label" {
             changes = [
@@ -117,6 +118,7 @@ extension SecretServiceProvider {
         }
         let (caller, itemClass, id) = try target(call)
         let item = try visibleItem(caller, itemClass, id)
+        try requireIdentity(item, caller)
         let changes = try SecretServiceMapping.changes(settingContentType: contentType, of: item)
         _ = try audited(caller, id, .dbusSetSecret) {
             try keychain.update(
@@ -144,6 +146,7 @@ extension SecretServiceProvider {
         }
         let (caller, itemClass, id) = try target(call)
         let item = try visibleItem(caller, itemClass, id)
+        try requireIdentity(item, caller)
         _ = try audited(caller, id, .dbusDelete) {
             try keychain.delete(Query(itemClass, synchronizableAny: true, persistentReference: id), caller: caller)
         }
@@ -224,7 +227,7 @@ extension SecretServiceProvider {
             includingSession ? sessionCollection.withLock { $0.search(query) }.map(ObjectPath.sessionItemPath) : []
         var locked: [String] = []
         for item in found {
-            if SecretServiceMapping.isLocked(item, in: keychain, for: caller) {
+            if isLocked(item, for: caller) {
                 locked.append(ObjectPath.item(item))
             } else {
                 unlocked.append(ObjectPath.item(item))
@@ -261,7 +264,7 @@ extension SecretServiceProvider {
     }
 
     func readSecretOf(_ caller: Caller, _ itemClass: ItemClass, _ id: Int64) throws -> KeychainItem {
-        _ = try visibleItem(caller, itemClass, id)
+        try requireIdentity(try visibleItem(caller, itemClass, id), caller)
         return try audited(caller, id, .dbusGetSecret) {
             try keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller, ui: .fail)
         }

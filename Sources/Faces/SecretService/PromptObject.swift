@@ -61,6 +61,15 @@ extension SecretServiceProvider {
                 access.invalidatePolicy()
             }
             caller.presenceGrants.formUnion(grants(for: pending.owner))
+            if pending.confirmsIdentity, let item = firstNeedingIdentity(pending.paths, caller) {
+                // One confirmation naming the pid and executable (Allow or Deny; nothing is
+                // remembered: a pid is what cannot be trusted here).
+                _ = try prompter.confirm(item: item, caller: caller, remember: nil)
+                audit(
+                    caller, item.id, .dbusPresence, true, "identity confirmed (the bus gives a pid, no process handle)")
+                confirmIdentity(of: pending.owner, caller, pid: pending.pid)
+                caller.identityUnconfirmed = false
+            }
             var given: Set<Int64> = []
             for path in pending.paths {
                 guard case .item(let itemClass, let id)? = ObjectPath(path),
@@ -85,6 +94,17 @@ extension SecretServiceProvider {
         return (false, pending.paths.filter { (try? isUnlocked($0, for: caller)) ?? false })
     }
 
+    /// The first item of `paths` that `caller` may see and whose identity it needs confirmed.
+    func firstNeedingIdentity(_ paths: [String], _ caller: Caller) -> KeychainItem? {
+        for path in paths {
+            guard case .item(let itemClass, let id)? = ObjectPath(path),
+                let item = try? visibleItem(caller, itemClass, id), needsIdentity(item, caller)
+            else { continue }
+            return item
+        }
+        return nil
+    }
+
     /// Whether an object Unlock names is open to `caller` now: the collection when the keychain
     /// is unlocked, an item it may see when its secret is in reach (Locked false); another
     /// path never. An item the caller may not see is NoSuchObject.
@@ -94,7 +114,7 @@ extension SecretServiceProvider {
         case .collection(.session)?: return true
         case .sessionItem(let n)?: return (try? sessionItem(n)) != nil
         case .item(let itemClass, let id)?:
-            return !SecretServiceMapping.isLocked(try visibleItem(caller, itemClass, id), in: keychain, for: caller)
+            return !isLocked(try visibleItem(caller, itemClass, id), for: caller)
         default: return false
         }
     }

@@ -42,6 +42,11 @@ public final class SecretServiceProvider: Sendable {
         let caller: Caller
         let paths: [String]
         let unlocksVault: Bool
+        /// The caller's identity rests on a pid alone and it asked for items that need it
+        /// confirmed: the prompt first asks the user to confirm the pid and executable.
+        var confirmsIdentity = false
+        /// The pid the caller was identified by (what a confirmation is for).
+        var pid: pid_t = 0
     }
     struct Prompts {
         var next = 1
@@ -78,6 +83,8 @@ public final class SecretServiceProvider: Sendable {
     /// The login collection's label (Collection.Label is read-write): kept in memory, "Login"
     /// again when the provider starts (docs/secret-service.md).
     let loginLabel = Mutex("Login")
+    /// Per client: whether the bus gives its process handle, and the identity a prompt confirmed.
+    let busIdentities = Mutex(BusIdentities())
 
     /// The bus connection; set once by `connect` before `serve`.
     let bus = Mutex<BusHandle?>(nil)
@@ -88,13 +95,20 @@ public final class SecretServiceProvider: Sendable {
         let pointer: OpaquePointer
     }
 
+    /// Whether a sender's pid from the bus is trusted as its identity where the bus gives no
+    /// process handle (`BusIdentity.swift`): false (the default) serves group-restricted items
+    /// and remembered "Always allow" decisions only after a prompt naming the pid and
+    /// executable.
+    let trustBusPid: Bool
+
     public init(
-        keychain: Keychain, access: AccessLayer, prompter: PinentryPresence? = nil,
+        keychain: Keychain, access: AccessLayer, prompter: PinentryPresence? = nil, trustBusPid: Bool = false,
         unlock: @escaping @Sendable () throws -> Void
     ) {
         self.keychain = keychain
         self.access = access
         self.prompter = prompter
+        self.trustBusPid = trustBusPid
         self.unlock = unlock
         var fds: [Int32] = [-1, -1]
         if pipe(&fds) == 0 {
@@ -255,6 +269,10 @@ public final class SecretServiceProvider: Sendable {
             return before - p.open.count
         }
         let hadPresence = presenceGrants.withLock { $0.byClient.removeValue(forKey: name) != nil }
+        busIdentities.withLock {
+            $0.handles[name] = nil
+            $0.confirmed[name] = nil
+        }
         if closedSessions + closedPrompts > 0 || hadPresence {
             Log.info(
                 "secret service: client \(name) left: closed \(closedSessions) session(s) and \(closedPrompts) prompt(s)"

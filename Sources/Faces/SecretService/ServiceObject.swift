@@ -108,7 +108,7 @@ extension SecretServiceProvider {
 
     func unlockObjects(_ call: Call) throws {
         let paths = try call.reader.objectPaths()
-        let caller = try caller(of: call)
+        let (caller, pid) = try callerAndPid(of: call)
         var unlocksVault = false
         if collectionLocked {
             do { try unlock() } catch let refusal as BusError {
@@ -122,16 +122,17 @@ extension SecretServiceProvider {
         // the items whose presence the prompt is to ask for.
         var unlocked: [String] = []
         var needPresence = false
+        var needIdentity = false
         for path in paths where !unlocksVault {
             if try isUnlocked(path, for: caller) {
                 unlocked.append(path)
-            } else if case .item(let itemClass, let id)? = ObjectPath(path),
-                caller.needsPresence(for: try visibleItem(caller, itemClass, id))
-            {
-                needPresence = true
+            } else if case .item(let itemClass, let id)? = ObjectPath(path) {
+                let item = try visibleItem(caller, itemClass, id)
+                needPresence = needPresence || caller.needsPresence(for: item)
+                needIdentity = needIdentity || needsIdentity(item, caller)
             }
         }
-        guard unlocksVault || needPresence else {
+        guard unlocksVault || needPresence || needIdentity else {
             try reply(call) { w throws(BusError) in
                 try w.objectPaths(unlocked)
                 try w.objectPath("/")
@@ -139,11 +140,16 @@ extension SecretServiceProvider {
             return
         }
         if let why = prompter?.whyNoPrompt(for: caller) {
-            let what = unlocksVault ? "the keychain is locked" : "the item needs user presence"
+            let what =
+                unlocksVault
+                ? "the keychain is locked"
+                : needPresence ? "the item needs user presence" : "the bus names the caller by pid only"
             let remedy = unlocksVault ? " (or start the provider with --passphrase-file)" : ""
             throw BusError("org.freedesktop.Secret.Error.IsLocked", "\(what) and \(why)\(remedy)")
         }
-        let pending = PendingPrompt(owner: call.sender, caller: caller, paths: paths, unlocksVault: unlocksVault)
+        var pending = PendingPrompt(owner: call.sender, caller: caller, paths: paths, unlocksVault: unlocksVault)
+        pending.confirmsIdentity = needIdentity
+        pending.pid = pid
         let n = prompts.withLock { p -> Int in
             defer { p.next += 1 }
             p.open[p.next] = pending
