@@ -44,7 +44,8 @@ struct SessionCollection {
         let n = next
         next += 1
         items[n] = Item(
-            label: label, attributes: attributes, secret: secret, contentType: contentType, created: Self.now,
+            label: label, attributes: attributes, secret: secret,
+            contentType: contentType.isEmpty ? "text/plain" : contentType, created: Self.now,
             modified: Self.now, changed: clock)
         return (n, true)
     }
