@@ -78,7 +78,7 @@ public final class SecretServiceProvider: Sendable {
     }
     let sessions = Mutex(Sessions())
     /// The session collection: in this process's memory only, never written to the vault, gone
-    /// (its secrets wiped) when the provider stops.
+    /// when the provider stops (a deleted item's secret is wiped at once).
     let sessionCollection = Mutex(SessionCollection())
     /// The login collection's label (Collection.Label is read-write): kept in memory, "Login"
     /// again when the provider starts (docs/secret-service.md).
