@@ -172,8 +172,9 @@ let package = Package(
                 "TestSupport",
             ]),
         // The Secret Service provider driven by secret-tool, python secretstorage and keyring on a
-        // private dbus-daemon the test starts.
-        .testTarget(name: "SecretServiceTests", dependencies: ["keychainfs", "TestSupport"]),
+        // private dbus-daemon the test starts; its objects' tables and the session collection
+        // without a bus.
+        .testTarget(name: "SecretServiceTests", dependencies: ["keychainfs", "KeychainSecretService", "TestSupport"]),
         // The keychain service (docs/service.md): its wire protocol's property tests, every face
         // through the one door, and the attacks on a socket caller's identity (peer-client.c, built
         // by the tests with gcc).

@@ -139,6 +139,10 @@ public struct Caller: Sendable {
     /// adds to it (the core before a write transaction; a face at open, for the handle it
     /// returns), with `granting(presenceFor:)`.
     public var presenceGrants: Set<Int64>
+    /// The caller's identity rests on a pid that another process may have taken or exec'd
+    /// into (the Secret Service on a bus that gives no process handle), and no prompt has
+    /// confirmed it yet: a face serves it nothing that rests on its executable's identity.
+    public var identityUnconfirmed = false
 
     public init(
         accessGroups: [String] = [Caller.defaultAccessGroup], presence: (any PresenceVerifier)? = nil,

@@ -24,7 +24,13 @@ public enum SecretServiceMapping {
     struct Kept: Codable {
         var attributes: [String: String]
         var contentType: String
+        /// The copy number of an item CreateItem made without `replace` beside another with the
+        /// same primary key (2, 3, …; absent for the first): its account carries `#N`.
+        var copy: Int? = nil
     }
+
+    /// The account of copy `n` (n ≥ 2) of an item: `alice#2`, or `#2` for an empty account.
+    public static func copyAccount(_ account: String, copy: Int) -> String { "\(account)#\(copy)" }
 
     /// The class and keychain attributes of an item created through the Secret Service API.
     ///
@@ -34,13 +40,21 @@ public enum SecretServiceMapping {
     /// - inet (schemas in `networkSchemas`): server from `server` or `host` (a URL is split into
     ///   protocol, server, port and path), protocol from `protocol`, port from `port`, path from
     ///   `object` or `path`, security domain from `domain`, account as for genp.
-    public static func newItem(attributes given: [String: String], label: String, contentType: String) throws
-        -> (ItemClass, Attributes)
+    ///
+    /// `copy` (≥ 2) makes the n-th item with the same attributes (CreateItem without `replace`,
+    /// which the spec lets create another): its account is `copyAccount(account, copy:)`, and
+    /// clients still see the attributes as given.
+    public static func newItem(attributes given: [String: String], label: String, contentType: String, copy: Int = 1)
+        throws -> (ItemClass, Attributes)
     {
         var attributes: Attributes = [
             Schema.label: .string(label),
-            keptAttribute: try keptValue(Kept(attributes: given, contentType: contentType)),
+            keptAttribute: try keptValue(
+                Kept(attributes: given, contentType: contentType, copy: copy > 1 ? copy : nil)),
         ]
+        func copied(_ account: String) -> AttributeValue {
+            .string(copy > 1 ? copyAccount(account, copy: copy) : account)
+        }
         let accountSource = ["username", "account", "user"].first { given[$0] != nil }
         if let schema = given[schemaAttribute], networkSchemas.contains(schema) {
             var server = given["server"] ?? given["host"] ?? ""
@@ -61,14 +75,14 @@ public enum SecretServiceMapping {
             if let path { attributes[Schema.path] = .string(path) }
             if let domain = given["domain"] { attributes[Schema.securityDomain] = .string(domain) }
             let used: Set<String> = ["server", "host", "protocol", "port", "object", "path", "domain", schemaAttribute]
-            attributes[Schema.account] = .string(account(given, source: accountSource, used: used))
+            attributes[Schema.account] = copied(account(given, source: accountSource, used: used))
             return (.internetPassword, attributes)
         }
         let serviceSource = ["service", schemaAttribute, "application"].first { given[$0] != nil }
         attributes[Schema.service] = .string(serviceSource.flatMap { given[$0] } ?? label)
         var used: Set<String> = [schemaAttribute]
         if let serviceSource { used.insert(serviceSource) }
-        attributes[Schema.account] = .string(account(given, source: accountSource, used: used))
+        attributes[Schema.account] = copied(account(given, source: accountSource, used: used))
         return (.genericPassword, attributes)
     }
 
@@ -94,7 +108,7 @@ public enum SecretServiceMapping {
     /// the attribute its service, account or server came from says the new value (a schema
     /// name or a URL stays as given: it was never just the name).
     public static func attributes(of item: KeychainItem) -> [String: String] {
-        if let kept = kept(item) { return current(kept.attributes, of: item) }
+        if let kept = kept(item) { return current(kept.attributes, copy: kept.copy, of: item) }
         var out: [String: String] = [:]
         switch item.itemClass {
         case .internetPassword:
@@ -115,10 +129,13 @@ public enum SecretServiceMapping {
 
     /// The kept map with the attributes `newItem` took the item's names from set to the names
     /// it has now.
-    private static func current(_ given: [String: String], of item: KeychainItem) -> [String: String] {
+    /// A copy's `#N` is not part of the name its clients see.
+    private static func current(_ given: [String: String], copy: Int?, of item: KeychainItem) -> [String: String] {
         var out = given
         func overlay(_ key: String?, _ attribute: Attribute) {
-            guard let key, let now = item.string(attribute), !now.isEmpty, out[key] != nil else { return }
+            guard let key, var now = item.string(attribute), out[key] != nil else { return }
+            if attribute == Schema.account, let copy, now.hasSuffix("#\(copy)") { now.removeLast("#\(copy)".count) }
+            guard !now.isEmpty else { return }
             out[key] = now
         }
         overlay(["username", "account", "user"].first { given[$0] != nil }, Schema.account)
@@ -149,12 +166,18 @@ public enum SecretServiceMapping {
     /// property): the kept map is replaced; service, account and server stay as they are (a
     /// rename is the mount's or the CLI's business).
     public static func changes(settingAttributes new: [String: String], of item: KeychainItem) throws -> Attributes {
-        [keptAttribute: try keptValue(Kept(attributes: new, contentType: contentType(of: item)))]
+        [
+            keptAttribute: try keptValue(
+                Kept(attributes: new, contentType: contentType(of: item), copy: kept(item)?.copy))
+        ]
     }
 
     /// The attribute changes that set an item's content type, keeping its map.
     public static func changes(settingContentType type: String, of item: KeychainItem) throws -> Attributes {
-        [keptAttribute: try keptValue(Kept(attributes: attributes(of: item), contentType: type))]
+        [
+            keptAttribute: try keptValue(
+                Kept(attributes: attributes(of: item), contentType: type, copy: kept(item)?.copy))
+        ]
     }
 
     static let keptAttribute = Schema.named("secretServiceAttributes")

@@ -35,6 +35,10 @@ public final class ServiceHost: Sendable {
         /// vault's API socket is served beside the service's own, an ssh agent socket makes the
         /// service host the agent on it.
         public var activated = ActivatedSockets()
+        /// Trust a Secret Service client's pid from a bus that gives no process handle: serve
+        /// group-restricted items and remembered decisions without the identity prompt
+        /// (docs/secret-service.md, "Access control"). Off unless the user opts out.
+        public var secretServiceTrustPid = false
         /// Where a locked vault's passphrase can be read again (the Secret Service's Unlock).
         public var unlockPassphrase: (@Sendable () throws -> SecureBytes)?
 
@@ -75,7 +79,10 @@ public final class ServiceHost: Sendable {
         access.presence = pinentry
         if configuration.secretService {
             let unlock = configuration.unlockPassphrase
-            let provider = SecretServiceProvider(keychain: keychain, access: access, prompter: pinentry) {
+            let provider = SecretServiceProvider(
+                keychain: keychain, access: access, prompter: pinentry,
+                trustBusPid: configuration.secretServiceTrustPid
+            ) {
                 guard let unlock else {
                     throw BusError(
                         "org.freedesktop.Secret.Error.IsLocked",

@@ -79,6 +79,31 @@ import Testing
         #expect(SecretServiceMapping.matches(made, [:]))
     }
 
+    @Test("a second item with the same attributes (CreateItem without replace): account alice#2, attributes as given")
+    func copiesKeepTheirAttributes() throws {
+        let given = ["service": "svc", "username": "alice", "extra": "x"]
+        let (genpClass, genp) = try SecretServiceMapping.newItem(
+            attributes: given, label: "L", contentType: "text/plain", copy: 2)
+        #expect(genp[Schema.account] == .string("alice#2"))
+        #expect(genp[Schema.service] == .string("svc"))
+        let made = item(genpClass, genp)
+        #expect(SecretServiceMapping.attributes(of: made) == given, "the copy number is not a client's attribute")
+        #expect(SecretServiceMapping.matches(made, ["username": "alice"]))
+        // Setting attributes or a content type keeps the copy number.
+        let changed = item(
+            genpClass, genp.merging(try SecretServiceMapping.changes(settingContentType: "a/b", of: made)) { $1 })
+        #expect(SecretServiceMapping.attributes(of: changed) == given)
+        let web = ["xdg:schema": "org.git.Password", "server": "git.example", "user": "bob"]
+        let (inetClass, inet) = try SecretServiceMapping.newItem(
+            attributes: web, label: "W", contentType: "text/plain", copy: 3)
+        #expect(inetClass == .internetPassword)
+        #expect(inet[Schema.account] == .string("bob#3"))
+        #expect(SecretServiceMapping.attributes(of: item(inetClass, inet)) == web)
+        // The first keeps the plain account.
+        let (_, first) = try SecretServiceMapping.newItem(attributes: given, label: "L", contentType: "text/plain")
+        #expect(first[Schema.account] == .string("alice"))
+    }
+
     @Test("items made elsewhere show libsecret's schema attributes")
     func itemsMadeElsewhere() {
         let genp = item(.genericPassword, [Schema.service: .string("svc"), Schema.account: .string("acct")])

@@ -24,11 +24,12 @@ public struct BusError: Error, CustomStringConvertible {
     static func failed(_ message: String) -> BusError { BusError("org.freedesktop.DBus.Error.Failed", message) }
 }
 
-/// A failed sd-bus call (negative errno), as a bus error naming what failed.
+/// A failed sd-bus call (negative errno), as a bus error that says, in the request's terms, what
+/// could not be read or written (never an errno text: "No such device or address" tells a
+/// client nothing about its call). The dispatcher checks every call's signature first, so a
+/// read fails here only on a malformed value inside an argument.
 func check(_ result: Int32, _ what: String) throws(BusError) -> Int32 {
-    guard result >= 0 else {
-        throw BusError.invalidArgs("\(what): \(String(cString: strerror(-result)))")
-    }
+    guard result >= 0 else { throw BusError.invalidArgs(what) }
     return result
 }
 
@@ -42,7 +43,8 @@ struct MessageReader {
     private func basic<T>(_ type: Character, _ initial: T) throws(BusError) -> T {
         var value = initial
         _ = try check(
-            withUnsafeMutablePointer(to: &value) { sd_bus_message_read_basic(message, code(type), $0) }, "read")
+            withUnsafeMutablePointer(to: &value) { sd_bus_message_read_basic(message, code(type), $0) },
+            "an argument could not be read as \(describe(String(type)))")
         return value
     }
 
@@ -56,6 +58,9 @@ struct MessageReader {
         return p.map { String(cString: $0) } ?? ""
     }
 
+    /// A Unix file descriptor (`h`), owned by the message: dup it to keep it.
+    func descriptor() throws(BusError) -> Int32 { try basic("h", Int32(-1)) }
+
     func bool() throws(BusError) -> Bool {
         let v: Int32 = try basic("b", 0)
         return v != 0
@@ -64,19 +69,27 @@ struct MessageReader {
     func bytes() throws(BusError) -> [UInt8] {
         var pointer: UnsafeRawPointer?
         var size = 0
-        _ = try check(sd_bus_message_read_array(message, code("y"), &pointer, &size), "read bytes")
+        _ = try check(
+            sd_bus_message_read_array(message, code("y"), &pointer, &size), "an argument must be a byte array (ay)")
         guard let pointer, size > 0 else { return [] }
         return Array(UnsafeRawBufferPointer(start: pointer, count: size))
     }
 
     /// Enters a container; false at the end of an array.
     func enter(_ type: Character, _ contents: String) throws(BusError) -> Bool {
-        try check(sd_bus_message_enter_container(message, code(type), contents), "read \(type)\(contents)") > 0
+        try check(
+            sd_bus_message_enter_container(message, code(type), contents),
+            "an argument must be \(describe(containerType(type, contents))) (\(containerType(type, contents)))") > 0
     }
 
-    func exit() throws(BusError) { _ = try check(sd_bus_message_exit_container(message), "read") }
+    func exit() throws(BusError) {
+        _ = try check(sd_bus_message_exit_container(message), "an argument holds more than its type allows")
+    }
 
-    func skip(_ signature: String) throws(BusError) { _ = try check(sd_bus_message_skip(message, signature), "skip") }
+    func skip(_ signature: String) throws(BusError) {
+        _ = try check(
+            sd_bus_message_skip(message, signature), "an argument must be \(describe(signature)) (\(signature))")
+    }
 
     /// `a{ss}`.
     func stringMap() throws(BusError) -> [String: String] {
@@ -101,12 +114,14 @@ struct MessageReader {
     }
 
     /// A variant holding `contents`, read by `body`; any other variant is InvalidArgs.
-    func variant<T>(_ contents: String, _ body: () throws(BusError) -> T) throws(BusError) -> T {
+    func variant<T>(_ contents: String, what: String = "the value", _ body: () throws(BusError) -> T) throws(BusError)
+        -> T
+    {
         var type: CChar = 0
         var inner: UnsafePointer<CChar>?
-        _ = try check(sd_bus_message_peek_type(message, &type, &inner), "read variant")
+        _ = try check(sd_bus_message_peek_type(message, &type, &inner), "\(what) is missing")
         guard type == code("v"), inner.map({ String(cString: $0) }) == contents else {
-            throw BusError.invalidArgs("expected a variant of \(contents)")
+            throw BusError.invalidArgs("\(what) must be \(describe(contents)) (\(contents))")
         }
         _ = try enter("v", contents)
         let value = try body()
@@ -118,7 +133,7 @@ struct MessageReader {
     func variantSignature() throws(BusError) -> String {
         var type: CChar = 0
         var inner: UnsafePointer<CChar>?
-        _ = try check(sd_bus_message_peek_type(message, &type, &inner), "read variant")
+        _ = try check(sd_bus_message_peek_type(message, &type, &inner), "a variant argument is missing")
         return inner.map { String(cString: $0) } ?? ""
     }
 }
@@ -129,7 +144,9 @@ struct MessageWriter {
 
     private func basic<T>(_ type: Character, _ value: T) throws(BusError) {
         var v = value
-        _ = try check(withUnsafePointer(to: &v) { sd_bus_message_append_basic(message, code(type), $0) }, "append")
+        _ = try check(
+            withUnsafePointer(to: &v) { sd_bus_message_append_basic(message, code(type), $0) },
+            "the reply could not be written")
     }
 
     /// Whether a D-Bus string can carry `s`: not when it holds NUL (sd-bus takes a C string,
@@ -139,11 +156,13 @@ struct MessageWriter {
     /// A value a D-Bus string cannot carry fails the reply instead of being cut short.
     func string(_ s: String) throws(BusError) {
         guard Self.canCarry(s) else { throw BusError.failed("a value holds NUL, which a D-Bus string cannot carry") }
-        _ = try check(s.withCString { sd_bus_message_append_basic(message, code("s"), $0) }, "append string")
+        _ = try check(
+            s.withCString { sd_bus_message_append_basic(message, code("s"), $0) }, "the reply could not be written")
     }
 
     func objectPath(_ s: String) throws(BusError) {
-        _ = try check(s.withCString { sd_bus_message_append_basic(message, code("o"), $0) }, "append path")
+        _ = try check(
+            s.withCString { sd_bus_message_append_basic(message, code("o"), $0) }, "the reply could not be written")
     }
 
     func bool(_ b: Bool) throws(BusError) { try basic("b", Int32(b ? 1 : 0)) }
@@ -152,14 +171,16 @@ struct MessageWriter {
     func bytes(_ b: [UInt8]) throws(BusError) {
         _ = try check(
             b.withUnsafeBytes { sd_bus_message_append_array(message, code("y"), $0.baseAddress, $0.count) },
-            "append bytes")
+            "the reply could not be written")
     }
 
     func open(_ type: Character, _ contents: String) throws(BusError) {
-        _ = try check(sd_bus_message_open_container(message, code(type), contents), "append \(type)\(contents)")
+        _ = try check(sd_bus_message_open_container(message, code(type), contents), "the reply could not be written")
     }
 
-    func close() throws(BusError) { _ = try check(sd_bus_message_close_container(message), "append") }
+    func close() throws(BusError) {
+        _ = try check(sd_bus_message_close_container(message), "the reply could not be written")
+    }
 
     func stringMap(_ map: [String: String]) throws(BusError) {
         try open("a", "{ss}")
@@ -182,5 +203,16 @@ struct MessageWriter {
         try open("v", contents)
         try body()
         try close()
+    }
+}
+
+/// The signature of a container for error texts: `a` of `{ss}` is `a{ss}`, `r` of `oayays` is
+/// `(oayays)`.
+private func containerType(_ type: Character, _ contents: String) -> String {
+    switch type {
+    case "r": "(\(contents))"
+    case "e": "{\(contents)}"
+    case "v": "v"
+    default: "\(type)\(contents)"
     }
 }
