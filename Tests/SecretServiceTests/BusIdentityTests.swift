@@ -64,4 +64,20 @@ struct BusIdentityTests {
                 box.audit.contains("identity not confirmed"), "the refusal is audited: \(box.audit.suffix(800))")
         }
     }
+
+    @Test("opted out (--trust-pid): the allowed program reads its group's item on its pid alone, with no prompt")
+    func trustPidOptOut() throws {
+        try withSecretService(
+            options: ["--trust-pid"],
+            setup: { box in
+                let add = try box.cli(["access-group", "add"] + box.unlockArgs + ["team", "/usr/bin/secret-tool"])
+                try #require(add.status == 0, "access-group add: \(add.summary)")
+                try box.addGeneric("trusted-svc", "ivy", "trusted-secret", extra: ["--access-group", "team"])
+            }
+        ) { box, bus in
+            let lookup = try box.secretTool(bus.address, ["lookup", "service", "trusted-svc"])
+            #expect(lookup.stdout == "trusted-secret", "\(lookup.summary)")
+            #expect(!box.audit.contains("identity not confirmed"), "\(box.audit.suffix(800))")
+        }
+    }
 }

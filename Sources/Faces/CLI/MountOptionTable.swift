@@ -84,6 +84,13 @@ struct MountOption: Sendable {
             $0.secretServiceAddress = $1
         },
         .flag(
+            "secret_service_trust_pid",
+            "Serve group items to a D-Bus client on its pid alone, without the identity prompt (implies secret_service; gives up the protection in docs/secret-service.md, Access control)."
+        ) {
+            $0.secretService = true
+            $0.secretServiceTrustPid = true
+        },
+        .flag(
             "ssh_agent",
             "Also serve the vault's keys as an ssh agent on $XDG_RUNTIME_DIR/keychainfs/ssh-agent.sock (docs/ssh.md)."
         ) { $0.sshAgentSocket = $0.sshAgentSocket ?? ParsedMountOptions.defaultAgentSocket },
@@ -188,6 +195,8 @@ struct ParsedMountOptions {
     /// Serve org.freedesktop.secrets beside the mount, on the session bus or this address.
     var secretService = false
     var secretServiceAddress: String?
+    /// Trust a D-Bus client's pid where the bus gives no process handle (`secret_service_trust_pid`).
+    var secretServiceTrustPid = false
     /// Serve the ssh agent from the mount's service, on this socket.
     var sshAgentSocket: String?
     /// Mount over a directory that has entries (refused otherwise: they would vanish from view).

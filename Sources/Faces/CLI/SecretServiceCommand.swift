@@ -44,6 +44,13 @@ struct SecretServiceCommand: ParsableCommand {
     )
     var locked = false
 
+    @Flag(
+        name: .long,
+        help:
+            "Serve group items to a client on its pid alone where the bus gives no process handle, without the identity prompt (gives up the protection docs/secret-service.md describes)."
+    )
+    var trustPid = false
+
     func validate() throws {
         try vault.validate()
         if locked && (vault.passphraseFile != nil || vault.passphraseFd != nil || vault.passphraseProgram != nil) {
@@ -64,7 +71,7 @@ struct SecretServiceCommand: ParsableCommand {
         let provider = Self.provider(
             keychain: keychain, access: access,
             prompter: PinentryPresence(keychain: keychain, program: pinentry, reuseSeconds: 0),
-            passphraseFile: vault.passphraseFile)
+            passphraseFile: vault.passphraseFile, trustPid: trustPid)
         let described: String
         do { described = try provider.connect(address: address) } catch { throw CLIError.failure(error.message) }
         Output.line(
@@ -77,9 +84,10 @@ struct SecretServiceCommand: ParsableCommand {
     /// to its end, a terminal may be gone); otherwise a Prompt object asks the client's user
     /// through `prompter`.
     static func provider(
-        keychain: Keychain, access: AccessLayer, prompter: PinentryPresence, passphraseFile: String?
+        keychain: Keychain, access: AccessLayer, prompter: PinentryPresence, passphraseFile: String?,
+        trustPid: Bool = false
     ) -> SecretServiceProvider {
-        SecretServiceProvider(keychain: keychain, access: access, prompter: prompter) {
+        SecretServiceProvider(keychain: keychain, access: access, prompter: prompter, trustBusPid: trustPid) {
             guard let file = passphraseFile else {
                 throw BusError(
                     "org.freedesktop.Secret.Error.IsLocked",

@@ -127,6 +127,7 @@ struct ServiceDaemon {
         configuration.knownHosts = HostRestriction.defaultFiles(home: ProcessInfo.processInfo.environment["HOME"])
         configuration.secretService = parsed.secretService
         configuration.secretServiceAddress = parsed.secretServiceAddress
+        configuration.secretServiceTrustPid = parsed.secretServiceTrustPid
         if let file = vault.passphraseFile ?? parsed.passphraseFile {
             configuration.unlockPassphrase = { try PassphraseSource(file: file, fd: nil).read(prompt: "") }
         }
