@@ -30,9 +30,16 @@ FISH_COMPLETION_DIR ?= $(DATADIR)/fish/vendor_completions.d
 
 SWIFT ?= swift
 CONFIGURATION ?= release
+# One self-contained binary: the Swift runtime linked in (only Debian's libraries at run time,
+# nothing found through a RUNPATH into the toolchain), stripped when installed (STRIP= keeps
+# the symbols).
+SWIFT_BUILD_FLAGS ?= $(if $(filter release,$(CONFIGURATION)),--static-swift-stdlib)
+STRIP ?= -s
 BIN ?= .build/$(CONFIGURATION)/keychainfs
-# git's and docker's credential helpers, built beside BIN (`git config credential.helper
-# keychainfs` runs git-credential-keychainfs from PATH; docker's credsStore likewise).
+# git's and docker's credential helpers: hard links to keychainfs, which runs each by the name
+# it was started as (`git config credential.helper keychainfs` runs git-credential-keychainfs
+# from PATH; docker's credsStore likewise). Hard, not symbolic: access groups name a caller by
+# /proc/PID/exe, which a symlink would resolve to keychainfs.
 HELPERS = git-credential-keychainfs docker-credential-keychainfs
 
 # The one keychain service and the sockets that start it (docs/service.md).
@@ -58,7 +65,7 @@ INSTALLED = $(BINDIR)/keychainfs $(addprefix $(BINDIR)/,$(HELPERS)) $(MANDIR)/ma
 all: build
 
 build:
-	for product in keychainfs $(HELPERS); do $(SWIFT) build -c $(CONFIGURATION) --product $$product || exit 1; done
+	$(SWIFT) build -c $(CONFIGURATION) $(SWIFT_BUILD_FLAGS) --product keychainfs
 
 install: build
 	$(MAKE) install-files
@@ -66,13 +73,11 @@ install: build
 # The installed helper and unit name the installed binary, not /usr/local/bin's.
 install-files:
 	@test -x "$(BIN)" || { echo "make: $(BIN) is not built; run 'make' first" >&2; exit 1; }
-	@for helper in $(HELPERS); do test -x "$(dir $(BIN))$$helper" \
-		|| { echo "make: $(dir $(BIN))$$helper is not built; run 'make' first" >&2; exit 1; }; done
 	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(MANDIR)/man1" "$(DESTDIR)$(MANDIR)/man5" \
 		"$(DESTDIR)$(BASH_COMPLETION_DIR)" "$(DESTDIR)$(ZSH_COMPLETION_DIR)" "$(DESTDIR)$(FISH_COMPLETION_DIR)" \
 		"$(DESTDIR)$(SYSTEMD_USER_DIR)"
-	install -m 0755 "$(BIN)" "$(DESTDIR)$(BINDIR)/keychainfs"
-	for helper in $(HELPERS); do install -m 0755 "$(dir $(BIN))$$helper" "$(DESTDIR)$(BINDIR)/$$helper" || exit 1; done
+	install -m 0755 $(STRIP) "$(BIN)" "$(DESTDIR)$(BINDIR)/keychainfs"
+	for helper in $(HELPERS); do ln -f "$(DESTDIR)$(BINDIR)/keychainfs" "$(DESTDIR)$(BINDIR)/$$helper" || exit 1; done
 	install -m 0644 docs/man/keychainfs.1 "$(DESTDIR)$(MANDIR)/man1/keychainfs.1"
 	install -m 0644 docs/man/keychainfs.5 "$(DESTDIR)$(MANDIR)/man5/keychainfs.5"
 	for helper in $(HELPERS); do install -m 0644 "docs/man/$$helper.1" "$(DESTDIR)$(MANDIR)/man1/$$helper.1" || exit 1; done

@@ -51,6 +51,17 @@ struct InstallTests {
             let text = (try? String(contentsOfFile: stage + file, encoding: .utf8)) ?? ""
             #expect(text.contains("/usr/bin/keychainfs") && !text.contains("/usr/local/bin"), "\(file)")
         }
+        // The helpers: hard links to the binary (one inode), each answering by its own name.
+        var main = stat(), helper = stat()
+        #expect(stat(stage + "/usr/bin/keychainfs", &main) == 0)
+        for name in ["git-credential-keychainfs", "docker-credential-keychainfs"] {
+            #expect(stat(stage + "/usr/bin/" + name, &helper) == 0 && helper.st_ino == main.st_ino, "\(name)")
+            let answer = try box.run(stage + "/usr/bin/" + name, ["--version"], timeout: 10)
+            #expect(answer.stdout.hasPrefix(name + " (keychainfs) "), "\(name): \(answer.summary)")
+        }
+        // Stripped on install: no symbol table left.
+        let symbols = try box.run("/usr/bin/readelf", ["-S", stage + "/usr/bin/keychainfs"], timeout: 20)
+        #expect(symbols.status == 0 && !symbols.stdout.contains(".symtab"), "the installed binary is not stripped")
         // Completions complete the subcommands, new ones included.
         let bashCompletion = "/usr/share/bash-completion/completions/keychainfs"
         let bash = (try? String(contentsOfFile: stage + bashCompletion, encoding: .utf8)) ?? ""

@@ -21,7 +21,10 @@ struct QuickstartTests {
         let helpers = try FileManager.default.contentsOfDirectory(atPath: repository + "/mount-helper").map {
             "mount-helper/" + $0
         }
-        for file in ["Makefile", "docs/man/keychainfs.1", "docs/man/keychainfs.5"] + helpers {
+        let pages = try FileManager.default.contentsOfDirectory(atPath: repository + "/docs/man").map {
+            "docs/man/" + $0
+        }
+        for file in ["Makefile"] + pages + helpers {
             try FileManager.default.copyItem(atPath: repository + "/" + file, toPath: tree + "/" + file)
         }
         try box.writeFile(
@@ -30,9 +33,6 @@ struct QuickstartTests {
                 """
                 #!/bin/sh
                 mkdir -p .build/release && cp '\(binary)' .build/release/keychainfs
-                for helper in git-credential-keychainfs docker-credential-keychainfs; do
-                    cp "$(dirname '\(binary)')/$helper" .build/release/
-                done
                 for i in 1 2 3; do echo "[$i/3] Compiling stand-in $i"; done
 
                 """.utf8))
@@ -54,6 +54,15 @@ struct QuickstartTests {
         // The credential helpers, so that `git config credential.helper keychainfs` works.
         #expect(fileMode(box.home + "/.local/bin/git-credential-keychainfs") == 0o755)
         #expect(fileMode(box.home + "/.local/bin/docker-credential-keychainfs") == 0o755)
+        // The helpers are keychainfs itself, by another name (hard links: issue 28.2).
+        var main = stat(), helper = stat()
+        #expect(stat(box.home + "/.local/bin/keychainfs", &main) == 0)
+        #expect(stat(box.home + "/.local/bin/git-credential-keychainfs", &helper) == 0)
+        #expect(
+            main.st_ino == helper.st_ino && main.st_dev == helper.st_dev, "git-credential-keychainfs is not a hard link"
+        )
+        let version = try box.run(box.home + "/.local/bin/git-credential-keychainfs", ["--version"], timeout: 10)
+        #expect(version.stdout.hasPrefix("git-credential-keychainfs (keychainfs) "), "\(version.summary)")
         #expect(fileMode(box.home + "/.local/share/man/man1/keychainfs.1") == 0o644)
         #expect(fileMode(box.root + "/config/keychainfs/passphrase") == 0o600)
     }
