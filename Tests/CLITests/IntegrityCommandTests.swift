@@ -100,6 +100,14 @@ struct IntegrityCommandTests {
         let verify = try box.run(["verify", box.vault, "--passphrase-file", box.passphraseFile])
         expectSuccess(verify)
         #expect(verify.stdoutString.hasSuffix("access policy: none\nok\n"))
+        // Issue 28, point 10: once the vault moved on, the backup is whole but older: exit 3,
+        // so a script gating on verify cannot take a rolled-back file for the live vault.
+        expectSuccess(try box.addGeneric(service: "svc", account: "b", secret: Array("b-secret".utf8)))
+        let older = try box.run(["verify", backup, "--passphrase-file", box.passphraseFile])
+        #expect(older.status == 3, "verify of an older copy: \(older.stdoutString) \(older.stderr)")
+        #expect(older.stderr.contains("is an older copy"), "\(older.stderr)")
+        #expect(older.stdoutString.contains("this is an older copy") && older.stdoutString.hasSuffix("ok\n"))
+        expectSuccess(try box.run(["verify", box.vault, "--passphrase-file", box.passphraseFile]))
     }
 
     enum Tampering: String, CaseIterable, Sendable {

@@ -53,7 +53,18 @@ struct Verify: ParsableCommand {
             throw CLIError.failure("\(target) does not verify: \(first)\(rows)")
         }
         Output.line("ok")
+        // Whole, but older than what this device has seen: a backup, or a rollback. A script
+        // that gates on `verify` must not take it for the live vault.
+        if let mark = report.deviceMark, let counter = report.counter, mark > counter {
+            throw CLIError(
+                message:
+                    "\(target) verifies but is an older copy: its commit is \(counter), this device has seen \(mark) (a backup, or a rollback)",
+                exitCode: Self.olderCopyExitCode)
+        }
     }
+
+    /// `verify`'s exit status for a vault that is whole but older than this device has seen.
+    static let olderCopyExitCode: Int32 = 3
 
     static func describe(_ report: VerificationReport, path: String) -> [String] {
         var lines = ["vault: \(path)"]
