@@ -17,6 +17,12 @@ struct ImportRunOptions: ParsableArguments {
             "Update an item that already exists (same primary key) instead of skipping it, as add-generic-password -U does."
     )
     var updateIfPresent = false
+    @Flag(
+        name: .long,
+        help:
+            "Import the entries that can be read when others cannot (import-pass: entries gpg cannot decrypt are listed and skipped)."
+    )
+    var continueOnError = false
 }
 
 struct ImportPass: ParsableCommand {
@@ -42,10 +48,25 @@ struct ImportPass: ParsableCommand {
         var records: [ImportRecord] = []
         defer { for i in records.indices { records[i].wipe() } }
         try importing.convertingErrors {
-            // Every entry is decrypted before the vault is opened: an entry gpg cannot decrypt
-            // stops the import with nothing stored.
-            for entry in try PassStore.entries(in: store, under: folder) {
-                records.append(try PassStore.read(entry: entry, in: store, gpgOptions: gpgOptions))
+            // Every entry is decrypted before the vault is opened. Entries gpg cannot decrypt are
+            // all named at the end; then nothing is stored, unless --continue-on-error.
+            var undecryptable: [(entry: String, why: String)] = []
+            let entries = try PassStore.entries(in: store, under: folder)
+            for entry in entries {
+                do { records.append(try PassStore.read(entry: entry, in: store, gpgOptions: gpgOptions)) } catch let
+                    error as ImportError
+                {
+                    undecryptable.append((entry, error.message))
+                } catch {
+                    undecryptable.append((entry, "\(error)"))
+                }
+            }
+            guard !undecryptable.isEmpty else { return }
+            for (entry, why) in undecryptable { Output.errorLine("keychainfs: not imported: \(entry): \(why)") }
+            if !importing.continueOnError {
+                throw ImportError(
+                    "\(undecryptable.count) of \(entries.count) entries could not be read (listed above); nothing imported (--continue-on-error imports the others)",
+                    exitCode: 1)
             }
         }
         try importing.store(&records, from: "pass store \(store)", vault: vault)

@@ -34,15 +34,30 @@ public enum PassStore {
                 exitCode: 1)
         }
         let prefix = subfolder.map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "/")) } ?? ""
-        if !prefix.isEmpty, FileManager.default.fileExists(atPath: store + "/" + prefix + ".gpg") { return [prefix] }
+        // Nothing outside the store is read: a symlink (or `..`) leading out of it is refused by
+        // name, never followed to gpg.
+        let storeRoot = resolved(store) ?? store
+        func inside(_ path: String) -> Bool {
+            guard let real = resolved(path) else { return false }
+            return real == storeRoot || real.hasPrefix(storeRoot + "/")
+        }
+        if !prefix.isEmpty, FileManager.default.fileExists(atPath: store + "/" + prefix + ".gpg") {
+            guard inside(store + "/" + prefix + ".gpg") else {
+                throw ImportError("\(prefix) leads out of the password store \(store); not imported", exitCode: 1)
+            }
+            return [prefix]
+        }
         let root = prefix.isEmpty ? store : store + "/" + prefix
-        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
+        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue,
+            inside(root)
+        else {
             throw ImportError("\(prefix) is neither an entry nor a folder of the password store \(store)", exitCode: 1)
         }
         guard let walker = FileManager.default.enumerator(atPath: root) else {
             throw ImportError("cannot list the password store \(root)", exitCode: 1)
         }
         var out: [String] = []
+        var outside: [String] = []
         while let relative = walker.nextObject() as? String {
             if relative.split(separator: "/").contains(where: { $0.hasPrefix(".") }) {
                 if walker.fileAttributes?[.type] as? FileAttributeType == .typeDirectory { walker.skipDescendants() }
@@ -51,9 +66,26 @@ public enum PassStore {
             guard relative.hasSuffix(".gpg"), walker.fileAttributes?[.type] as? FileAttributeType != .typeDirectory
             else { continue }
             let name = String(relative.dropLast(4))
-            out.append(prefix.isEmpty ? name : prefix + "/" + name)
+            let entry = prefix.isEmpty ? name : prefix + "/" + name
+            guard inside(store + "/" + entry + ".gpg") else {
+                outside.append(entry)
+                continue
+            }
+            out.append(entry)
+        }
+        if !outside.isEmpty {
+            throw ImportError(
+                "\(outside.count) entr\(outside.count == 1 ? "y leads" : "ies lead") out of the password store \(store) through a symlink (\(outside.prefix(5).joined(separator: ", "))); nothing imported",
+                exitCode: 1)
         }
         return out.sorted()
+    }
+
+    /// The path with every symlink resolved, or nil when it does not exist.
+    static func resolved(_ path: String) -> String? {
+        guard let real = realpath(path, nil) else { return nil }
+        defer { free(real) }
+        return String(cString: real)
     }
 
     /// Decrypts one entry with gpg and reads it as pass's convention says.
