@@ -1,6 +1,7 @@
 import Foundation
 import KeychainCrypto
 import KeychainStore
+import Synchronization
 
 // What the ssh agent asks of the vault: the keys a caller may use, listed from their stored
 // public halves, and a signature by the one key a public key names, found through the
@@ -59,6 +60,31 @@ extension KeyData {
     }
 }
 
+/// The ssh agent's listings kept while the vault has not changed: ssh lists the keys on every
+/// connection, and a listing decrypts every visible key's attributes. Kept per set of access
+/// groups, with the vault's change stamp (`ItemStore.changeStamp`: any commit, by any process,
+/// changes it) and the protection class of each key, which is checked again at every use (a lock
+/// takes class keys away without a commit). Public keys and labels only; at most 16 sets.
+final class SSHListings: Sendable {
+    struct Entry {
+        let stamp: [Int64]
+        let identities: [(Accessibility, SSHIdentity)]
+        let skipped: [(Accessibility, Int64, String)]
+    }
+    private let entries = Mutex<[[String]: Entry]>([:])
+
+    func entry(_ groups: [String], stamp: [Int64]) -> Entry? {
+        entries.withLock { $0[groups] }.flatMap { $0.stamp == stamp ? $0 : nil }
+    }
+
+    func keep(_ groups: [String], _ entry: Entry) {
+        entries.withLock {
+            if $0.count >= 16 { $0.removeAll() }
+            $0[groups] = entry
+        }
+    }
+}
+
 extension Keychain {
     private static let privateKeys = Query(
         .key, [Schema.named("keyClass"): .number(KeyData.classPrivate)], matchLimit: .all, synchronizableAny: true)
@@ -73,23 +99,55 @@ extension Keychain {
     public func sshIdentities(caller callerArgument: Caller? = nil) throws -> SSHIdentityListing {
         let call = callContext(callerArgument)
         let keys = try call.unlockedKeys()
-        var found = try matches(Self.privateKeys, caller: call.caller, keys: keys, withData: false)
-        let unfilled = found.filter { !KeyData.hasSSHHalves($0.1) }.map(\.0.id)
+        let groups = call.caller.accessGroups
+        // The stamp is read before the rows: a commit after it changes it, so a listing kept
+        // under it is never older than the state the stamp names.
+        let stamp = try changeStamp()
+        var entry = sshListings.entry(groups, stamp: stamp)
+        if entry == nil {
+            try requireEveryBucketVerified()
+            entry = try listSSHKeys(caller: call.caller, keys: keys)
+            if let entry {
+                sshListings.keep(
+                    groups, SSHListings.Entry(stamp: stamp, identities: entry.identities, skipped: entry.skipped))
+            }
+        } else {
+            try requireEveryBucketVerified()
+        }
         var out = SSHIdentityListing()
+        for (protection, identity) in entry!.identities where keys.classKeys[protection] != nil {
+            out.identities.append(identity)
+        }
+        for (protection, id, why) in entry!.skipped where keys.classKeys[protection] != nil {
+            out.skipped.append((id, why))
+        }
+        return out
+    }
+
+    /// The listing from the rows, each key's protection class beside it; a key stored before the
+    /// halves existed is filled in first (a commit: the entry made here is then kept under a
+    /// stamp that no longer holds, and is made again at the next listing).
+    private func listSSHKeys(caller: Caller, keys: Keys) throws -> SSHListings.Entry {
+        var found = try matches(Self.privateKeys, caller: caller, keys: keys, withData: false)
+        let unfilled = found.filter { !KeyData.hasSSHHalves($0.1) }.map(\.0.id)
+        var identities: [(Accessibility, SSHIdentity)] = []
+        var skipped: [(Accessibility, Int64, String)] = []
         if !unfilled.isEmpty {
-            out.skipped = try fillSSHHalves(ids: Set(unfilled), caller: call.caller, keys: keys)
-            found = try matches(Self.privateKeys, caller: call.caller, keys: keys, withData: false)
+            for (id, why) in try fillSSHHalves(ids: Set(unfilled), caller: caller, keys: keys) {
+                let protection = found.first { $0.0.id == id }.map { Self.accessibility(of: $0.1) } ?? .whenUnlocked
+                skipped.append((protection, id, why))
+            }
+            found = try matches(Self.privateKeys, caller: caller, keys: keys, withData: false)
         }
         for (row, attributes) in found {
             let item = KeychainItem(id: row.id, itemClass: .key, attributes: attributes, data: nil)
-            guard (try? classKey(item.accessibility, keys: keys, for: item.summary)) != nil else { continue }
             if case .data(let blob)? = attributes[KeyData.sshPublicKey], !blob.isEmpty {
-                out.identities.append(Self.identity(row.id, item, blob))
+                identities.append((item.accessibility, Self.identity(row.id, item, blob)))
             } else if case .string(let why)? = attributes[KeyData.sshUnusable] {
-                out.skipped.append((row.id, "\(item.summary): \(why)"))
+                skipped.append((item.accessibility, row.id, "\(item.summary): \(why)"))
             }
         }
-        return out
+        return SSHListings.Entry(stamp: [], identities: identities, skipped: skipped)
     }
 
     private static func identity(_ id: Int64, _ item: KeychainItem, _ blob: [UInt8]) -> SSHIdentity {

@@ -121,6 +121,10 @@ struct SSHHalvesTests {
             #expect(try kc.sshIdentities(caller: .default).identities.map(\.id) == [hosted.id])
             #expect(try kc.sshKey(publicKey: hostedBlob, hostsAllow: { $0 == "github.com" }) == hosted.id)
             expectError(.itemNotFound) { _ = try kc.sshKey(publicKey: hostedBlob, hostsAllow: { $0.isEmpty }) }
+            // A listing kept while nothing changed still follows a lock (no commit): no key then.
+            #expect(try kc.sshIdentities(caller: both).identities.count == 2)
+            kc.lock()
+            #expect(try kc.sshIdentities(caller: both).identities.isEmpty)
         }
     }
 
