@@ -173,8 +173,10 @@ extension Keychain {
                 guard let row = try vault.item(id: id, withData: true), row.itemClass == ItemClass.key.rawValue else {
                     continue
                 }
-                var attributes = try openAttributes(row, itemClass: .key, keys: keys)
-                guard !KeyData.hasSSHHalves(attributes) else { continue }
+                // A row that no longer opens is the listing's to skip (it was read before).
+                guard var attributes = try? openAttributes(row, itemClass: .key, keys: keys),
+                    !KeyData.hasSSHHalves(attributes)
+                else { continue }
                 let item = KeychainItem(id: id, itemClass: .key, attributes: attributes, data: nil)
                 guard (try? classKey(item.accessibility, keys: keys, for: item.summary)) != nil else { continue }
                 var data: [UInt8]
