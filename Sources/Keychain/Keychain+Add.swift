@@ -58,6 +58,7 @@ extension Keychain {
             }
         case .key:
             for (k, v) in KeyData.derivedAttributes(data, given: given) { attributes[k] = v }
+            KeyData.setSSHHalves(&attributes, data: data)
             try Self.checkNonExtractableAdd(attributes, data: data)
             // A key's label is not in its primary key, so two keys added under different names
             // with the same key material would collide. Its tag (which is in the key) defaults

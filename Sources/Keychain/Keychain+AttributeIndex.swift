@@ -33,11 +33,13 @@ extension Keychain {
     }
 
     /// Every tag of an item: one per pair of the map a Secret Service client sees for it, in
-    /// byte order; none for the classes a client does not see.
+    /// byte order; for a key, its ssh public half's; none for the other classes.
     static func attributeTags(_ itemClass: ItemClass, _ attributes: Attributes, key: SecureBytes) -> [[UInt8]] {
-        guard secretServiceClasses.contains(itemClass) else { return [] }
         var group = ""
         if case .string(let g)? = attributes[Schema.accessGroup] { group = g }
+        // A key's one tag: its ssh public half (Keychain+SSHIdentities.swift).
+        if itemClass == .key { return KeyData.sshTags(attributes, group: group, key: key) }
+        guard secretServiceClasses.contains(itemClass) else { return [] }
         let item = KeychainItem(id: 0, itemClass: itemClass, attributes: attributes, data: nil)
         return Set(
             SecretServiceMapping.attributes(of: item).map {

@@ -15,23 +15,6 @@ extension KeychainItem {
     }
 }
 
-/// A key the ssh agent can offer: its id, label, access group and SSH public key blob.
-public struct SSHIdentity: Sendable, Equatable {
-    public let id: Int64
-    public let label: String
-    public let accessGroup: String
-    public let publicBlob: [UInt8]
-    public let publicLine: String
-    /// The key's `sshHosts` attribute: the hosts it is offered to (empty: any).
-    public let hosts: String
-}
-
-/// The keys the agent can offer, and the private keys it cannot use with why (for its log).
-public struct SSHIdentityListing: Sendable {
-    public var identities: [SSHIdentity] = []
-    public var skipped: [(id: Int64, why: String)] = []
-}
-
 extension Keychain {
     /// SecKeyCreateRandomKey: a new private key stored as a key item (PKCS#8 PEM), not
     /// extractable unless `attributes` says isExtractable = true. Returns the item (no data).
@@ -112,60 +95,5 @@ extension Keychain {
                 "a non-extractable key must be an unencrypted Ed25519, ECDSA P-256/P-384 or RSA private key; this one \(SigningKey.whyUnusable(data))"
             )
         }
-    }
-
-    /// The private keys the caller can see that the ssh agent can use, with their public keys.
-    /// Needs the vault unlocked and each key's class key, never user presence: a public key is
-    /// not a secret, and listing must not prompt once per key.
-    ///
-    /// One key that cannot be used (damaged, encrypted, of a type the agent lacks) is skipped
-    /// and named in `skipped`, never a failure of the whole listing.
-    public func sshIdentities(caller callerArgument: Caller? = nil) throws -> SSHIdentityListing {
-        let call = callContext(callerArgument)
-        let caller = call.caller
-        let keys = try call.unlockedKeys()
-        let query = Query(
-            .key, [Schema.named("keyClass"): .number(KeyData.classPrivate)], matchLimit: .all, synchronizableAny: true)
-        var out = SSHIdentityListing()
-        for (row, attributes) in try matches(query, caller: caller, keys: keys, withData: true) {
-            let item = KeychainItem(id: row.id, itemClass: .key, attributes: attributes, data: nil)
-            guard (try? classKey(item.accessibility, keys: keys, for: item.summary)) != nil else { continue }
-            var data: [UInt8]
-            do {
-                data = try openData(
-                    row, item: item, keys: keys, caller: caller.granting(presenceFor: row.id), ui: .fail)
-            } catch let error as KeychainError where error.status == .decode {
-                out.skipped.append((row.id, "\(item.summary) cannot be decrypted (damaged or tampered)"))
-                continue
-            }
-            defer { Sodium.wipe(&data) }
-            guard let key = SigningKey.parse(data) else {
-                out.skipped.append((row.id, "\(item.summary): \(SigningKey.whyUnusable(data))"))
-                continue
-            }
-            let label = item.string(Schema.label) ?? ""
-            out.identities.append(
-                SSHIdentity(
-                    id: row.id, label: label, accessGroup: item.accessGroup, publicBlob: key.publicBlob,
-                    publicLine: key.publicLine(comment: label), hosts: item.string(Schema.named("sshHosts")) ?? ""))
-        }
-        return out
-    }
-
-    /// SecKeyCreateSignature for the ssh agent: an SSH signature blob by the key with this id,
-    /// after the checks of a read (visibility, lock state, user presence through `ui`).
-    public func sshSign(
-        keyID: Int64, data: [UInt8], flags: UInt32, caller callerArgument: Caller? = nil,
-        ui: AuthenticationUI? = nil
-    ) throws -> [UInt8] {
-        let call = callContext(callerArgument)
-        var privateBytes =
-            try item(id: keyID, itemClass: .key, synchronizable: true, withData: true, in: call, ui: ui, raw: true).data
-            ?? []
-        defer { Sodium.wipe(&privateBytes) }
-        guard let key = SigningKey.parse(privateBytes) else {
-            throw KeychainError(.param, "key item \(keyID) is not a private key the agent can sign with")
-        }
-        return try key.sign(data, flags: flags)
     }
 }

@@ -99,6 +99,7 @@ extension Keychain {
                 var attributes = oldAttributes
                 for (k, v) in changes { attributes[k] = v }
                 for (k, v) in derived { attributes[k] = v }
+                if query.itemClass == .key, let data { KeyData.setSSHHalves(&attributes, data: data) }
                 if let ac = accessControl(of: changes) {
                     guard changes[Schema.accessible] == nil else {
                         throw KeychainError(.param, "accessControl and accessible cannot both be given")

@@ -72,6 +72,9 @@ public final class Keychain: Sendable {
     let commitQueue = CommitQueue()
     /// Rows read less than a second ago, for reads that accept that (RecentRows.swift).
     let recentRows = RecentRows()
+    /// The ssh agent's key listings by access groups, while the vault has not changed
+    /// (Keychain+SSHIdentities.swift).
+    let sshListings = SSHListings()
 
     /// The caller assumed when a call names none: `default` unless the front end says
     /// otherwise (the CLI, holding the passphrase, acts in every group of the policy).

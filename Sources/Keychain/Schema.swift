@@ -233,6 +233,12 @@ public enum Schema {
         Row(name: "canUnwrap", code: "unwp", type: .bool, access: .readWrite, classes: [K], key: []),
         // keychainfs's own (not Apple's): the hosts the ssh agent offers this key to (docs/ssh.md).
         Row(name: "sshHosts", code: "ssht", type: .string, access: .readWrite, classes: [K], key: []),
+        // keychainfs's own: a private key's public half as the ssh agent lists it (the SSH public
+        // key blob), or why the agent cannot use the key; set from the key's data whenever it is
+        // stored (add, import, an update of the data), so the agent lists and finds keys without
+        // decrypting one (docs/ssh.md, "What the agent stores").
+        Row(name: "sshPublicKey", code: "sshk", type: .data, access: .derived, classes: [K], key: []),
+        Row(name: "sshUnusable", code: "sshu", type: .string, access: .derived, classes: [K], key: []),
         // keychainfs's own: a Secret Service item's attribute map and content type, as JSON
         // (docs/secret-service.md).
         Row(

@@ -126,23 +126,28 @@ public struct KeychainSession: KeychainDoor {
         }
     }
 
-    private func record(_ item: Int64?, _ operation: AuditOperation, allowed: Bool, count: Int? = nil) {
-        audit?.record(caller, item: item, operation, allowed: allowed, detail: detail(count))
+    func record(
+        _ item: Int64?, _ operation: AuditOperation, allowed: Bool, count: Int? = nil, detail extra: String? = nil
+    ) {
+        audit?.record(caller, item: item, operation, allowed: allowed, detail: detail(count, extra))
     }
 
     /// A refusal is audited as a deny with the status's name; "not found" is an answer, not a
     /// decision against the caller, and is audited as an allow that found nothing.
-    private func record(_ item: Int64?, _ operation: AuditOperation, _ error: KeychainError) {
+    func record(_ item: Int64?, _ operation: AuditOperation, _ error: KeychainError, detail extra: String? = nil) {
         let denied = lessened != nil || (error.status != .itemNotFound && error.status != .duplicateItem)
         let why = error.status.name + (lessened.map { " (" + $0 + ")" } ?? "")
-        audit?.record(caller, item: item, operation, allowed: !denied, why: why, detail: detail(nil))
+        audit?.record(caller, item: item, operation, allowed: !denied, why: why, detail: detail(nil, extra))
     }
 
-    private func detail(_ count: Int?) -> String {
+    /// What follows the decision on its audit line: a face's own detail first (the ssh agent's
+    /// `host=… forwarded=…`), then `via=`, `vault=` and a count.
+    private func detail(_ count: Int?, _ extra: String?) -> String {
         let path =
             keychain.path.hasPrefix("/")
             ? keychain.path : FileManager.default.currentDirectoryPath + "/" + keychain.path
         let vault = "vault=" + AuditLog.spelled(path)
-        return count.map { "via=\(via) \(vault) count=\($0)" } ?? "via=\(via) \(vault)"
+        let line = count.map { "via=\(via) \(vault) count=\($0)" } ?? "via=\(via) \(vault)"
+        return extra.map { $0 + " " + line } ?? line
     }
 }

@@ -8,7 +8,7 @@ import KeychainStore
 struct HelpRequested: Error {}
 
 struct Options {
-    enum Command: String { case core, fs, all, faces }
+    enum Command: String { case core, fs, all, faces, agent }
     var command: Command = .all
     var sizes: [Int] = [1_000, 100_000]
     var cpu = 0
@@ -38,6 +38,7 @@ struct Options {
                                             [--baseline-keychainfs PATH]
                keychainfs-bench faces [--calls N] [--direct-calls N] [--git-libsecret-source FILE]
                                       [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
+               keychainfs-bench agent [--calls N] [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
 
           core   the keychain core: add, find, update ops/s, unlock time, bytes per item,
                  against raw SQLite and libsodium baselines measured in the same run
@@ -47,7 +48,10 @@ struct Options {
                  answered by a live mount's service, against git's store file, git's libsecret
                  helper, docker-credential-secretservice and secret-tool on a gnome-keyring the
                  bench starts on a private session bus; RSS of both daemons (a missing peer is
-                 skipped with a note)
+                 skipped with a note); then the agent's rows (below)
+          agent  keychainfs ssh-agent over vaults of 1 and 21 keys against OpenSSH's ssh-agent:
+                 REQUEST_IDENTITIES and SIGN_REQUEST round trips (5 × --calls each, at least
+                 200), and the identity check a socket request pays (pidfd, credentials)
 
           --items   vault sizes, comma-separated, each ≥ 1000 (k suffix allowed: 1k,100k);
                     default 1000,100000. The 10,000-entry directory exists from 11,000 items.
@@ -162,7 +166,7 @@ enum Runner {
         #endif
         Out.line(
             "keychainfs-bench \(o.command.rawValue) "
-                + (o.command == .faces
+                + (o.command == .faces || o.command == .agent
                     ? "--calls \(o.calls) --direct-calls \(o.directCalls)"
                     : "--items \(o.sizes.map(String.init).joined(separator: ","))"))
         Out.line("date \(formatter.string(from: Date())); \(build)")
@@ -180,9 +184,13 @@ enum Runner {
                 (try? String(contentsOfFile: "/proc/sys/kernel/sched_autogroup_enabled", encoding: .utf8))?
                 .trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
             let daemons =
-                o.command == .faces ? "keychainfs, dbus-daemon, gnome-keyring-daemon" : "the floors and keychainfs"
+                o.command == .agent
+                ? "keychainfs ssh-agent, OpenSSH's ssh-agent"
+                : o.command == .faces ? "keychainfs, dbus-daemon, gnome-keyring-daemon" : "the floors and keychainfs"
             let clients =
-                o.command == .faces ? "the git, helper, CLI and secret-tool runs" : "the cat/ls runs and the loops"
+                o.command == .agent
+                ? "the bench's own agent client"
+                : o.command == .faces ? "the git, helper, CLI and secret-tool runs" : "the cat/ls runs and the loops"
             Out.line(
                 "sessions: every daemon (\(daemons)) in a session of its own, as users run them; \(clients) in this one (kernel.sched_autogroup_enabled=\(autogroup): the scheduler groups tasks by session)"
             )
@@ -193,7 +201,7 @@ enum Runner {
             )
         }
         Out.line(
-            o.command == .faces
+            o.command == .faces || o.command == .agent
                 ? "ratios are cost ratios, keychainfs ÷ peer: 1.00× = as fast as the peer, 2.00× = twice the time"
                 : "ratios are cost ratios, keychainfs (or the keychain) ÷ floor: 1.00× = as cheap as the floor, 2.00× = twice the time (or the bytes)"
         )
@@ -202,7 +210,11 @@ enum Runner {
     static func run(_ o: Options) throws {
         let root = try makeTempDirectory(base: o.tmpdir, prefix: "keychainfs-bench-")
         Out.progress("temp directory \(root)")
-        if o.command == .faces { return try FacesBench.run(o, directory: root) }
+        if o.command == .faces {
+            try FacesBench.run(o, directory: root)
+            return try AgentBench.run(o, directory: root)
+        }
+        if o.command == .agent { return try AgentBench.run(o, directory: root) }
 
         Out.progress("crypto baseline")
         let crypto = try CryptoBaseline.measure()

@@ -189,16 +189,25 @@ struct AgentPolicyTests {
         }
     }
 
-    @Test("a damaged key is left out of the listing with a log line; the other keys are still offered")
-    func damagedKeySkipped() throws {
+    @Test(
+        "a damaged key: listed from its stored public half, its signature refused with a log line; the other key signs"
+    )
+    func damagedKeyRefused() throws {
         try withSandbox { box in
+            var lines: [String: String] = [:]
             for label in ["good", "bad"] {
                 let made = try box.cli(["create-keypair", "-l", label] + box.unlockArgs)
                 try #require(made.status == 0, "\(made.summary)")
+                lines[label] = made.stdout.trimmingCharacters(in: .newlines)
             }
             let log = box.root + "/agent.log"
             let start = try box.cli(["ssh-agent", "-a", box.root + "/agent.sock", "--log", log] + box.unlockArgs)
             try #require(start.status == 0, "\(start.summary)")
+            defer {
+                let pid = start.stdout.split(separator: "\n").first { $0.hasPrefix("SSH_AGENT_PID=") }
+                    .flatMap { pid_t($0.dropFirst("SSH_AGENT_PID=".count).prefix { $0.isNumber }) }
+                if let pid { kill(pid, SIGTERM) }
+            }
             let tamper = try box.py(
                 """
                 import sqlite3, sys
@@ -207,15 +216,24 @@ struct AgentPolicyTests {
                 db.commit()
                 """, [box.vault])
             try #require(tamper.status == 0, "\(tamper.summary)")
-            let listed = try box.sh("eval \"$(cat)\" >/dev/null && ssh-add -l", stdin: Array(start.stdout.utf8))
+            let env = ["SSH_AUTH_SOCK": box.root + "/agent.sock"]
+            // The listing reads no private key, so it cannot see the damage: both are offered.
+            let listed = try box.run("/usr/bin/ssh-add", ["-l"], env: env)
             #expect(
-                listed.status == 0 && listed.stdout.contains(" good ") && !listed.stdout.contains(" bad "),
+                listed.status == 0 && listed.stdout.contains(" good ") && listed.stdout.contains(" bad "),
                 "\(listed.summary)")
+            let message = box.root + "/message"
+            try Data("signed\n".utf8).write(to: URL(fileURLWithPath: message))
+            for label in ["good", "bad"] {
+                let pub = box.root + "/\(label).pub"
+                try Data((lines[label]! + "\n").utf8).write(to: URL(fileURLWithPath: pub))
+                try? FileManager.default.removeItem(atPath: message + ".sig")
+                let sign = try box.run(
+                    "/usr/bin/ssh-keygen", ["-Y", "sign", "-f", pub, "-n", "file", message], env: env)
+                #expect((sign.status == 0) == (label == "good"), "\(label): \(sign.summary)")
+            }
             let logText = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-            #expect(logText.contains("not offered") && logText.contains("cannot be decrypted"), "\(logText)")
-            let pid = start.stdout.split(separator: "\n").first { $0.hasPrefix("SSH_AGENT_PID=") }
-                .flatMap { pid_t($0.dropFirst("SSH_AGENT_PID=".count).prefix { $0.isNumber }) }
-            if let pid { kill(pid, SIGTERM) }
+            #expect(logText.contains("signing:") && logText.contains("damaged"), "\(logText)")
         }
     }
 

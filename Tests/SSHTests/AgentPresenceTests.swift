@@ -51,7 +51,9 @@ struct AgentPresenceTests {
             let lines = ((try? String(contentsOfFile: audit, encoding: .utf8)) ?? "").split(separator: "\n")
             let signs = lines.filter { $0.contains(" op=ssh-sign ") }
             #expect(signs.count == 3, "\(lines)")
-            #expect(signs.first?.contains(" allow host=unknown forwarded=no") == true, "\(signs)")
+            #expect(signs.first?.contains(" allow host=unknown forwarded=no via=ssh vault=/") == true, "\(signs)")
+            // Every line names the key item, allowed or not: the session found it before the prompt.
+            #expect(signs.allSatisfy { !$0.contains(" item=- ") }, "\(signs)")
             #expect(signs.dropFirst().allSatisfy { $0.contains(" deny ") && $0.contains("why=errSec") }, "\(signs)")
         }
     }

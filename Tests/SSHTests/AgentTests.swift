@@ -190,4 +190,34 @@ struct AgentTests {
         }
     }
 
+    @Test("a message that stops mid-way is dropped within a few seconds; an idle connection stays and answers")
+    func truncatedMessageDropped() throws {
+        try withSandbox { box in
+            _ = try box.cli(["create-keypair", "-l", "k"] + box.unlockArgs)
+            let socket = try Self.startAgent(box)
+            let client = """
+                import socket, struct, sys, time
+                idle = socket.socket(socket.AF_UNIX); idle.connect(sys.argv[1])
+                cut = socket.socket(socket.AF_UNIX); cut.connect(sys.argv[1])
+                cut.sendall(struct.pack('>I', 100) + bytes([11]) * 10)
+                start = time.monotonic(); cut.settimeout(60)
+                try:
+                    end = cut.recv(1)
+                except ConnectionResetError:
+                    end = b''
+                took = time.monotonic() - start
+                idle.sendall(struct.pack('>IB', 1, 11)); idle.settimeout(10)
+                n = struct.unpack('>I', idle.recv(4))[0]; reply = idle.recv(n)
+                print('closed' if end == b'' else 'open', round(took, 1), reply[0], struct.unpack('>I', reply[1:5])[0])
+                """
+            let r = try box.run("/usr/bin/python3", ["-c", client, socket])
+            let words = r.stdout.split(separator: " ").map(String.init)
+            try #require(words.count == 4, "\(r.summary)")
+            #expect(words[0] == "closed", "\(r.summary)")
+            let took = Double(words[1]) ?? -1
+            #expect(took >= 4 && took < 15, "dropped after \(took) s")
+            // The idle connection, older than the drop, still answers: one key listed.
+            #expect(words[2] == "12" && words[3] == "1\n", "\(r.summary)")
+        }
+    }
 }

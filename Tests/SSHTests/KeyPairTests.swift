@@ -29,6 +29,12 @@ struct KeyPairTests {
                 // ssh-keygen takes the file as a public key: its fingerprint works.
                 let fp = try box.sh("ssh-keygen -l -f \(q(file))")
                 #expect(fp.status == 0 && fp.stdout.contains("SHA256:"), "\(alg): \(fp.summary)")
+                // Its stored public half (the agent's) is the line's blob, in hex, and read-only.
+                let half = try box.sh("getfattr --only-values -n user.keychain.sshPublicKey \(q(file))")
+                let blob = Data(base64Encoded: String(line.split(separator: " ")[1])) ?? Data()
+                #expect(half.stdout == blob.map { String(format: "%02x", $0) }.joined(), "\(alg): \(half.summary)")
+                let set = try box.sh("setfattr -n user.keychain.sshPublicKey -v 00 \(q(file))")
+                #expect(set.status != 0 && set.stderr.contains("not permitted"), "\(alg): \(set.summary)")
             }
         }
     }

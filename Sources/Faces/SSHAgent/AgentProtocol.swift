@@ -21,7 +21,9 @@ public enum AgentMessage {
 public protocol AgentBackend: Sendable {
     /// The keys this connection may use, given what it has bound (its destination).
     func identities(session: AgentSession) throws -> [SSHIdentity]
-    func sign(_ identity: SSHIdentity, data: [UInt8], flags: UInt32, session: AgentSession) throws -> [UInt8]
+    /// A signature by the key whose public key blob is `publicKey`, if this connection may use
+    /// it here (errSecItemNotFound if not).
+    func sign(publicKey: [UInt8], data: [UInt8], flags: UInt32, session: AgentSession) throws -> [UInt8]
     /// `ssh-add -x`: forget the vault's keys until `unlock`.
     func lock() throws
     /// `ssh-add -X`: the vault's passphrase unlocks it again.
@@ -69,15 +71,13 @@ public struct AgentRequestHandler: Sendable {
                 return fail("a malformed sign request")
             }
             do {
-                guard let identity = try backend.identities(session: session).first(where: { $0.publicBlob == blob })
-                else {
-                    return fail("a sign request for a key this caller cannot use")
-                }
-                let signature = try backend.sign(identity, data: data, flags: flags, session: session)
+                let signature = try backend.sign(publicKey: blob, data: data, flags: flags, session: session)
                 var w = SSHWire()
                 w.byte(AgentMessage.signResponse)
                 w.string(signature)
                 return w.bytes
+            } catch let e as KeychainError where e.status == .itemNotFound {
+                return fail("a sign request for a key this caller cannot use")
             } catch {
                 return fail("signing: \(error)")
             }

@@ -27,8 +27,10 @@ public struct AgentPolicy: Sendable {
     }
 }
 
-/// The vault behind one connection: the keys its caller's access groups show, signed with
-/// by the core (the private key never reaches this target). Every signature is audited.
+/// The vault behind one connection, reached through a `KeychainSession` per request: the
+/// session lists the keys from their stored public halves, finds and signs with the one key a
+/// request names, and audits each signature; the agent keeps its protocol, the destination
+/// (session-bind) and its error table. The private key never reaches this target.
 struct VaultBackend: AgentBackend {
     let keychain: Keychain
     let access: AccessLayer
@@ -39,19 +41,20 @@ struct VaultBackend: AgentBackend {
     let senders: CurrentSenders
     let policy: AgentPolicy
 
-    /// The caller of a request, decided per request: the vault's policy may have changed (or
-    /// been unreadable while the vault was locked), and the request gets only the groups of
-    /// every process involved (the pinned one as it connected, each sender, the program it runs
-    /// now: an exec since it connected or another process on the socket borrows nothing).
-    func currentCaller() throws -> Caller {
+    /// The door for this request, for its caller decided now: the vault's policy may have
+    /// changed (or been unreadable while the vault was locked), and the request gets the
+    /// pinned executable's groups only when the pinned process alone wrote it and is unchanged
+    /// (`PeerProcess.judge`); anything else is the default group only.
+    func session() throws -> KeychainSession {
         let (identities, why) = peer.judge(senders: senders.current)
         if let why { Log.info("ssh agent: \(peer.identity.description): default group only: \(why)") }
-        return try access.caller(peer: identities, lessened: why)
+        let caller = try access.caller(peer: identities, lessened: why)
+        return KeychainSession(keychain: keychain, caller: caller, audit: access.audit, via: "ssh", lessened: why)
     }
 
     func identities(session: AgentSession) throws -> [SSHIdentity] {
         try unlockIfNeeded(purpose: "use its ssh keys")
-        let listing = try keychain.sshIdentities(caller: try currentCaller())
+        let listing = try self.session().sshIdentities()
         for (id, why) in listing.skipped { Log.info("ssh agent: key item \(id) not offered: \(why)") }
         let destination = session.hostKeys.last
         return listing.identities.filter {
@@ -67,7 +70,7 @@ struct VaultBackend: AgentBackend {
             throw KeychainError(
                 .interactionNotAllowed, "the vault is locked and the agent cannot ask for its passphrase")
         }
-        try prompts.unlockVault(caller: try currentCaller(), purpose: purpose)
+        try prompts.unlockVault(caller: try self.session().caller, purpose: purpose)
         access.invalidatePolicy()
     }
 
@@ -78,13 +81,12 @@ struct VaultBackend: AgentBackend {
         access.invalidatePolicy()
     }
 
-    func sign(_ identity: SSHIdentity, data: [UInt8], flags: UInt32, session: AgentSession) throws -> [UInt8] {
+    func sign(publicKey: [UInt8], data: [UInt8], flags: UInt32, session: AgentSession) throws -> [UInt8] {
+        try unlockIfNeeded(purpose: "use its ssh keys")
         let host = session.hostKeys.last.map(sshFingerprint) ?? "unknown"
         // The prompt (a key with userPresence) names the process, the destination and whether
         // the connection is forwarded; with no way to ask the core refuses at once.
-        let caller = try currentCaller()
-        var signer = caller
-        let destination: String
+        var destination: String
         if let hostKey = session.hostKeys.last {
             let names = policy.hosts.names(for: hostKey)
             destination =
@@ -94,23 +96,19 @@ struct VaultBackend: AgentBackend {
         } else {
             destination = " (destination unknown)"
         }
-        signer.processDescription += destination + (session.forwarded ? ", through a forwarded agent" : "")
+        destination += session.forwarded ? ", through a forwarded agent" : ""
         // A presence answer holds for this key and this destination only, and only where the
         // destination is proved and the request comes from this machine's ssh, not through a
         // forwarded agent (a remote host could then sign for anywhere it likes).
-        signer.presenceReuse =
+        let reuse: PresenceReuseScope =
             policy.reusePerHost && !session.hostKeys.isEmpty && !session.forwarded ? .scope("ssh-host|\(host)") : .never
-        let detail = "host=\(host) forwarded=\(session.forwarded ? "yes" : "no")"
-        do {
-            let signature = try keychain.sshSign(
-                keyID: identity.id, data: data, flags: flags, caller: signer, ui: .allow)
-            access.audit?.record(caller, item: identity.id, .sshSign, allowed: true, detail: detail)
-            return signature
-        } catch {
-            let why = (error as? KeychainError)?.status.name ?? "error"
-            access.audit?.record(caller, item: identity.id, .sshSign, allowed: false, why: why, detail: detail)
-            throw error
-        }
+        let hosts = policy.hosts
+        let bound = session.hostKeys.last
+        let context = SSHSignContext(
+            destination: destination, presenceReuse: reuse,
+            auditDetail: "host=\(host) forwarded=\(session.forwarded ? "yes" : "no")",
+            hostsAllow: { hosts.allows(HostRestriction.patterns($0), destination: bound) })
+        return try self.session().sshSign(publicKey: publicKey, data: data, flags: flags, context: context)
     }
 }
 
@@ -241,7 +239,15 @@ public final class AgentServer: Sendable {
         var handler = AgentRequestHandler(backend: backend)
         var session = AgentSession()
         var from = Set<pid_t>()
-        while var message = readMessage(fd, senders: &from) {
+        var timedOut = false
+        defer {
+            if timedOut {
+                Log.info(
+                    "ssh agent: \(peer.identity.description): a message did not complete within \(Int(Self.messageTimeout)) s; connection closed"
+                )
+            }
+        }
+        while var message = readMessage(fd, senders: &from, timedOut: &timedOut) {
             senders.set(from)
             from.removeAll(keepingCapacity: true)
             let reply = handler.reply(to: message, session: &session)
@@ -256,18 +262,40 @@ public final class AgentServer: Sendable {
         }
     }
 
-    /// One message; `senders` gains the pid the kernel attached to each read of its bytes.
-    private func readMessage(_ fd: Int32, senders: inout Set<pid_t>) -> [UInt8]? {
-        guard let header = readExactly(fd, 4, senders: &senders) else { return nil }
+    /// How long the rest of a message may take once its first byte has come: a client that
+    /// stops mid-message is dropped (its thread and descriptors freed), where an idle
+    /// connection between messages is kept as long as the client likes (ssh keeps one open).
+    static let messageTimeout: Double = 5
+
+    /// One message; `senders` gains the pid the kernel attached to each read of its bytes. Nil
+    /// at the end of the connection, on a length out of range, or (`timedOut`) when the message
+    /// did not complete within `messageTimeout` of its first byte.
+    private func readMessage(_ fd: Int32, senders: inout Set<pid_t>, timedOut: inout Bool) -> [UInt8]? {
+        var deadline: Double?
+        guard let header = readExactly(fd, 4, senders: &senders, deadline: &deadline, timedOut: &timedOut) else {
+            return nil
+        }
         let length = header.reduce(0) { $0 << 8 | Int($1) }
         guard length > 0, length <= AgentMessage.maxLength else { return nil }
-        return readExactly(fd, length, senders: &senders)
+        return readExactly(fd, length, senders: &senders, deadline: &deadline, timedOut: &timedOut)
     }
 
-    private func readExactly(_ fd: Int32, _ count: Int, senders: inout Set<pid_t>) -> [UInt8]? {
+    private func readExactly(
+        _ fd: Int32, _ count: Int, senders: inout Set<pid_t>, deadline: inout Double?, timedOut: inout Bool
+    ) -> [UInt8]? {
         var out = [UInt8](repeating: 0, count: count)
         var got = 0
         while got < count {
+            if let deadline {
+                let left = deadline - ProcessInfo.processInfo.systemUptime
+                var waiting = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                let ready = left > 0 ? poll(&waiting, 1, Int32(left * 1000) + 1) : 0
+                if ready < 0 && errno == EINTR { continue }
+                guard ready > 0 else {
+                    timedOut = ready == 0
+                    return nil
+                }
+            }
             var sender: Int32 = 0
             let n = out.withUnsafeMutableBytes {
                 kcfs_recv_with_sender(fd, $0.baseAddress! + got, UInt(count - got), &sender)
@@ -276,6 +304,7 @@ public final class AgentServer: Sendable {
             guard n > 0 else { return nil }
             senders.insert(sender)
             got += n
+            if deadline == nil { deadline = ProcessInfo.processInfo.systemUptime + Self.messageTimeout }
         }
         return out
     }
