@@ -89,6 +89,11 @@ struct ServiceStateTests {
             #expect(find.stdout == "served\n", "find through serve: \(find.summary)")
             let status = try box.cli(["status", "--vault", box.vault])
             #expect(status.status == 0 && status.stdout.contains("unlocked"), "status: \(status.summary)")
+            // Issue 28, point 6: --json, one object a script can read.
+            let json = try box.cli(["status", "--vault", box.vault, "--json"])
+            let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: String]
+            #expect(object?["state"] == "unlocked" && object?["since"] != nil, "status --json: \(json.summary)")
+            #expect(object?["path"].map { $0.hasSuffix("/test.vault") } == true, "\(json.stdout)")
             #expect(try box.cli(["lock", "--vault", box.vault]).status == 0)
             #expect(
                 try box.cliWithoutPassphrase(["find-generic-password", "--vault", box.vault, "-s", "plain", "-w"])

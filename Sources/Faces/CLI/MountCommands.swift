@@ -129,8 +129,15 @@ func control(_ mountpoint: String, _ command: String, payload: SecureBytes? = ni
     throw KeychainError(KeychainStatus(rawValue: code), parts[2])
 }
 
-func printState(_ mountpoint: String, _ state: String) {
+func printState(_ mountpoint: String, _ state: String, json: Bool = false) {
     let parts = state.split(separator: " ").map(String.init)
+    if json {
+        var object: [String: String] = ["path": absolutePath(mountpoint), "state": parts.first ?? state]
+        if parts.count == 2 && parts[1] != "never-unlocked" { object["since"] = parts[1] }
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
+        Output.line(String(decoding: data, as: UTF8.self))
+        return
+    }
     if parts.count == 2 && parts[1] == "never-unlocked" {
         Output.line("\(absolutePath(mountpoint)): locked (not unlocked since it was mounted)")
     } else if parts.count == 2 {
@@ -203,9 +210,15 @@ struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Say whether a keychain service (a mount, or --vault) is locked, and since when.")
     @OptionGroup var target: ServiceTarget
+    @Flag(
+        name: .long,
+        help: "Print one JSON object: path, state (locked or unlocked), since (absent when never unlocked).")
+    var json = false
     func run() throws {
-        if let mountpoint = target.mountpoint { return printState(mountpoint, try control(mountpoint, "status")) }
+        if let mountpoint = target.mountpoint {
+            return printState(mountpoint, try control(mountpoint, "status"), json: json)
+        }
         let (client, path) = try service(of: target.vault)
-        printState(path, try client.status().state)
+        printState(path, try client.status().state, json: json)
     }
 }

@@ -39,6 +39,13 @@ case "docker-credential-keychainfs": DockerHelperMain.run(Array(CommandLine.argu
 default: break
 }
 
+// `keychainfs --version` answers before the argument parser builds its tree of 40 commands,
+// which was half of the command's start-up (docs/benchmarks.md, "Start-up").
+if Array(CommandLine.arguments.dropFirst()) == ["--version"] {
+    Output.line("keychainfs \(keychainfsVersion)")
+    exit(0)
+}
+
 // Before any key exists in memory: no core dumps, no same-user ptrace.
 ProcessHardening.apply()
 
