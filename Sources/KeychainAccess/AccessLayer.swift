@@ -79,12 +79,24 @@ public final class AccessLayer: Sendable {
             throw Errno.permissionDenied
         }
         // "Always allow" answers the user gave this executable count as presence already given.
+        var groups = policy.accessGroups(forExecutable: process.executable)
+        var grants =
+            policy.rememberedPresence.isEmpty ? [] : process.executable.flatMap { policy.rememberedPresence[$0] } ?? []
+        var description = process.description
+        var executable = process.executable
+        // Code injected into an allowed program (a tracer, LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH,
+        // a process that hid itself from us) gets none of its groups or remembered answers
+        // (docs/security.md, "The service's callers"). Read only when the program has something
+        // to lose, so callers outside every group pay nothing.
+        if groups.count > 1 || !grants.isEmpty, let why = identities.taint(tid: tid) {
+            groups = [Caller.defaultAccessGroup]
+            grants = []
+            executable = nil
+            description += " (default group only: \(why))"
+        }
         return Caller(
-            accessGroups: policy.accessGroups(forExecutable: process.executable), presence: presence,
-            processDescription: process.description, processKey: process.key,
-            presenceGrants: policy.rememberedPresence.isEmpty
-                ? [] : process.executable.flatMap { policy.rememberedPresence[$0] } ?? [],
-            executable: process.executable)
+            accessGroups: groups, presence: presence, processDescription: description, processKey: process.key,
+            presenceGrants: grants, executable: executable)
     }
 
     /// The caller of a message on a socket face (the service's API socket, the ssh agent):

@@ -47,6 +47,15 @@ public final class IdentityCache: Sendable {
 
     public var count: Int { entries.withLock { $0.count } }
 
+    /// Why thread `tid`'s process may be running code that is not its executable's (traced, not
+    /// dumpable, started with LD_PRELOAD, LD_AUDIT or LD_LIBRARY_PATH: `PeerProcess.taint`), read
+    /// now under the thread's held directory (a tracer can attach at any time); nil when none,
+    /// and when the thread is not cached (then `process(tid:)` has just failed).
+    public func taint(tid: pid_t) -> String? {
+        guard let entry = entries.withLock({ $0[tid] }) else { return nil }
+        return PeerProcess.taint(in: entry.threadDirectory)
+    }
+
     /// The process of thread `tid`: from the cache while its thread lives and its executable
     /// still matches, else from /proc (and then cached).
     public func process(tid: pid_t) -> ProcessIdentity? {
