@@ -156,6 +156,9 @@ extension Keychain {
         let seen = highestCounterSeen()
         var classKeys: [Accessibility: SecureBytes] = [:]
         var deviceMatches = false
+        // Brackets the snapshot (see verifyBucket): an incremental unlock checked the bucket
+        // table in it, and the first bucket's check need not fold it again.
+        let stampBefore = incremental ? try? store.changeStamp() : nil
         let (manifest, authenticated) = try verifyManifest(
             keys: manifestKeys, metadataKey: metadata, incremental: incremental
         ) { state in
@@ -181,6 +184,9 @@ extension Keychain {
         // Durable at every unlock (RollbackMark): what this device has seen survives a power loss.
         rollbackMark.makeDurable()
         startIntegrityProgress(complete: !incremental)
+        if let stampBefore, stampBefore == (try? store.changeStamp()) {
+            state.withLock { $0.integrity.tableVerifiedAt = stampBefore }
+        }
     }
 
     /// Every class key of `state` that can be opened: all of them, less the ThisDeviceOnly ones

@@ -40,29 +40,18 @@ extension Keychain {
         }
         let lists = NameLists(vaultID: vaultID, keys: keys.manifest)
         let indexes = groups.map { secondaryIndex(itemClass, group: $0, value, keys: keys) }
-        let seen = highestCounterSeen()
-        let sealed = try storeCall {
-            try store.read { vault in
-                let state = try AuthenticatedState.read(from: vault)
-                let expected = try state.verified(try vault.meta("manifest"), keys: keys.manifest)
-                try refuseRollback(expected.counter, seen: seen, accepting: false)
-                if let problem = try Manifest.bucketTableMismatch(
-                    vault, try ManifestBuckets.stored(vault), expected: expected, key: keys.manifest.entry)
-                {
-                    throw KeychainError(.decode, "vault integrity check failed: \(problem)")
+        let sealed = try readVerifyingTable(keys: keys) { vault, _, _ in
+            try indexes.map { sidx in
+                let chunks = try vault.nameChunks(secondaryIndex: sidx)
+                let found = NameLists.tally(chunks, sidx, key: keys.manifest.entry)
+                let want = try NameLists.stored(vault, sidx)
+                guard found == want else {
+                    throw KeychainError(
+                        .decode,
+                        "vault integrity check failed: \(NameLists.describe(sidx)) does not match the authenticated manifest (\(found.count) chunks found, \(want.count) expected): chunks were altered, deleted, added, swapped or replayed from an older copy"
+                    )
                 }
-                return try indexes.map { sidx in
-                    let chunks = try vault.nameChunks(secondaryIndex: sidx)
-                    let found = NameLists.tally(chunks, sidx, key: keys.manifest.entry)
-                    let want = try NameLists.stored(vault, sidx)
-                    guard found == want else {
-                        throw KeychainError(
-                            .decode,
-                            "vault integrity check failed: \(NameLists.describe(sidx)) does not match the authenticated manifest (\(found.count) chunks found, \(want.count) expected): chunks were altered, deleted, added, swapped or replayed from an older copy"
-                        )
-                    }
-                    return chunks
-                }
+                return chunks
             }
         }
         // One group's list is in id order as it is stored; several are merged by id.

@@ -130,4 +130,21 @@ struct IncrementalCheckTests {
             _ = try v.openUnlocked(passphrase: "rotated")
         }
     }
+
+    @Test(
+        "the bucket table is folded once per state of the vault: a bucket table changed after a verified read is still caught by the next bucket's check"
+    )
+    func tableCheckedAgainAfterACommit() throws {
+        try withVault { v in
+            try populated(v)
+            let kc = try v.open().withoutBackgroundIntegrityPass()
+            try kc.unlock(passphrase: try secure(testPassphrase), incrementalCheck: true)
+            #expect(try read(kc, 3) == bytes("secret-3"))
+            #expect(try read(kc, 600) == bytes("secret-600"))
+            // Another process alters bucket 1's stored value (its rows stay as they were): only the
+            // table against the authenticated top can see it, and bucket 3's own rows match.
+            try v.raw().exec("UPDATE manifest_bucket SET accumulator = zeroblob(length(accumulator)) WHERE bucket = 1")
+            expectError(.decode, containing: ["bucket table does not match"]) { try read(kc, 1_700) }
+        }
+    }
 }
