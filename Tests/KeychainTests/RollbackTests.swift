@@ -11,7 +11,8 @@ struct RollbackTests {
     /// The mark file of `v` on its device.
     static func mark(_ v: TestVault) throws -> Int64? {
         let dir = v.dir + "/state/rollback"
-        guard let name = try FileManager.default.contentsOfDirectory(atPath: dir).first(where: { !$0.contains(".") }) else { return nil }
+        guard let name = try FileManager.default.contentsOfDirectory(atPath: dir).first(where: { !$0.contains(".") })
+        else { return nil }
         let text = try String(contentsOfFile: dir + "/" + name, encoding: .utf8)
         let attributes = try FileManager.default.attributesOfItem(atPath: dir + "/" + name)
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
@@ -58,7 +59,8 @@ struct RollbackTests {
             let kc = v.keychain
             try kc.add(.genericPassword, genp("svc", "a"), data: bytes("a-1"))
             let dir = v.dir + "/state/rollback"
-            let name = try #require(try FileManager.default.contentsOfDirectory(atPath: dir).first(where: { !$0.contains(".") }))
+            let name = try #require(
+                try FileManager.default.contentsOfDirectory(atPath: dir).first(where: { !$0.contains(".") }))
             let path = dir + "/" + name
             let mark = try #require(try Self.mark(v))
             // Removed while the vault is open: the next write makes it again, at its counter.
