@@ -78,6 +78,13 @@ struct BusIdentityTests {
             let lookup = try box.secretTool(bus.address, ["lookup", "service", "trusted-svc"])
             #expect(lookup.stdout == "trusted-secret", "\(lookup.summary)")
             #expect(!box.audit.contains("identity not confirmed"), "\(box.audit.suffix(800))")
+            // Issue 27, point 3: the same program started with LD_LIBRARY_PATH (code it did not
+            // choose) is in no group, trusted pid or not; the audit says why.
+            let injected = try box.run(
+                "/usr/bin/secret-tool", ["lookup", "service", "trusted-svc"],
+                env: box.busEnvironment(bus.address).merging(["LD_LIBRARY_PATH": box.root]) { $1 }, timeout: 20)
+            #expect(injected.stdout.isEmpty, "served to an injected secret-tool: \(injected.summary)")
+            #expect(box.audit.contains("started with LD_LIBRARY_PATH"), "\(box.audit.suffix(800))")
         }
     }
 }
