@@ -160,6 +160,22 @@ struct MountTests {
         }
     }
 
+    @Test("a runtime directory others can enter: mount fails naming the directory, its mode and the fix")
+    func runtimeDirectoryMode() throws {
+        try withSandbox { box in
+            let runtime = "/tmp/kcfs-rt-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+            #expect(mkdir(runtime, 0o700) == 0 && mkdir(runtime + "/keychainfs", 0o711) == 0)
+            chmod(runtime + "/keychainfs", 0o711)
+            defer { try? FileManager.default.removeItem(atPath: runtime) }
+            let r = try box.run(
+                try requireBinary(), ["mount", box.vault, box.mnt, "--passphrase-file", box.passphraseFile],
+                env: ["XDG_RUNTIME_DIR": runtime], timeout: 30)
+            #expect(r.status != 0 && !box.isMounted, "\(r.summary)")
+            #expect(r.stderr.contains(runtime + "/keychainfs") && r.stderr.contains("mode 711"), "\(r.stderr)")
+            #expect(r.stderr.contains("chmod 700"), "\(r.stderr)")
+        }
+    }
+
     @Test("background mount with --passphrase-fd")
     func passphraseFdBackground() throws {
         try withSandbox { box in

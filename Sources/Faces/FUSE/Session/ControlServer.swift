@@ -36,7 +36,13 @@ public final class ControlServer: Sendable {
         // a symlink, or another user could sit between the CLI and the daemon.
         var st = stat()
         guard lstat(dir, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR, st.st_uid == uid, st.st_mode & 0o077 == 0 else {
-            throw Errno.notPermitted
+            let found =
+                (st.st_mode & S_IFMT) == S_IFLNK
+                ? "a symlink" : "mode \(String(st.st_mode & 0o7777, radix: 8)), owner uid \(st.st_uid)"
+            throw KeychainError(
+                .io,
+                "the control socket's directory \(dir) must be a directory of uid \(uid) with mode 0700 (no access for others), not a symlink; it is \(found): fix it with 'chmod 700 \(dir)' or remove it"
+            )
         }
         unlink(path)
         Self.removeStaleSockets(in: dir)
