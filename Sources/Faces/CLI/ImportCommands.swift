@@ -14,7 +14,7 @@ struct ImportRunOptions: ParsableArguments {
     @Flag(
         name: .customShort("U"),
         help:
-            "Update an item that already exists (same primary key) instead of skipping it, as add-generic-password -U does."
+            "Update an item that already exists (same primary key) instead of refusing it (or skipping it, with --continue-on-error), as add-generic-password -U does."
     )
     var updateIfPresent = false
     @Flag(
