@@ -114,4 +114,41 @@ struct ImportBatchTests {
         #expect((report["deviceMark"] as? Int ?? 0) > (report["commit"] as? Int ?? .max))
         #expect((report["items"] as? [String: Int])?["genp"] == 1)
     }
+
+    @Test("on a terminal: a progress line rewritten in place (count/total, rate), at most ~10 a second, cleared")
+    func progressOnTerminal() throws {
+        let script = "/usr/bin/script"
+        try #require(FileManager.default.isExecutableFile(atPath: script), "util-linux script(1) gives the pty")
+        let binary = try requireBinary()
+        let box = try Sandbox()
+        defer { box.teardown() }
+        try box.initVault()
+        var text = "Title,Username,Password\n"
+        for i in 0..<20_000 { text += "svc\(i),user\(i),tty-Secret-\(String(format: "%05d", i))\n" }
+        let file = try ImportTests.csv(box, "tty.csv", text)
+        let command = [
+            binary, "import-csv", "generic", file, "--columns", "title=Title,account=Username,password=Password",
+            "--vault", box.vault, "--passphrase-file", box.passphraseFile,
+        ].map { "'\($0)'" }.joined(separator: " ")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: script)
+        process.arguments = ["-qfec", command, "/dev/null"]
+        process.environment = box.environment()
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardInput = FileHandle.nullDevice
+        let start = Date()
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        let seconds = Date().timeIntervalSince(start)
+        #expect(process.terminationStatus == 0, "\(output.suffix(300))")
+        let draws = output.components(separatedBy: "\rimporting: ").count - 1
+        #expect(draws >= 1, "no progress line on a terminal: \(output.suffix(300))")
+        #expect(draws <= Int(seconds * 10) + 2, "\(draws) progress lines in \(seconds) s")
+        #expect(output.contains("importing: 20000/20000 ("), "the last count is drawn")
+        #expect(output.contains("/s)\u{1B}[K"))
+        #expect(output.contains("\r\u{1B}[Kimported from \(file): 20000 added, 0 updated, 0 skipped, 0 failed"))
+        #expect(!output.contains("tty-Secret-"), "a secret on the terminal")
+    }
 }

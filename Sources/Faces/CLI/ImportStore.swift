@@ -262,7 +262,8 @@ struct ImportTally {
 struct ImportProgress {
     let total: Int
     let enabled: Bool
-    private let start = Date()
+    /// When the first item was stored (the rate leaves out reading the source and unlocking).
+    private var start: Date?
     private var lastDrawn = Date.distantPast
     private var drawn = false
 
@@ -274,6 +275,8 @@ struct ImportProgress {
     mutating func update(_ count: Int) {
         guard enabled else { return }
         let now = Date()
+        let start = self.start ?? now
+        self.start = start
         guard now.timeIntervalSince(lastDrawn) >= 0.1 || count == total else { return }
         lastDrawn = now
         drawn = true
