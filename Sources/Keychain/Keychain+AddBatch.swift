@@ -81,7 +81,8 @@ extension Keychain {
     /// duplicate without `updateExisting`, a value too large, an invalid attribute) nothing is
     /// stored and `BatchRefused` names each one. Other failures (locked, I/O) throw as they are.
     /// `progress` is told how many items are done, inside the transaction. Returns, per item,
-    /// whether it was added (true) or updated (false).
+    /// whether it was added (true) or updated (false). An update of an item that needs user
+    /// presence asks for it inside the transaction, as `rename` does (imports rarely meet one).
     public func storeBatch(
         _ items: [NewItem], updateExisting: Bool, caller callerArgument: Caller? = nil,
         progress: ((Int) -> Void)? = nil
@@ -115,8 +116,7 @@ extension Keychain {
             return try storeBatchTransaction(
                 items, prepared, refusals: stop, updateExisting: updateExisting, call: call, keys: keys,
                 progress: progress, found: &found)
-        } catch let error as KeychainError where !found.isEmpty {
-            _ = error
+        } catch is KeychainError where !found.isEmpty {
             throw BatchRefused(refusals: found.sorted { $0.index < $1.index })
         }
     }

@@ -62,6 +62,12 @@ struct ImportBatchTests {
             box, "mixed.csv",
             "Title,Url,Username,Password,Notes\none,,u,js-Secret-0002,\nbig,,u,js-Secret-0003,\(note)\nnew,,u,js-Secret-0003,\n"
         )
+        // A dry run finds the existing item: it would refuse it, so nothing would be stored; 45.
+        let dry = try box.run(["import-csv", "1password", file, "-n"] + box.unlock)
+        #expect(dry.status == 45, "\(dry.stderr)")
+        #expect(dry.stdoutString == "dry run, nothing stored: 0 to add, 0 to update, 0 to skip, 1 failing\n")
+        #expect(dry.stderr.contains(#"would refuse genp service="one" account="u" (line 2): it already exists"#))
+        #expect(dry.stderr.contains("1 of 3 items were refused; nothing would be stored"), "\(dry.stderr)")
         // All or nothing: the duplicate and the big note are both named; the first's status (45).
         let r = try box.run(["import-csv", "1password", file, "--json"] + box.unlock)
         #expect(r.status == 45, "\(r.stderr)")
