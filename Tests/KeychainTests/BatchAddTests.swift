@@ -76,4 +76,36 @@ struct BatchAddTests {
             expectError(.interactionNotAllowed) { try locked.addBatch(items(0..<2)) }
         }
     }
+
+    @Test("storeBatch: add-or-update in one transaction; every refusal named, nothing stored")
+    func storeBatchAddOrUpdate() throws {
+        try withVault { v in
+            try v.keychain.add(.genericPassword, genp("batch", "acct1"), data: bytes("old"))
+            var batch = items(0..<4)
+            batch.append(
+                NewItem(
+                    .genericPassword, genp("batch", "huge"),
+                    data: [UInt8](repeating: 7, count: Keychain.maxDataSize + 1)))
+            // Without updateExisting: the existing item and the huge one are both refused, nothing stored.
+            do {
+                _ = try v.keychain.storeBatch(batch, updateExisting: false)
+                Issue.record("a batch with refusals was stored")
+            } catch let refused as BatchRefused {
+                #expect(refused.refusals.map(\.index) == [1, 4])
+                #expect(refused.refusals.map(\.error.status) == [.duplicateItem, .dataTooLarge])
+            }
+            #expect(try v.keychain.copyMatching(Query(.genericPassword, genp("batch"), matchLimit: .all)).count == 1)
+            // With it, and without the huge item: three added, one updated, in one transaction.
+            var counted = 0
+            let added = try v.keychain.storeBatch(Array(batch.prefix(4)), updateExisting: true) { counted = $0 }
+            #expect(added == [true, false, true, true])
+            #expect(counted == 4)
+            let fresh = try v.openUnlocked()
+            #expect(try secret(fresh, "batch", "acct1") == bytes("secret-1"))
+            #expect(try secret(fresh, "batch", "acct3") == bytes("secret-3"))
+            let report = try fresh.verify(passphrase: try secure(testPassphrase))
+            #expect(report.failures.isEmpty, "\(report.failures)")
+            #expect(report.itemsByClass["genp"] == 4)
+        }
+    }
 }

@@ -171,7 +171,7 @@ open class TestSandbox: @unchecked Sendable {
     }
 
     /// Many generic passwords at once, by one `import-csv generic` run (one KDF, one durable
-    /// transaction per batch): each row's service, account and secret. The values are written
+    /// transaction): each row's service, account and secret. The values are written
     /// into the CSV as they are, so none may hold a comma, a quote or a line break.
     public func importGeneric(
         _ rows: [(service: String, account: String, secret: String)], sourceLocation: SourceLocation = #_sourceLocation

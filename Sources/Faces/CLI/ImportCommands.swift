@@ -14,15 +14,25 @@ struct ImportRunOptions: ParsableArguments {
     @Flag(
         name: .customShort("U"),
         help:
-            "Update an item that already exists (same primary key) instead of skipping it, as add-generic-password -U does."
+            "Update an item that already exists (same primary key) instead of refusing it (or skipping it, with --continue-on-error), as add-generic-password -U does."
     )
     var updateIfPresent = false
     @Flag(
         name: .long,
         help:
-            "Import the entries that can be read when others cannot (import-pass: entries gpg cannot decrypt are listed and skipped)."
+            "Store item by item: an item refused (or, import-pass, an entry gpg cannot decrypt) is reported and the others are stored."
     )
     var continueOnError = false
+    @Flag(
+        name: [.customShort("v"), .long],
+        help: "Print a line per item on stdout (added …, updated …; in a dry run would add …).")
+    var verbose = false
+    @Flag(
+        name: .long,
+        help:
+            "Print one JSON object on stdout instead of the summary: source, added, updated, skipped, failed, refused."
+    )
+    var json = false
 }
 
 struct ImportPass: ParsableCommand {
@@ -153,127 +163,6 @@ extension ImportRunOptions {
     func convertingErrors(_ body: () throws -> Void) throws {
         do { try body() } catch let error as ImportError {
             throw CLIError(message: error.message, exitCode: error.exitCode)
-        }
-    }
-
-    /// Stores `records` through the core (`addBatch` for new items in batches, one `add` or, with
-    /// -U, `addOrUpdate` each otherwise), so every keychain rule applies. Each record is first made
-    /// into an item: one that cannot be stops the import before the vault is opened. An item the
-    /// core refuses (a duplicate, a value too large) is reported and the others are still stored. Prints one line per item on stdout (`added …`, `updated …`, or in a
-    /// dry run `would add …`), skips and failures on stderr, and a summary line; exits 0 when
-    /// every item is stored, with the first failure's status (its low byte) when any failed,
-    /// else 45 (errSecDuplicateItem) when any was skipped as a duplicate.
-    func store(_ records: inout [ImportRecord], from source: String, vault: VaultOptions) throws {
-        var planned: [(record: Int, item: ImportItem)] = []
-        var skipped = 0
-        try convertingErrors {
-            for (index, record) in records.enumerated() {
-                if let reason = record.skipReason {
-                    Output.errorLine("keychainfs: skipped \(record.origin): \(reason)")
-                    skipped += 1
-                    continue
-                }
-                do { planned.append((index, try record.item())) } catch let error as ImportError {
-                    throw ImportError("\(source): \(error.message)", exitCode: error.exitCode)
-                }
-            }
-        }
-        for record in records where record.skipReason == nil {
-            for what in record.dropped {
-                Output.errorLine("keychainfs: warning: \(record.origin): \(what) is not imported")
-            }
-        }
-        let keychain = try vault.openUnlocked()
-        var added = 0
-        var updated = 0
-        var duplicates = 0
-        var failed: [KeychainError] = []
-        var seen: Set<String> = []
-        func storeOne(_ index: Int, _ item: ImportItem) {
-            let name = "\(item.description) (\(item.origin))"
-            if dryRun {
-                // Already in the vault, or earlier in this same source.
-                let exists =
-                    !seen.insert(item.description).inserted
-                    || ((try? keychain.copyMatching(item.primaryKeyQuery))?.isEmpty == false)
-                if !exists {
-                    Output.line("would add \(name)")
-                    added += 1
-                } else if updateIfPresent {
-                    Output.line("would update \(name)")
-                    updated += 1
-                } else {
-                    Output.errorLine("keychainfs: would skip \(name): it already exists (-U updates it)")
-                    duplicates += 1
-                }
-                return
-            }
-            do {
-                if updateIfPresent {
-                    let result = try keychain.addOrUpdate(
-                        item.itemClass, item.attributes, data: records[index].password)
-                    Output.line("\(result.added ? "added" : "updated") \(name)")
-                    if result.added { added += 1 } else { updated += 1 }
-                } else {
-                    try keychain.add(item.itemClass, item.attributes, data: records[index].password)
-                    Output.line("added \(name)")
-                    added += 1
-                }
-            } catch KeychainStatus.duplicateItem {
-                Output.errorLine("keychainfs: skipped \(name): it already exists (-U updates it)")
-                duplicates += 1
-            } catch let error as KeychainError {
-                Output.errorLine("keychainfs: failed \(name): \(error.message)")
-                failed.append(error)
-            } catch {
-                failed.append(KeychainError(.io, "\(error)"))
-            }
-            records[index].wipe()
-        }
-        // New items go in batches of `batchSize`, one durable transaction each (the core's
-        // addBatch: all of a batch or none); a batch the core refuses (a duplicate, a value too
-        // large) is stored again item by item, so each refusal is reported and the rest stored.
-        // 10,000 rows took 120 s one transaction each.
-        let batchSize = 512
-        var next = 0
-        while next < planned.count {
-            let chunk = planned[next..<min(next + batchSize, planned.count)]
-            next += chunk.count
-            if !dryRun && !updateIfPresent && chunk.count > 1 {
-                let batch = chunk.map {
-                    NewItem($0.item.itemClass, $0.item.attributes, data: records[$0.record].password)
-                }
-                if (try? keychain.addBatch(batch)) != nil {
-                    for (index, item) in chunk {
-                        Output.line("added \(item.description) (\(item.origin))")
-                        records[index].wipe()
-                    }
-                    added += chunk.count
-                    continue
-                }
-            }
-            for (index, item) in chunk { storeOne(index, item) }
-        }
-        if dryRun {
-            Output.line(
-                "dry run, nothing stored: \(added) to add, \(updated) to update, \(skipped + duplicates) to skip, \(failed.count) failing"
-            )
-        } else {
-            Output.line(
-                "imported from \(source): \(added) added, \(updated) updated, \(skipped + duplicates) skipped, \(failed.count) failed"
-            )
-        }
-        if let first = failed.first {
-            throw CLIError(
-                message: "\(failed.count) of \(planned.count) items were not imported; the first: \(first.message)",
-                exitCode: first.status.exitCode)
-        }
-        if duplicates > 0 {
-            throw CLIError(
-                message:
-                    "\(duplicates) item\(duplicates == 1 ? "" : "s") already exist\(duplicates == 1 ? "s" : "") and "
-                    + "\(dryRun ? "would be" : "were") left as \(duplicates == 1 ? "it is" : "they are") (-U updates them)",
-                exitCode: KeychainStatus.duplicateItem.exitCode)
         }
     }
 }

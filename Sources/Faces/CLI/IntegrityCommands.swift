@@ -33,6 +33,12 @@ struct Verify: ParsableCommand {
     @OptionGroup var vault: VaultOptions
     @Argument(help: ArgumentHelp("The vault (else --vault or the default).", valueName: "vault"))
     var path: String?
+    @Flag(
+        name: .long,
+        help:
+            "Print one JSON object instead: vault, format, commit, deviceMark, items, classKeysOpened, damaged, failures, ok, olderCopy."
+    )
+    var json = false
 
     func validate() throws {
         if path != nil && vault.vault != nil {
@@ -44,23 +50,44 @@ struct Verify: ParsableCommand {
         let target = path ?? vault.path
         let keychain = try Keychain.open(at: target)
         let report = try keychain.verify(passphrase: vault.passphrase.read(prompt: "passphrase for \(target): "))
-        for line in Self.describe(report, path: target) { Output.line(line) }
-        for row in report.damaged { Output.line("damaged: \(row)") }
-        for failure in report.failures { Output.line("failed: \(failure)") }
+        let olderCopy = report.deviceMark.flatMap { mark in report.counter.map { mark > $0 } } ?? false
+        if json {
+            Output.line(Self.json(report, path: target, olderCopy: olderCopy))
+        } else {
+            for line in Self.describe(report, path: target) { Output.line(line) }
+            for row in report.damaged { Output.line("damaged: \(row)") }
+            for failure in report.failures { Output.line("failed: \(failure)") }
+        }
         guard report.isClean else {
             let first = report.failures.first ?? "\(report.damaged[0])"
             let rows = report.damaged.isEmpty ? "" : " (\(report.damaged.count) damaged items)"
             throw CLIError.failure("\(target) does not verify: \(first)\(rows)")
         }
-        Output.line("ok")
+        if !json { Output.line("ok") }
         // Whole, but older than what this device has seen: a backup, or a rollback. A script
         // that gates on `verify` must not take it for the live vault.
-        if let mark = report.deviceMark, let counter = report.counter, mark > counter {
+        if olderCopy, let mark = report.deviceMark, let counter = report.counter {
             throw CLIError(
                 message:
                     "\(target) verifies but is an older copy: its commit is \(counter), this device has seen \(mark) (a backup, or a rollback)",
                 exitCode: Self.olderCopyExitCode)
         }
+    }
+
+    /// `verify --json`: one object; `commit` and `deviceMark` are null when the vault or the
+    /// device has none; `ok` is whether it verifies (an older copy can be ok).
+    static func json(_ report: VerificationReport, path: String, olderCopy: Bool) -> String {
+        let object: [String: Any] = [
+            "vault": path, "format": report.format, "commit": report.counter.map { $0 as Any } ?? NSNull(),
+            "deviceMark": report.deviceMark.map { $0 as Any } ?? NSNull(), "items": report.itemsByClass,
+            "classKeysOpened": report.classKeysOpened,
+            "damaged": report.damaged.map {
+                ["id": $0.id, "class": $0.itemClass, "reason": $0.reason] as [String: Any]
+            },
+            "failures": report.failures, "ok": report.isClean, "olderCopy": olderCopy,
+        ]
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
+        return String(decoding: data, as: UTF8.self)
     }
 
     /// `verify`'s exit status for a vault that is whole but older than this device has seen.
