@@ -251,7 +251,7 @@ extension Manifest {
         _ vault: any ItemStoreReader, _ stored: [Int64: ManifestBucket], expected: Manifest, key: SecureBytes
     ) throws -> String? {
         var (accumulator, count) = ManifestBuckets.fold(stored, key: key)
-        accumulator = xor(accumulator, NameLists.fold(try NameLists.stored(vault), key: key))
+        accumulator = xor(accumulator, try NameLists.foldStored(vault, key: key))
         let found = Manifest(
             counter: 0, count: count, highestID: try vault.highestStoredID(), accumulator: accumulator,
             policy: policyEntry(try vault.meta("access_policy"), key: key))

@@ -70,6 +70,9 @@ final class ManifestedWriter: ItemStoreWriter {
         try inner.forEachNameChunk(body)
     }
     func nameBuckets() throws -> [[UInt8]: (accumulator: [UInt8], count: Int64)] { try inner.nameBuckets() }
+    func forEachNameBucket(_ body: ([UInt8], [UInt8], Int64) throws -> Void) throws {
+        try inner.forEachNameBucket(body)
+    }
     func nameBucket(secondaryIndex: [UInt8]) throws -> (accumulator: [UInt8], count: Int64)? {
         try inner.nameBucket(secondaryIndex: secondaryIndex)
     }

@@ -108,6 +108,15 @@ struct NameLists {
     }
 
     /// The XOR of every list bucket's entry: what the name lists add to the top accumulator.
+    /// The same fold over the stored buckets, read one by one.
+    static func foldStored(_ vault: any ItemStoreReader, key: SecureBytes) throws -> [UInt8] {
+        var top = ManifestBucket()
+        try vault.forEachNameBucket { sidx, accumulator, count in
+            top.xor(bucketEntry(sidx, ManifestBucket(accumulator: accumulator, count: count), key: key))
+        }
+        return top.accumulator
+    }
+
     static func fold(_ buckets: [[UInt8]: ManifestBucket], key: SecureBytes) -> [UInt8] {
         var top = ManifestBucket()
         for (sidx, value) in buckets { top.xor(bucketEntry(sidx, value, key: key)) }

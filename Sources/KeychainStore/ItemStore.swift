@@ -86,6 +86,9 @@ public protocol ItemStoreReader {
     func forEachNameChunk(_ body: ([UInt8], Int64, [UInt8]) throws -> Void) throws
     /// Every stored name-list bucket: secondary index → (accumulator, chunk count).
     func nameBuckets() throws -> [[UInt8]: (accumulator: [UInt8], count: Int64)]
+    /// Every stored list bucket in turn (sidx, accumulator, count), with no table built: the
+    /// unlock's fold of 100,000 lists spent most of its time making the dictionary.
+    func forEachNameBucket(_ body: ([UInt8], [UInt8], Int64) throws -> Void) throws
     /// One secondary-index value's stored name-list bucket, or nil when it has none.
     func nameBucket(secondaryIndex: [UInt8]) throws -> (accumulator: [UInt8], count: Int64)?
 }

@@ -74,6 +74,13 @@ extension Statements {
         return buckets
     }
 
+    func forEachNameBucket(_ body: ([UInt8], [UInt8], Int64) throws -> Void) throws {
+        guard try hasTable("name_bucket") else { return }
+        try connection.run("SELECT sidx, accumulator, count FROM name_bucket") {
+            try body($0.blob(0), $0.blob(1), $0.int(2))
+        }
+    }
+
     func nameBucket(secondaryIndex: [UInt8]) throws -> (accumulator: [UInt8], count: Int64)? {
         guard try hasTable("name_bucket") else { return nil }
         var found: (accumulator: [UInt8], count: Int64)?
