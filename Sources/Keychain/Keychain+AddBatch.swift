@@ -32,17 +32,7 @@ extension Keychain {
         let keys = try call.unlockedKeys()
         // Every rule that needs no row is applied before the transaction: a bad item costs no write.
         let prepared = try items.enumerated().map { index, item in
-            do {
-                guard item.itemClass != .identity else {
-                    throw KeychainError(
-                        .param, "identities cannot be added directly: add the certificate and the private key")
-                }
-                let (attributes, data) = try newItem(
-                    item.itemClass, item.attributes, data: item.data, caller: call.caller)
-                let protection = Self.accessibility(of: attributes)
-                let classKey = try classKey(protection, keys: keys, for: Self.describe(item.itemClass, attributes))
-                return (itemClass: item.itemClass, attributes: attributes, data: data, classKey: classKey)
-            } catch let e as KeychainError {
+            do { return try prepareNew(item, caller: call.caller, keys: keys) } catch let e as KeychainError {
                 throw KeychainError(
                     e.status, "\(e.message) (item \(index + 1) of \(items.count) in the batch; none was added)")
             }
@@ -94,17 +84,9 @@ extension Keychain {
         var prepared: [(itemClass: ItemClass, attributes: Attributes, data: [UInt8], classKey: SecureBytes)?] = []
         prepared.reserveCapacity(items.count)
         for (index, item) in items.enumerated() {
-            do {
-                guard item.itemClass != .identity else {
-                    throw KeychainError(
-                        .param, "identities cannot be added directly: add the certificate and the private key")
-                }
-                let (attributes, data) = try newItem(
-                    item.itemClass, item.attributes, data: item.data, caller: call.caller)
-                let classKey = try classKey(
-                    Self.accessibility(of: attributes), keys: keys, for: Self.describe(item.itemClass, attributes))
-                prepared.append((item.itemClass, attributes, data, classKey))
-            } catch let error as KeychainError {
+            do { prepared.append(try prepareNew(item, caller: call.caller, keys: keys)) } catch let error
+                as KeychainError
+            {
                 refusals.append((index, error))
                 prepared.append(nil)
             }
@@ -177,5 +159,19 @@ extension Keychain {
             }
             return added
         }
+    }
+
+    /// A batch's new item with every rule that needs no row applied (the class, the attributes'
+    /// defaults and checks, the class key at hand): a bad item costs no write.
+    private func prepareNew(_ item: NewItem, caller: Caller, keys: Keys) throws -> (
+        itemClass: ItemClass, attributes: Attributes, data: [UInt8], classKey: SecureBytes
+    ) {
+        guard item.itemClass != .identity else {
+            throw KeychainError(.param, "identities cannot be added directly: add the certificate and the private key")
+        }
+        let (attributes, data) = try newItem(item.itemClass, item.attributes, data: item.data, caller: caller)
+        let classKey = try classKey(
+            Self.accessibility(of: attributes), keys: keys, for: Self.describe(item.itemClass, attributes))
+        return (item.itemClass, attributes, data, classKey)
     }
 }

@@ -92,12 +92,7 @@ enum FacesBench {
         vault.close()
         f.vaultItems = 1_000
         f.kdf = "Argon2id INTERACTIVE, as every bench vault (`keychainfs create` defaults to MODERATE)"
-        let passphraseFile = directory + "/passphrase"
-        guard
-            FileManager.default.createFile(
-                atPath: passphraseFile, contents: Data(BenchVault.passphraseText.utf8),
-                attributes: [.posixPermissions: 0o600])
-        else { throw BenchError("cannot write \(passphraseFile)") }
+        let passphraseFile = try BenchVault.writePassphraseFile(in: directory)
 
         // Requests, one file each: every call reads its stdin from one.
         func request(_ name: String, _ text: String) throws -> String {

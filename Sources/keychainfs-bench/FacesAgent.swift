@@ -38,12 +38,7 @@ enum AgentBench {
                 atPath: d, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
         let environment = Daemon.cliEnvironment(state: state).filter { !$0.hasPrefix("SSH_AUTH_SOCK=") }
-        let passphraseFile = directory + "/passphrase"
-        guard
-            FileManager.default.createFile(
-                atPath: passphraseFile, contents: Data(BenchVault.passphraseText.utf8),
-                attributes: [.posixPermissions: 0o600])
-        else { throw BenchError("cannot write \(passphraseFile)") }
+        let passphraseFile = try BenchVault.writePassphraseFile(in: directory)
 
         Out.progress("agent: vaults of 1 and 21 Ed25519 keys, OpenSSH's agent with one key")
         var agents: [Agent] = []

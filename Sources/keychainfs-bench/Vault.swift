@@ -57,6 +57,16 @@ final class BenchVault {
     static let passphraseText = "keychainfs-bench passphrase"
     static func passphrase() throws -> SecureBytes { try SecureBytes(copying: Array(passphraseText.utf8)) }
 
+    /// The passphrase in `directory/passphrase` (0600), for the CLIs and helpers a row starts.
+    static func writePassphraseFile(in directory: String) throws -> String {
+        let path = directory + "/passphrase"
+        guard
+            FileManager.default.createFile(
+                atPath: path, contents: Data(passphraseText.utf8), attributes: [.posixPermissions: 0o600])
+        else { throw BenchError("cannot write \(path)") }
+        return path
+    }
+
     /// The size it is meant to reach.
     let size: Int
     let path: String
