@@ -101,22 +101,8 @@ struct PeerSuiteKeyringTests {
     )
     func keyringSecretServiceBackend() throws {
         try withSecretService { box, bus in
-            let script = """
-                import sys, string, random
-                def case(name):
-                    def wrap(f):
-                        try:
-                            f()
-                            print(name, 'ok')
-                        except BaseException as e:
-                            print(name, 'FAIL', type(e).__name__, str(e).replace('\\n', ' ')[:300])
-                        return f
-                    return wrap
-
-                """ + keyringCases
-            let r = try box.python(bus.address, script)
+            let (r, out) = try runCases(box, bus.address, keyringCases)
             #expect(r.status == 0, "python: \(r.summary)")
-            let out = labelled(r)
             let tests = [
                 "test_password_set_get", "test_difficult_chars", "test_delete_present", "test_delete_not_present",
                 "test_delete_one_in_group", "test_name_property", "test_unicode_chars", "test_unicode_and_ascii_chars",

@@ -13,7 +13,7 @@ import Testing
 // `<case> FAIL <why>`.
 
 /// Runs `cases` (a python body defining cases with `@case('name')`) and returns what each said.
-private func runCases(_ box: TestSandbox, _ address: String, _ cases: String) throws -> (RunResult, [String: String]) {
+func runCases(_ box: TestSandbox, _ address: String, _ cases: String) throws -> (RunResult, [String: String]) {
     let script = """
         import sys, time, string, random
         def case(name):
