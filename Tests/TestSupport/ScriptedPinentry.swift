@@ -65,9 +65,10 @@ public struct ScriptedPinentry {
     }
 
     /// What the next prompts answer: `allow`, `deny`, `pin:SECRET`, `always:PASSPHRASE`, `hold`
-    /// or `cancel`.
+    /// or `cancel`. Written by rename: the script polls the file while it holds a prompt, and a
+    /// truncated file read between truncation and write would answer for the user.
     public func answer(_ mode: String) throws {
-        try Data((mode + "\n").utf8).write(to: URL(fileURLWithPath: modePath))
+        try Data((mode + "\n").utf8).write(to: URL(fileURLWithPath: modePath), options: .atomic)
     }
 
     /// The descriptions of the prompts shown so far, one a line.
