@@ -12,7 +12,7 @@ import Keychain
 /// sent, then `execve` at once) can be taken as a request (docs/security.md, "The service's
 /// callers").
 public enum APIWire {
-    public static let version: UInt8 = 1
+    public static let version: UInt8 = 2
     /// Large enough for an item of the CLI's 1 MiB limit with its attributes, small enough that
     /// a client cannot make the service hold much.
     public static let maxFrame = 4 << 20
@@ -22,10 +22,10 @@ public enum APIWire {
 /// What a client asks. Each maps onto one verb of the door (`KeychainDoor`).
 public enum APIRequest: Equatable, Sendable {
     case copyMatching(WireQuery)
-    case add(ItemClass, Attributes, data: [UInt8])
-    case update(WireQuery, Attributes, data: [UInt8]?)
+    case add(ItemClass, Attributes, data: [UInt8], extras: [UInt8])
+    case update(WireQuery, Attributes, data: [UInt8]?, extras: [UInt8])
     case delete(WireQuery)
-    case addOrUpdate(ItemClass, Attributes, data: [UInt8])
+    case addOrUpdate(ItemClass, Attributes, data: [UInt8], extras: [UInt8])
     /// The service's lock state and the vault it holds.
     case status
     /// The vault's passphrase, checked by the service (one KDF): the connection then acts as
@@ -113,7 +113,7 @@ public struct WireItem: Equatable, Sendable {
 
     public static func == (a: WireItem, b: WireItem) -> Bool {
         a.item.id == b.item.id && a.item.itemClass == b.item.itemClass && a.item.attributes == b.item.attributes
-            && a.item.data == b.item.data && a.item.dataLength == b.item.dataLength
+            && a.item.data == b.item.data && a.item.dataLength == b.item.dataLength && a.item.extras == b.item.extras
     }
 }
 
@@ -162,14 +162,16 @@ public enum APICodec {
         w.raw(nonce)
         switch request {
         case .copyMatching(let q), .delete(let q): w.query(q.query)
-        case .add(let c, let a, let data), .addOrUpdate(let c, let a, let data):
+        case .add(let c, let a, let data, let extras), .addOrUpdate(let c, let a, let data, let extras):
             w.itemClass(c)
             w.attributes(a)
             w.part(data)
-        case .update(let q, let a, let data):
+            w.part(extras)
+        case .update(let q, let a, let data, let extras):
             w.query(q.query)
             w.attributes(a)
             if let data = w.presence(data) { w.part(data) }
+            w.part(extras)
         case .status: break
         case .prove(let passphrase): w.part(passphrase)
         case .changePassphrase(let change):
@@ -196,12 +198,14 @@ public enum APICodec {
             let c = try r.itemClass()
             let a = try r.attributes(c)
             let data = try r.part()
-            request = kind == 2 ? .add(c, a, data: data) : .addOrUpdate(c, a, data: data)
+            let extras = try r.part()
+            request =
+                kind == 2 ? .add(c, a, data: data, extras: extras) : .addOrUpdate(c, a, data: data, extras: extras)
         case 3:
             let q = try r.query()
             let a = try r.attributes(q.itemClass)
             let data = try r.optional { try $0.part() }
-            request = .update(WireQuery(q), a, data: data)
+            request = .update(WireQuery(q), a, data: data, extras: try r.part())
         case 4: request = .delete(WireQuery(try r.query()))
         case 6: request = .status
         case 7: request = .prove(passphrase: try r.part())

@@ -219,12 +219,13 @@ public final class APIServer: Sendable {
         do {
             switch request {
             case .copyMatching(let q): return .items(try session.copyMatching(q.query).map(WireItem.init))
-            case .add(let c, let a, let data): return .item(WireItem(try session.add(c, a, data: data)), added: true)
-            case .update(let q, let a, let data):
-                return .count(try session.update(q.query, attributes: a, data: data))
+            case .add(let c, let a, let data, let extras):
+                return .item(WireItem(try session.add(c, a, data: data, extras: extras)), added: true)
+            case .update(let q, let a, let data, let extras):
+                return .count(try session.update(q.query, attributes: a, data: data, extras: extras))
             case .delete(let q): return .count(try session.delete(q.query))
-            case .addOrUpdate(let c, let a, let data):
-                let (item, added) = try session.addOrUpdate(c, a, data: data)
+            case .addOrUpdate(let c, let a, let data, let extras):
+                let (item, added) = try session.addOrUpdate(c, a, data: data, extras: extras)
                 return .item(WireItem(item), added: added)
             default: return .failure(.param, "not a keychain verb")
             }
