@@ -38,6 +38,8 @@ public enum APIRequest: Equatable, Sendable {
     case lock
     /// `keychainfs unlock --vault`, with the passphrase.
     case unlock(passphrase: [UInt8])
+    /// `keychainfs mount` joining this service: it mounts the vault itself (MountRequest.swift).
+    case mount(MountRequest)
 
     var kind: UInt8 {
         switch self {
@@ -51,6 +53,7 @@ public enum APIRequest: Equatable, Sendable {
         case .changePassphrase: 8
         case .lock: 9
         case .unlock: 10
+        case .mount: 32
         }
     }
 }
@@ -182,6 +185,7 @@ public enum APICodec {
             if let mem = w.presence(change.memLimit) { w.i64(Int64(bitPattern: mem)) }
         case .lock: break
         case .unlock(let passphrase): w.part(passphrase)
+        case .mount(let m): w.mountRequest(m)
         }
         return w.bytes
     }
@@ -219,6 +223,7 @@ public enum APICodec {
                 PassphraseChange(old: old, new: new, rotate: rotate, opsLimit: ops, memLimit: mem))
         case 9: request = .lock
         case 10: request = .unlock(passphrase: try r.part())
+        case 32: request = .mount(try r.mountRequest())
         default: throw WireReader.bad
         }
         try r.end()

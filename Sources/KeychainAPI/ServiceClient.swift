@@ -189,6 +189,13 @@ public final class ServiceClient: KeychainDoor {
         return state
     }
 
+    /// Asks the service to mount its vault on `request.mountpoint` (`keychainfs mount` joining
+    /// it); returns once the mount is live, with the service's lock state.
+    public func mount(_ request: MountRequest) throws -> String {
+        guard case .status(_, let state) = try call(.mount(request)) else { throw unexpected() }
+        return state
+    }
+
     /// The service's vault path and lock state (`ok`-style text: `unlocked 2026-…`).
     public func status() throws -> (vault: String, state: String) {
         guard case .status(let vault, let state) = try call(.status) else { throw unexpected() }

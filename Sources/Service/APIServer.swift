@@ -22,6 +22,12 @@ public final class APIServer: Sendable {
     /// Connections beyond 64 at once are closed at accept (logged): a client cannot make the
     /// service start unbounded threads.
     private let connections = ConnectionLimit(64)
+    /// Mounts the vault for `keychainfs mount` joining this service (`ServiceHost.join`); nil
+    /// where the service cannot (it has a mount of its own already, or is being stopped).
+    private let mounter = Mutex<(@Sendable (MountRequest) throws -> Void)?>(nil)
+
+    /// What a `mount` request runs.
+    public func onMount(_ mount: (@Sendable (MountRequest) throws -> Void)?) { mounter.withLock { $0 = mount } }
 
     public init(
         keychain: Keychain, access: AccessLayer, directory: String = ServiceLocator.directory(), activated: Int32? = nil
@@ -173,6 +179,18 @@ public final class APIServer: Sendable {
                 Framing.wipe(&change.new)
             }
             return changePassphrase(change, by: peer)
+        case .mount(let mount):
+            guard let mounter = mounter.withLock({ $0 }) else {
+                return .failure(.param, "the keychain service of \(keychain.path) does not take a mount now")
+            }
+            do { try mounter(mount) } catch let e as KeychainError {
+                Log.info("api: mount on \(mount.mountpoint) by \(peer.identity.description) failed: \(e.message)")
+                return .failure(e.status, e.message)
+            } catch {
+                return .failure(.io, "cannot mount on \(mount.mountpoint): \(error)")
+            }
+            Log.info("api: mounted on \(mount.mountpoint) for \(peer.identity.description)")
+            return status()
         case .copyMatching, .add, .update, .delete, .addOrUpdate:
             return answerVerb(request, peer: peer, senders: senders, holder: holder)
         }
