@@ -63,8 +63,15 @@ struct APIWireTests {
 
     static func request(_ rng: inout RNG) -> APIRequest {
         let c = ItemClass.allCases.randomElement(using: &rng)!
-        switch Int.random(in: 0..<10, using: &rng) {
+        switch Int.random(in: 0..<11, using: &rng) {
         case 0: return .copyMatching(WireQuery(query(&rng)))
+        case 9:
+            var m = MountRequest(mountpoint: "/" + string(&rng).replacingOccurrences(of: "\u{0}", with: ""))
+            m.allowOther = Bool.random(using: &rng)
+            m.defaultPermissions = Bool.random(using: &rng)
+            m.debug = Bool.random(using: &rng)
+            m.cacheMilliseconds = Int64.random(in: 0...86_400_000, using: &rng)
+            return .mount(m)
         case 1: return .add(c, attributes(c, &rng), data: bytes(&rng), extras: bytes(&rng))
         case 2:
             let q = query(&rng)
