@@ -44,6 +44,10 @@ public enum AuditOperation: Sendable, Equatable {
     case read
     case search
     case update
+    /// The keychain locked or unlocked through a face (`ssh-add -x`/`-X`, `keychainfs
+    /// lock|unlock --vault`).
+    case lock
+    case unlock
 
     /// The word in the log line.
     public var text: String {
@@ -71,6 +75,8 @@ public enum AuditOperation: Sendable, Equatable {
         case .read: "read"
         case .search: "search"
         case .update: "update"
+        case .lock: "lock"
+        case .unlock: "unlock"
         }
     }
 
@@ -81,7 +87,7 @@ public enum AuditOperation: Sendable, Equatable {
             lookup, openRead, openWrite, openTruncate, write, create, delete, rename, renameToScratch, replaceData,
             sshSign,
             dbusSearch, dbusGetSecret, dbusCreate, dbusSetSecret, dbusDelete, dbusSetProperty, dbusLookup,
-            dbusPresence, read, search, update,
+            dbusPresence, read, search, update, lock, unlock,
         ].map(\.text) + ["set-<attr>"]
 }
 

@@ -186,6 +186,14 @@ struct AgentPolicyTests {
             let after = try box.run("/usr/bin/ssh-add", ["-l"], env: ["SSH_AUTH_SOCK": socket])
             #expect(after.status == 0 && after.stdout.contains(" k1 "), "\(after.summary)")
             #expect(Self.lines(promptLog).count == 2)
+            // Through the door: each is one audit line naming ssh-add, the wrong passphrase a deny.
+            let audit = box.audit.split(separator: "\n")
+            let locks = audit.filter { $0.contains(" op=lock ") && $0.contains("ssh-add") }
+            let unlocks = audit.filter { $0.contains(" op=unlock ") && $0.contains("ssh-add") }
+            #expect(locks.count == 1 && locks.allSatisfy { $0.contains("allow") && $0.contains("via=ssh") }, "\(audit)")
+            #expect(unlocks.count == 2, "\(audit)")
+            #expect(unlocks.first?.contains("deny") == true && unlocks.first?.contains("errSecAuthFailed") == true)
+            #expect(unlocks.last?.contains("allow") == true)
         }
     }
 

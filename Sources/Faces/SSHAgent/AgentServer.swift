@@ -74,10 +74,12 @@ struct VaultBackend: AgentBackend {
         access.invalidatePolicy()
     }
 
-    func lock() throws { keychain.lock() }
+    /// `ssh-add -x`: the one keychain of the service locks, through the door (audited `lock`).
+    func lock() throws { try session().lock() }
 
+    /// `ssh-add -X`: the vault's passphrase unlocks it, through the door (audited `unlock`).
     func unlock(passphrase: [UInt8]) throws {
-        try keychain.unlock(passphrase: try SecureBytes(copying: passphrase))
+        try session().unlock(passphrase: try SecureBytes(copying: passphrase))
         access.invalidatePolicy()
     }
 
