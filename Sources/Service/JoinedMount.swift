@@ -38,7 +38,9 @@ final class JoinedMount: Sendable {
     /// mount of its own.
     func mount(_ request: MountRequest) throws {
         if let other = live.withLock({ $0?.mountpoint }) {
-            throw KeychainError(.param, "the keychain service of \(keychain.path) is mounted on \(other) already")
+            throw KeychainError(
+                .duplicateItem,
+                "vault \(keychain.path) is already mounted on \(other) by a keychainfs service (pid \(getpid()))")
         }
         let fs = KeychainFileSystem(keychain: keychain, access: access)
         var options = MountOptions()

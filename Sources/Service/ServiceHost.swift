@@ -146,6 +146,17 @@ public final class ServiceHost: Sendable {
         if fuse == nil { Self.blockTerminationSignals() }
         control?.start()
         api.start()
+        if let joined {
+            api.onMount { try joined.mount($0) }
+        } else if let mountpoint = configuration.mountpoint {
+            // A service with a mount of its own takes no other: one view of one keychain.
+            let path = keychain.path
+            api.onMount { _ in
+                throw KeychainError(
+                    .duplicateItem,
+                    "vault \(path) is already mounted on \(mountpoint) by a keychainfs service (pid \(getpid()))")
+            }
+        }
         defer {
             api.stop()
             control?.stop()
@@ -180,7 +191,6 @@ public final class ServiceHost: Sendable {
         Log.info("keychain service for \(keychain.path): API on \(api.path)")
         ready()
         if let fuse { return fuse.run() }
-        if let joined { api.onMount { try joined.mount($0) } }
         Self.waitForTermination()
         api.onMount(nil)
         joined?.unmount()

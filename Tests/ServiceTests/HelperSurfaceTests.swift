@@ -21,8 +21,12 @@ struct HelperSurfaceTests {
             }
             let docker = try box.run(try helperBinary("docker-credential-keychainfs"), ["version"])
             #expect(docker.stdout == "docker-credential-keychainfs (keychainfs) \(version)\n", "\(docker.summary)")
-            // A wrong operation is still a usage error.
+            // A wrong operation is still a usage error: exit 2 for git's helper, 1 for docker's, as
+            // docker-credential-helpers' Serve exits for an unknown action; nothing on stdout but
+            // the usage line docker's client shows.
             #expect(try box.run(try helperBinary("git-credential-keychainfs"), ["frobnicate"]).status == 2)
+            let wrong = try box.run(try helperBinary("docker-credential-keychainfs"), ["frobnicate"])
+            #expect(wrong.status == 1 && wrong.stdout.hasPrefix("Usage: "), "\(wrong.summary)")
         }
     }
 

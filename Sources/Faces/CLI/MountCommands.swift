@@ -84,7 +84,11 @@ struct Mount: ParsableCommand {
         request.defaultPermissions = parsed.fuse.defaultPermissions
         request.debug = parsed.fuse.debug
         request.cacheMilliseconds = Int64((parsed.fuse.cacheSeconds * 1000).rounded())
-        let state = try running.mount(request)
+        let state: String
+        do { state = try running.mount(request) } catch let e as KeychainError where e.status == .duplicateItem {
+            // Mounted already (its own mount, or one it joined): a failure, as a second daemon's was.
+            throw CLIError.failure(e.message)
+        }
         Output.errorLine(
             "keychainfs: mounted \(vaultPath) on \(mountpoint) (joined the keychain service, pid \(running.servicePID); \(state.split(separator: " ").first ?? ""))"
         )

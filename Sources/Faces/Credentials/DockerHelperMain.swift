@@ -28,7 +28,8 @@ public enum DockerHelperMain {
                 arguments, operations: ["get", "store", "erase", "list", "version"])
         } catch {
             HelperIO.errorLine("\(tool): \(error.message)")
-            finish("Usage: \(tool) \(HelperOptions.usage)", 2)
+            // docker-credential-helpers' Serve exits 1 for a wrong action or argument count too.
+            finish("Usage: \(tool) \(HelperOptions.usage)", 1)
         }
         if options.operation == "version" { finish("\(tool) (keychainfs) \(keychainfsVersionNumber)", 0) }
         Watchdog.start(
