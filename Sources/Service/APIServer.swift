@@ -173,7 +173,17 @@ public final class APIServer: Sendable {
                 Framing.wipe(&change.new)
             }
             return changePassphrase(change, by: peer)
-        case .copyMatching, .add, .update, .delete, .addOrUpdate:
+        case .setAccessPolicy(let policy, var passphrase):
+            defer { Framing.wipe(&passphrase) }
+            // The passphrase is the authority, as for a command that opens the vault: the core
+            // unwraps the master key with it to sign the policy. Every face of the service
+            // decides its next request under the new policy (no cached one, no alarm).
+            return withPassphrase(passphrase, peer: peer, what: "access policy change") {
+                try keychain.setAccessPolicy(policy, passphrase: $0)
+                access.invalidatePolicy()
+            }
+        case .copyMatching, .add, .update, .delete, .addOrUpdate, .identities, .createKeyPair, .storeBatch,
+            .accessPolicy, .backup:
             return answerVerb(request, peer: peer, senders: senders, holder: holder)
         }
     }
@@ -226,7 +236,9 @@ public final class APIServer: Sendable {
             case .addOrUpdate(let c, let a, let data):
                 let (item, added) = try session.addOrUpdate(c, a, data: data)
                 return .item(WireItem(item), added: added)
-            default: return .failure(.param, "not a keychain verb")
+            default:
+                return try answerVaultVerb(request, session: session, by: peer)
+                    ?? .failure(.param, "not a keychain verb")
             }
         } catch let e as KeychainError {
             return .failure(e.status, e.message)
