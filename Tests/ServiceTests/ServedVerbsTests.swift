@@ -88,7 +88,8 @@ struct ServedVerbsTests {
             #expect(try Self.listing(box, "cert").count == 1, "/cert after delete-certificate")
 
             // dump-keychain -d shows what the mount wrote one call before.
-            let write = try box.sh("printf dumped-secret > \(box.mnt)/genp/dumpsvc/acct")
+            let write = try box.sh(
+                "mkdir \(box.mnt)/genp/dumpsvc && printf dumped-secret > \(box.mnt)/genp/dumpsvc/acct")
             #expect(write.status == 0, "write through the mount: \(write.summary)")
             let dump = try box.cliWithoutPassphrase(["dump-keychain", "-d"] + v)
             #expect(dump.status == 0, "dump-keychain: \(dump.summary)")
@@ -195,14 +196,14 @@ struct ServedVerbsTests {
         "backup while mounted: the service's copy holds what the mount wrote one call before; 0600, never overwritten")
     func backupWhileMounted() throws {
         try withMount { box in
-            let write = try box.sh("printf backed-up > \(box.mnt)/genp/bk/acct")
+            let write = try box.sh("mkdir \(box.mnt)/genp/bk && printf backed-up > \(box.mnt)/genp/bk/acct")
             #expect(write.status == 0, "write through the mount: \(write.summary)")
             // Through a hard link of the vault: the service is found by the file, and writes the copy.
-            let link = box.root + "/link.vault"
-            #expect(link(box.vault, link) == 0)
+            let linked = box.root + "/link.vault"
+            #expect(Glibc.link(box.vault, linked) == 0)
             let copy = "copy.vault"
             let r = try box.run(
-                try requireBinary(), ["backup", "--vault", link, copy], env: ["KEYCHAINFS_PASSPHRASE_FILE": nil],
+                try requireBinary(), ["backup", "--vault", linked, copy], env: ["KEYCHAINFS_PASSPHRASE_FILE": nil],
                 cwd: box.w)
             #expect(r.status == 0 && r.stdout.contains("backed up"), "backup: \(r.summary)")
             var st = stat()
