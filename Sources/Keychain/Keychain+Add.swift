@@ -8,19 +8,23 @@ extension Keychain {
     // MARK: SecItemAdd
 
     /// SecItemAdd. Returns the stored item (attributes as stored, no data).
+    /// `extras`: what the face keeps beside a password (SecretExtras.swift), sealed with it.
     @discardableResult
-    public func add(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8], caller callerArgument: Caller? = nil)
-        throws -> KeychainItem
-    {
-        try add(itemClass, given, data: data, in: callContext(callerArgument))
+    public func add(
+        _ itemClass: ItemClass, _ given: Attributes, data: [UInt8], extras: [UInt8] = [],
+        caller callerArgument: Caller? = nil
+    ) throws -> KeychainItem {
+        try add(itemClass, given, data: data, extras: extras, in: callContext(callerArgument))
     }
 
-    func add(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8], in call: CallContext) throws -> KeychainItem {
+    func add(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8], extras: [UInt8] = [], in call: CallContext)
+        throws -> KeychainItem
+    {
         guard itemClass != .identity else {
             throw KeychainError(.param, "identities cannot be added directly: add the certificate and the private key")
         }
         let keys = try call.unlockedKeys()
-        let (attributes, data) = try newItem(itemClass, given, data: data, caller: call.caller)
+        let (attributes, data) = try newItem(itemClass, given, data: data, extras: extras, caller: call.caller)
         let protection = Self.accessibility(of: attributes)
         let classKey = try self.classKey(protection, keys: keys, for: Self.describe(itemClass, attributes))
 
@@ -33,15 +37,17 @@ extension Keychain {
                 throw KeychainError(.duplicateItem, "\(Self.describe(itemClass, attributes)) already exists")
             }
             return KeychainItem(
-                id: id, itemClass: itemClass, attributes: attributes, data: nil, dataLength: data.count)
+                id: id, itemClass: itemClass, attributes: attributes, data: nil,
+                dataLength: data.count - SecretExtras.storedOverhead(attributes))
         }
     }
 
     /// The attributes and data an add stores for `given`: checked against the class, with
     /// everything the system sets filled in (derived certificate and key attributes, the key
-    /// tag, access group, protection class, dates, primary-key defaults). Touches no row.
+    /// tag, access group, protection class, dates, primary-key defaults), and the bytes to seal
+    /// (the data, and the extras after it: SecretExtras.swift). Touches no row.
     func newItem(
-        _ itemClass: ItemClass, _ given: Attributes, data: [UInt8],
+        _ itemClass: ItemClass, _ given: Attributes, data: [UInt8], extras: [UInt8] = [],
         caller: Caller
     ) throws -> (attributes: Attributes, data: [UInt8]) {
         try validate(given, in: itemClass, forUpdate: false)
@@ -95,7 +101,13 @@ extension Keychain {
             attributes[key] = AttributeValue.defaultValue(for: key.type)
         }
         try checkSynchronizable(attributes, itemClass)
-        return (attributes, data)
+        // Derived from what is sealed: a value given for it is not the caller's to set.
+        attributes[SecretExtras.lengthAttribute] = nil
+        guard !extras.isEmpty else { return (attributes, data) }
+        try SecretExtras.check(extras, for: itemClass, secret: data)
+        let (plaintext, length) = SecretExtras.join(data, extras)
+        attributes[SecretExtras.lengthAttribute] = length
+        return (attributes, plaintext)
     }
 
     /// SecItemAdd, and when the item exists (errSecDuplicateItem) SecItemUpdate of exactly the
@@ -105,12 +117,12 @@ extension Keychain {
     /// Returns the item (attributes as stored, no data) and whether it was added.
     @discardableResult
     public func addOrUpdate(
-        _ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8],
+        _ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8], extras: [UInt8] = [],
         caller callerArgument: Caller? = nil
     ) throws -> (item: KeychainItem, added: Bool) {
         let call = callContext(callerArgument)
         do {
-            return (try add(itemClass, attributes, data: data, in: call), true)
+            return (try add(itemClass, attributes, data: data, extras: extras, in: call), true)
         } catch KeychainStatus.duplicateItem {
             let (full, _) = try newItem(itemClass, attributes, data: data, caller: call.caller)
             let keyAttributes = Set(Schema.primaryKey(of: itemClass))
@@ -119,7 +131,8 @@ extension Keychain {
             // By persistent reference: exactly that item, synchronizable or not.
             try update(
                 Query(itemClass, synchronizableAny: true, persistentReference: existing.id),
-                attributes: attributes.filter { !keyAttributes.contains($0.key) }, data: data, in: call)
+                attributes: attributes.filter { !keyAttributes.contains($0.key) }, data: data, extras: extras,
+                in: call)
             return (
                 try item(id: existing.id, itemClass: itemClass, synchronizable: true, withData: false, in: call), false
             )

@@ -49,7 +49,7 @@ extension Keychain {
     /// or for a non-extractable key the length of its public key line, which its attributes
     /// (key type, size, label) fix.
     static func readableLength(_ itemClass: ItemClass, _ attributes: Attributes, stored sealedLength: Int) -> Int {
-        let stored = max(0, sealedLength - AEAD.overhead)
+        let stored = max(0, sealedLength - AEAD.overhead - SecretExtras.storedOverhead(attributes))
         let item = KeychainItem(id: 0, itemClass: itemClass, attributes: attributes, data: nil)
         guard !item.isExtractable, case .number(let bits)? = attributes[Schema.named("keySizeInBits")] else {
             return stored

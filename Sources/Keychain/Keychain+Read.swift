@@ -30,14 +30,16 @@ extension Keychain {
         for (row, attributes) in candidates {
             if results.count >= limit { break }
             var data: [UInt8]?
+            var extras: [UInt8]?
             if query.returnData == true {
                 let item = KeychainItem(id: row.id, itemClass: query.itemClass, attributes: attributes, data: nil)
                 do {
-                    data = try readableData(
-                        item,
-                        openData(
-                            row, item: item, keys: keys, caller: caller,
-                            ui: query.authenticationUI ?? caller.authenticationUI))
+                    let stored = try openData(
+                        row, item: item, keys: keys, caller: caller,
+                        ui: query.authenticationUI ?? caller.authenticationUI)
+                    let secret: [UInt8]
+                    (secret, extras) = try SecretExtras.split(query.itemClass, attributes, stored)
+                    data = try readableData(item, secret)
                 } catch SkipItem.skip {
                     continue
                 } catch let e as KeychainError where e.status == .decode && limit == .max {
@@ -51,7 +53,8 @@ extension Keychain {
             results.append(
                 KeychainItem(
                     id: row.id, itemClass: query.itemClass, attributes: attributes, data: data,
-                    dataLength: Self.readableLength(query.itemClass, attributes, stored: row.sealedDataLength)))
+                    dataLength: Self.readableLength(query.itemClass, attributes, stored: row.sealedDataLength),
+                    extras: extras))
         }
         guard !results.isEmpty else {
             throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found")
@@ -107,12 +110,19 @@ extension Keychain {
             id: id, itemClass: itemClass, synchronizable: synchronizable,
             withData: withData, caller: caller, keys: keys, recentWithin: recentWithin)
         var data: [UInt8]?
+        var extras: [UInt8]?
         if withData {
             let item = KeychainItem(id: row.id, itemClass: itemClass, attributes: attributes, data: nil)
             do {
                 let stored = try openData(
                     row, item: item, keys: keys, caller: caller, ui: ui ?? caller.authenticationUI)
-                data = raw ? stored : try readableData(item, stored)
+                if raw {
+                    data = stored
+                } else {
+                    let secret: [UInt8]
+                    (secret, extras) = try SecretExtras.split(itemClass, attributes, stored)
+                    data = try readableData(item, secret)
+                }
             } catch SkipItem.skip {
                 // kSecUseAuthenticationUISkip leaves the item out: nothing is left.
                 throw KeychainError(.itemNotFound, "item \(id) not found")
@@ -122,7 +132,8 @@ extension Keychain {
             id: row.id, itemClass: itemClass, attributes: attributes, data: data,
             dataLength: raw
                 ? max(0, row.sealedDataLength - AEAD.overhead)
-                : Self.readableLength(itemClass, attributes, stored: row.sealedDataLength))
+                : Self.readableLength(itemClass, attributes, stored: row.sealedDataLength),
+            extras: extras)
     }
 
     /// The row with this id and its attributes, if the caller may see it: of this class, in

@@ -10,17 +10,21 @@ extension Keychain {
     /// SecItemUpdate: applies `changes` (and new data, if given) to every match, atomically.
     /// Returns how many items were updated.
     @discardableResult
+    /// New data replaces the extras too (SecretExtras.swift): `extras` are the new data's, and
+    /// none when empty (an expiry or refresh token kept for the old password is not the new
+    /// one's). Without new data the extras stay as they are.
     public func update(
-        _ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, caller callerArgument: Caller? = nil
+        _ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, extras: [UInt8] = [],
+        caller callerArgument: Caller? = nil
     ) throws -> Int {
-        try update(query, attributes: changes, data: data, in: callContext(callerArgument))
+        try update(query, attributes: changes, data: data, extras: extras, in: callContext(callerArgument))
     }
 
     /// `outer`: the write transaction this update is part of (rename, replaceData), if any.
     @discardableResult
     func update(
-        _ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, in call: CallContext,
-        within outer: (any ItemStoreWriter)? = nil
+        _ query: Query, attributes changes: Attributes, data: [UInt8]? = nil, extras: [UInt8] = [],
+        in call: CallContext, within outer: (any ItemStoreWriter)? = nil
     ) throws -> Int {
         let caller = call.caller
         guard query.matchLimit == nil, query.returnData == nil, query.returnAttributes == nil,
@@ -37,6 +41,7 @@ extension Keychain {
         var derived = Attributes()
         if let given = data {
             try checkDataSize(given, query.itemClass, query.attributes)
+            if !extras.isEmpty { try SecretExtras.check(extras, for: query.itemClass, secret: given) }
             switch query.itemClass {
             case .certificate:
                 data = try CertificateData.der(from: given)
@@ -100,6 +105,13 @@ extension Keychain {
                 for (k, v) in changes { attributes[k] = v }
                 for (k, v) in derived { attributes[k] = v }
                 if query.itemClass == .key, let data { KeyData.setSSHHalves(&attributes, data: data) }
+                // New data: its extras (or none) are stored with it.
+                var sealedData = data
+                if let data, SecretExtras.classes.contains(query.itemClass) {
+                    let joined = SecretExtras.join(data, extras)
+                    sealedData = joined.plaintext
+                    attributes[SecretExtras.lengthAttribute] = joined.length
+                }
                 if let ac = accessControl(of: changes) {
                     guard changes[Schema.accessible] == nil else {
                         throw KeychainError(.param, "accessControl and accessible cannot both be given")
@@ -121,7 +133,7 @@ extension Keychain {
                     // New data, or a new protection class / access group: the data is sealed
                     // again (the old data is needed only when it is kept).
                     let plaintext =
-                        try data
+                        try sealedData
                         ?? openData(
                             old, item: oldItem, keys: keys, caller: granted,
                             ui: caller.authenticationUI)
@@ -247,7 +259,11 @@ extension Keychain {
                 throw KeychainError(.readOnly, "\(item.summary) is not extractable: its key cannot be moved")
             }
             let data = try openData(row, item: item, keys: keys, caller: granted, ui: caller.authenticationUI)
-            try update(target, attributes: [:], data: data, in: call.with(caller: granted), within: vault)
+            // The extras move with their secret.
+            let (secret, extras) = try SecretExtras.split(source.itemClass, attributes, data)
+            try update(
+                target, attributes: [:], data: secret, extras: extras ?? [], in: call.with(caller: granted),
+                within: vault)
             try vault.delete(id: row.id)
         }
     }

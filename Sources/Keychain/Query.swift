@@ -62,13 +62,20 @@ public struct KeychainItem: Sendable {
     public let data: [UInt8]?
     /// Length of the secret, known without decrypting it (ciphertext length less overhead).
     public let dataLength: Int
+    /// What a face keeps beside a password (SecretExtras.swift), when the data was read and the
+    /// item has any: never part of `data`.
+    public let extras: [UInt8]?
 
-    public init(id: Int64, itemClass: ItemClass, attributes: Attributes, data: [UInt8]?, dataLength: Int? = nil) {
+    public init(
+        id: Int64, itemClass: ItemClass, attributes: Attributes, data: [UInt8]?, dataLength: Int? = nil,
+        extras: [UInt8]? = nil
+    ) {
         self.id = id
         self.itemClass = itemClass
         self.attributes = attributes
         self.data = data
         self.dataLength = dataLength ?? data?.count ?? 0
+        self.extras = extras
     }
 
     public subscript(_ attribute: Attribute) -> AttributeValue? { attributes[attribute] }

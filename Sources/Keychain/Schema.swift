@@ -244,6 +244,10 @@ public enum Schema {
         Row(
             name: "secretServiceAttributes", code: "ssat", type: .string, access: .readWrite, classes: [G, I], key: []
         ),
+        // keychainfs's own: how many bytes of a password item's data box, after the secret and
+        // a NUL, are the extras a face keeps beside it (git's expiry and refresh token); set by
+        // the core whenever the data is stored (SecretExtras.swift).
+        Row(name: "secretExtrasLength", code: "sxln", type: .number, access: .derived, classes: [G, I], key: []),
     ]
 
     /// `kSecClass` is not an attribute of any class: naming it in an update is errSecNoSuchAttr.

@@ -12,7 +12,7 @@ import Keychain
 /// sent, then `execve` at once) can be taken as a request (docs/security.md, "The service's
 /// callers").
 public enum APIWire {
-    public static let version: UInt8 = 1
+    public static let version: UInt8 = 2
     /// Large enough for an item of the CLI's 1 MiB limit with its attributes, small enough that
     /// a client cannot make the service hold much.
     public static let maxFrame = 4 << 20
@@ -22,10 +22,10 @@ public enum APIWire {
 /// What a client asks. Each maps onto one verb of the door (`KeychainDoor`).
 public enum APIRequest: Equatable, Sendable {
     case copyMatching(WireQuery)
-    case add(ItemClass, Attributes, data: [UInt8])
-    case update(WireQuery, Attributes, data: [UInt8]?)
+    case add(ItemClass, Attributes, data: [UInt8], extras: [UInt8])
+    case update(WireQuery, Attributes, data: [UInt8]?, extras: [UInt8])
     case delete(WireQuery)
-    case addOrUpdate(ItemClass, Attributes, data: [UInt8])
+    case addOrUpdate(ItemClass, Attributes, data: [UInt8], extras: [UInt8])
     /// The service's lock state and the vault it holds.
     case status
     /// The vault's passphrase, checked by the service (one KDF): the connection then acts as
@@ -51,6 +51,8 @@ public enum APIRequest: Equatable, Sendable {
     /// `backup`: the service writes a consistent copy of its vault to a new file at this
     /// absolute path.
     case backup(destination: String)
+    /// `keychainfs mount` joining this service: it mounts the vault itself (MountRequest.swift).
+    case mount(MountRequest)
 
     var kind: UInt8 {
         switch self {
@@ -70,6 +72,7 @@ public enum APIRequest: Equatable, Sendable {
         case .accessPolicy: 14
         case .setAccessPolicy: 15
         case .backup: 16
+        case .mount: 32
         }
     }
 }
@@ -147,7 +150,7 @@ public struct WireItem: Equatable, Sendable {
 
     public static func == (a: WireItem, b: WireItem) -> Bool {
         a.item.id == b.item.id && a.item.itemClass == b.item.itemClass && a.item.attributes == b.item.attributes
-            && a.item.data == b.item.data && a.item.dataLength == b.item.dataLength
+            && a.item.data == b.item.data && a.item.dataLength == b.item.dataLength && a.item.extras == b.item.extras
     }
 }
 
@@ -218,14 +221,16 @@ public enum APICodec {
         w.raw(nonce)
         switch request {
         case .copyMatching(let q), .delete(let q): w.query(q.query)
-        case .add(let c, let a, let data), .addOrUpdate(let c, let a, let data):
+        case .add(let c, let a, let data, let extras), .addOrUpdate(let c, let a, let data, let extras):
             w.itemClass(c)
             w.attributes(a)
             w.part(data)
-        case .update(let q, let a, let data):
+            w.part(extras)
+        case .update(let q, let a, let data, let extras):
             w.query(q.query)
             w.attributes(a)
             if let data = w.presence(data) { w.part(data) }
+            w.part(extras)
         case .status: break
         case .prove(let passphrase): w.part(passphrase)
         case .changePassphrase(let change):
@@ -251,6 +256,7 @@ public enum APICodec {
             w.part(policy.encoded)
             w.part(passphrase)
         case .backup(let destination): w.string(destination)
+        case .mount(let m): w.mountRequest(m)
         }
         return w.bytes
     }
@@ -267,12 +273,14 @@ public enum APICodec {
             let c = try r.itemClass()
             let a = try r.attributes(c)
             let data = try r.part()
-            request = kind == 2 ? .add(c, a, data: data) : .addOrUpdate(c, a, data: data)
+            let extras = try r.part()
+            request =
+                kind == 2 ? .add(c, a, data: data, extras: extras) : .addOrUpdate(c, a, data: data, extras: extras)
         case 3:
             let q = try r.query()
             let a = try r.attributes(q.itemClass)
             let data = try r.optional { try $0.part() }
-            request = .update(WireQuery(q), a, data: data)
+            request = .update(WireQuery(q), a, data: data, extras: try r.part())
         case 4: request = .delete(WireQuery(try r.query()))
         case 6: request = .status
         case 7: request = .prove(passphrase: try r.part())
@@ -294,6 +302,7 @@ public enum APICodec {
         case 14: request = .accessPolicy
         case 15: request = .setAccessPolicy(try r.policy(), passphrase: try r.part())
         case 16: request = .backup(destination: try r.string())
+        case 32: request = .mount(try r.mountRequest())
         default: throw WireReader.bad
         }
         try r.end()

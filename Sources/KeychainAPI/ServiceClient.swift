@@ -129,13 +129,17 @@ public final class ServiceClient: KeychainDoor {
         return items.map(\.item)
     }
 
-    public func add(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> KeychainItem {
-        guard case .item(let item, _) = try call(.add(itemClass, attributes, data: data)) else { throw unexpected() }
+    public func add(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8], extras: [UInt8]) throws
+        -> KeychainItem
+    {
+        guard case .item(let item, _) = try call(.add(itemClass, attributes, data: data, extras: extras)) else {
+            throw unexpected()
+        }
         return item.item
     }
 
-    public func update(_ query: Query, attributes: Attributes, data: [UInt8]?) throws -> Int {
-        guard case .count(let n) = try call(.update(WireQuery(query), attributes, data: data)) else {
+    public func update(_ query: Query, attributes: Attributes, data: [UInt8]?, extras: [UInt8]) throws -> Int {
+        guard case .count(let n) = try call(.update(WireQuery(query), attributes, data: data, extras: extras)) else {
             throw unexpected()
         }
         return n
@@ -146,10 +150,13 @@ public final class ServiceClient: KeychainDoor {
         return n
     }
 
-    public func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> (
-        item: KeychainItem, added: Bool
-    ) {
-        guard case .item(let item, let added) = try call(.addOrUpdate(itemClass, attributes, data: data)) else {
+    public func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8], extras: [UInt8]) throws
+        -> (item: KeychainItem, added: Bool)
+    {
+        guard
+            case .item(let item, let added) = try call(
+                .addOrUpdate(itemClass, attributes, data: data, extras: extras))
+        else {
             throw unexpected()
         }
         return (item.item, added)
@@ -249,6 +256,13 @@ public final class ServiceClient: KeychainDoor {
         var bytes = passphrase.withUnsafeBytes { Array($0) }
         defer { Framing.wipe(&bytes) }
         guard case .status(_, let state) = try call(.unlock(passphrase: bytes)) else { throw unexpected() }
+        return state
+    }
+
+    /// Asks the service to mount its vault on `request.mountpoint` (`keychainfs mount` joining
+    /// it); returns once the mount is live, with the service's lock state.
+    public func mount(_ request: MountRequest) throws -> String {
+        guard case .status(_, let state) = try call(.mount(request)) else { throw unexpected() }
         return state
     }
 

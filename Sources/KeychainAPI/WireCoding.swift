@@ -50,6 +50,7 @@ struct WireWriter {
         attributes(item.attributes)
         if let data = presence(item.data) { part(data) }
         i64(Int64(item.dataLength))
+        if let extras = presence(item.extras) { part(extras) }
     }
 }
 
@@ -132,7 +133,8 @@ struct WireReader {
         let data = try optional { try $0.part() }
         let length = try i64()
         guard length >= 0, length <= Int64(APIWire.maxFrame) else { throw Self.bad }
-        return KeychainItem(id: id, itemClass: c, attributes: a, data: data, dataLength: Int(length))
+        let extras = try optional { try $0.part() }
+        return KeychainItem(id: id, itemClass: c, attributes: a, data: data, dataLength: Int(length), extras: extras)
     }
 
     /// An access policy: its encoded bytes, which must decode (a policy the core cannot read

@@ -12,13 +12,19 @@ public protocol KeychainDoor {
     var vaultDescription: String { get }
     /// The vault's path as the one answering opened it (what `ItemPrinter` prints).
     var vaultPath: String { get }
+    /// With data, each item's `data` is its secret, the same bytes through every face, and
+    /// `extras` what a face kept beside it (git's expiry and refresh token; SecretExtras.swift).
     func copyMatching(_ query: Query) throws -> [KeychainItem]
-    @discardableResult func add(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> KeychainItem
-    @discardableResult func update(_ query: Query, attributes: Attributes, data: [UInt8]?) throws -> Int
+    /// `extras`: kept beside the secret, sealed with it, handed back only as `extras`.
+    @discardableResult func add(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8], extras: [UInt8])
+        throws -> KeychainItem
+    /// New data replaces the extras too (none when `extras` is empty).
+    @discardableResult func update(_ query: Query, attributes: Attributes, data: [UInt8]?, extras: [UInt8]) throws
+        -> Int
     @discardableResult func delete(_ query: Query) throws -> Int
-    @discardableResult func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> (
-        item: KeychainItem, added: Bool
-    )
+    @discardableResult func addOrUpdate(
+        _ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8], extras: [UInt8]
+    ) throws -> (item: KeychainItem, added: Bool)
     // The vault verbs (KeychainSession+Vault.swift): what the CLI's other verbs need.
     /// Every identity the caller can see (a certificate joined with its private key).
     func identities() throws -> [Keychain.Identity]
@@ -38,6 +44,19 @@ public protocol KeychainDoor {
 }
 
 extension KeychainDoor {
+    /// The verbs without extras (every face but git's helper).
+    @discardableResult public func add(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws
+        -> KeychainItem
+    { try add(itemClass, attributes, data: data, extras: []) }
+
+    @discardableResult public func update(_ query: Query, attributes: Attributes, data: [UInt8]?) throws -> Int {
+        try update(query, attributes: attributes, data: data, extras: [])
+    }
+
+    @discardableResult public func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws
+        -> (item: KeychainItem, added: Bool)
+    { try addOrUpdate(itemClass, attributes, data: data, extras: []) }
+
     /// The one item a query names (match limit one), with data if the query asks.
     public func find(_ query: Query) throws -> KeychainItem {
         var q = query
@@ -97,9 +116,11 @@ public struct KeychainSession: KeychainDoor {
         }
     }
 
-    public func add(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> KeychainItem {
+    public func add(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8], extras: [UInt8]) throws
+        -> KeychainItem
+    {
         do {
-            let item = try keychain.add(itemClass, attributes, data: data, caller: caller)
+            let item = try keychain.add(itemClass, attributes, data: data, extras: extras, caller: caller)
             record(item.id, .create, allowed: true)
             return item
         } catch let e as KeychainError {
@@ -108,9 +129,9 @@ public struct KeychainSession: KeychainDoor {
         }
     }
 
-    public func update(_ query: Query, attributes: Attributes, data: [UInt8]?) throws -> Int {
+    public func update(_ query: Query, attributes: Attributes, data: [UInt8]?, extras: [UInt8]) throws -> Int {
         do {
-            let n = try keychain.update(query, attributes: attributes, data: data, caller: caller)
+            let n = try keychain.update(query, attributes: attributes, data: data, extras: extras, caller: caller)
             record(query.persistentReference, .update, allowed: true, count: n)
             return n
         } catch let e as KeychainError {
@@ -130,11 +151,11 @@ public struct KeychainSession: KeychainDoor {
         }
     }
 
-    public func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8]) throws -> (
-        item: KeychainItem, added: Bool
-    ) {
+    public func addOrUpdate(_ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8], extras: [UInt8]) throws
+        -> (item: KeychainItem, added: Bool)
+    {
         do {
-            let result = try keychain.addOrUpdate(itemClass, attributes, data: data, caller: caller)
+            let result = try keychain.addOrUpdate(itemClass, attributes, data: data, extras: extras, caller: caller)
             record(result.item.id, result.added ? .create : .update, allowed: true)
             return result
         } catch let e as KeychainError {

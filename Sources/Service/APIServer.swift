@@ -22,6 +22,12 @@ public final class APIServer: Sendable {
     /// Connections beyond 64 at once are closed at accept (logged): a client cannot make the
     /// service start unbounded threads.
     private let connections = ConnectionLimit(64)
+    /// Mounts the vault for `keychainfs mount` joining this service (`ServiceHost.join`); nil
+    /// where the service cannot (it has a mount of its own already, or is being stopped).
+    private let mounter = Mutex<(@Sendable (MountRequest) throws -> Void)?>(nil)
+
+    /// What a `mount` request runs.
+    public func onMount(_ mount: (@Sendable (MountRequest) throws -> Void)?) { mounter.withLock { $0 = mount } }
 
     public init(
         keychain: Keychain, access: AccessLayer, directory: String = ServiceLocator.directory(), activated: Int32? = nil
@@ -182,6 +188,18 @@ public final class APIServer: Sendable {
                 try keychain.setAccessPolicy(policy, passphrase: $0)
                 access.invalidatePolicy()
             }
+        case .mount(let mount):
+            guard let mounter = mounter.withLock({ $0 }) else {
+                return .failure(.param, "the keychain service of \(keychain.path) does not take a mount now")
+            }
+            do { try mounter(mount) } catch let e as KeychainError {
+                Log.info("api: mount on \(mount.mountpoint) by \(peer.identity.description) failed: \(e.message)")
+                return .failure(e.status, e.message)
+            } catch {
+                return .failure(.io, "cannot mount on \(mount.mountpoint): \(error)")
+            }
+            Log.info("api: mounted on \(mount.mountpoint) for \(peer.identity.description)")
+            return status()
         case .copyMatching, .add, .update, .delete, .addOrUpdate, .identities, .createKeyPair, .storeBatch,
             .accessPolicy, .backup:
             return answerVerb(request, peer: peer, senders: senders, holder: holder)
@@ -229,12 +247,13 @@ public final class APIServer: Sendable {
         do {
             switch request {
             case .copyMatching(let q): return .items(try session.copyMatching(q.query).map(WireItem.init))
-            case .add(let c, let a, let data): return .item(WireItem(try session.add(c, a, data: data)), added: true)
-            case .update(let q, let a, let data):
-                return .count(try session.update(q.query, attributes: a, data: data))
+            case .add(let c, let a, let data, let extras):
+                return .item(WireItem(try session.add(c, a, data: data, extras: extras)), added: true)
+            case .update(let q, let a, let data, let extras):
+                return .count(try session.update(q.query, attributes: a, data: data, extras: extras))
             case .delete(let q): return .count(try session.delete(q.query))
-            case .addOrUpdate(let c, let a, let data):
-                let (item, added) = try session.addOrUpdate(c, a, data: data)
+            case .addOrUpdate(let c, let a, let data, let extras):
+                let (item, added) = try session.addOrUpdate(c, a, data: data, extras: extras)
                 return .item(WireItem(item), added: added)
             default:
                 return try answerVaultVerb(request, session: session, by: peer)

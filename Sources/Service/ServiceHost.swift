@@ -60,6 +60,8 @@ public final class ServiceHost: Sendable {
     let secretService: SecretServiceProvider?
     let fuse: FuseSession?
     let idle: IdleLocker?
+    /// Without a mount of its own: the mount `keychainfs mount` may ask it to take on.
+    let joined: JoinedMount?
 
     /// Binds every socket and connects to the bus (a name another provider owns fails here,
     /// before anything is live); nothing is served until `run`.
@@ -132,6 +134,7 @@ public final class ServiceHost: Sendable {
             fuse = nil
         }
         idle = configuration.lockAfter.map { IdleLocker(keychain: keychain, seconds: $0) }
+        joined = fuse == nil ? JoinedMount(keychain: keychain, access: access, idle: idle) : nil
     }
 
     /// Starts every face, calls `ready` once they are live (the mount included), and serves
@@ -177,7 +180,10 @@ public final class ServiceHost: Sendable {
         Log.info("keychain service for \(keychain.path): API on \(api.path)")
         ready()
         if let fuse { return fuse.run() }
+        if let joined { api.onMount { try joined.mount($0) } }
         Self.waitForTermination()
+        api.onMount(nil)
+        joined?.unmount()
         return 0
     }
 

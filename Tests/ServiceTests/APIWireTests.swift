@@ -76,13 +76,14 @@ struct APIWireTests {
         case 14: return .setAccessPolicy(policy(&rng), passphrase: bytes(&rng))
         case 15: return .backup(destination: string(&rng))
         case 0: return .copyMatching(WireQuery(query(&rng)))
-        case 1: return .add(c, attributes(c, &rng), data: bytes(&rng))
+        case 1: return .add(c, attributes(c, &rng), data: bytes(&rng), extras: bytes(&rng))
         case 2:
             let q = query(&rng)
             return .update(
-                WireQuery(q), attributes(q.itemClass, &rng), data: Bool.random(using: &rng) ? bytes(&rng) : nil)
+                WireQuery(q), attributes(q.itemClass, &rng), data: Bool.random(using: &rng) ? bytes(&rng) : nil,
+                extras: bytes(&rng))
         case 3: return .delete(WireQuery(query(&rng)))
-        case 4: return .addOrUpdate(c, attributes(c, &rng), data: bytes(&rng))
+        case 4: return .addOrUpdate(c, attributes(c, &rng), data: bytes(&rng), extras: bytes(&rng))
         case 5: return .status
         case 6: return .lock
         case 7: return .unlock(passphrase: bytes(&rng))
@@ -118,7 +119,8 @@ struct APIWireTests {
         return WireItem(
             KeychainItem(
                 id: Int64.random(in: 1...Int64.max, using: &rng), itemClass: c, attributes: attributes(c, &rng),
-                data: data, dataLength: data?.count ?? Int.random(in: 0...100_000, using: &rng)))
+                data: data, dataLength: data?.count ?? Int.random(in: 0...100_000, using: &rng),
+                extras: Bool.random(using: &rng) ? bytes(&rng) : nil))
     }
 
     static func reply(_ rng: inout RNG) -> APIReply {

@@ -121,4 +121,55 @@ struct OneDoorTests {
             #expect(reads.allSatisfy { !$0.contains(secret) })
         }
     }
+
+    @Test(
+        "git's extras are their own field: the password alone through the mount (its size too), the CLI, netrc and kc://; git gets them back, after an attribute change too; new data through the mount drops them"
+    )
+    func gitExtrasAreTheirOwnField() throws {
+        try withMount { box in
+            let future = Int(Date().timeIntervalSince1970) + 3600
+            let store = try box.gitHelper(
+                ["--vault", box.vault, "store"],
+                "protocol=https\nhost=extras.example.com\nusername=tok\npassword=short-lived\npassword_expiry_utc=\(future)\noauth_refresh_token=refresh-me\n\n"
+            )
+            try #require(store.status == 0, "git store: \(store.summary)")
+            let file = box.mnt + "/inet/https:extras.example.com/tok"
+            let mount = try box.run("/bin/cat", [file])
+            let size = try box.run("/usr/bin/stat", ["-c", "%s", file])
+            let cli = try box.cliWithoutPassphrase(
+                ["find-internet-password", "--vault", box.vault, "-s", "extras.example.com", "-a", "tok", "-w"])
+            let kc = try box.cliWithoutPassphrase(
+                ["inject", "--vault", box.vault], stdin: Array("{{ kc://inet/extras.example.com/tok }}".utf8))
+            // Shown in /views/netrc (an attribute change, which keeps the extras).
+            let described = try box.run(
+                "/usr/bin/setfattr", ["-n", "user.keychain.description", "-v", "netrc", file])
+            #expect(described.status == 0, "\(described.summary)")
+            let netrc = try box.run("/bin/cat", [box.mnt + "/views/netrc"])
+            let xattr = try box.run(
+                "/usr/bin/getfattr", ["--only-values", "-n", "user.keychain.secretExtrasLength", file])
+            #expect(mount.stdout == "short-lived", "mount: \(mount.summary)")
+            #expect(size.stdout == "11\n", "the file's size is the password's: \(size.summary)")
+            #expect(cli.stdout == "short-lived\n", "cli: \(cli.summary)")
+            #expect(kc.stdout == "short-lived", "kc://: \(kc.summary)")
+            #expect(
+                netrc.stdout.contains("password short-lived") && !netrc.stdout.contains("refresh-me"),
+                "netrc: \(netrc.summary)")
+            #expect(xattr.stdout == "\("password_expiry_utc=\(future)\noauth_refresh_token=refresh-me\n".utf8.count)")
+            for output in [mount.stdout, cli.stdout, kc.stdout, netrc.stdout, xattr.stdout] {
+                #expect(!output.contains("refresh-me") && !output.contains("\u{0}"))
+            }
+
+            let get = try box.gitHelper(["--vault", box.vault, "get"], "protocol=https\nhost=extras.example.com\n\n")
+            #expect(
+                get.stdout.contains("password=short-lived\n") && get.stdout.contains("password_expiry_utc=\(future)\n")
+                    && get.stdout.contains("oauth_refresh_token=refresh-me\n"), "git get: \(get.summary)")
+
+            // A new password written through the mount: the old one's expiry and token go with it.
+            let write = try box.run("/bin/sh", ["-c", "printf new-password > '\(file)'"])
+            #expect(write.status == 0, "\(write.summary)")
+            let after = try box.gitHelper(["--vault", box.vault, "get"], "protocol=https\nhost=extras.example.com\n\n")
+            #expect(after.stdout.contains("password=new-password\n"), "git get: \(after.summary)")
+            #expect(!after.stdout.contains("oauth_refresh_token") && !after.stdout.contains("password_expiry_utc"))
+        }
+    }
 }

@@ -49,6 +49,12 @@ struct Mount: ParsableCommand {
     func run() throws {
         let parsed = try ParsedMountOptions(options)
         try prepareMountpoint(nonempty: parsed.nonempty)
+        // A service that holds the vault already (`serve`, or started by D-Bus activation) mounts
+        // it itself: one keychain, one more face; no passphrase is asked.
+        if !foreground, let running = try? ServiceClient.connect(vault: vaultPath) {
+            try join(running, parsed)
+            return
+        }
         let daemon = ServiceDaemon(
             vault: vault, vaultPath: vaultPath, mountpoint: mountpoint, options: options, readyFd: readyFd,
             masterKeyFd: masterKeyFd)
@@ -57,6 +63,31 @@ struct Mount: ParsableCommand {
         } else {
             try daemon.spawnDaemon(parsed)
         }
+    }
+
+    /// Asks the running service to mount (docs/service.md, "Joining a running service"). Only
+    /// options about the mount travel; one about the service is the service's already, and is
+    /// refused rather than silently dropped (a passphrase option is not needed and is ignored).
+    func join(_ running: ServiceClient, _ parsed: ParsedMountOptions) throws {
+        let carried: Set<String> = ["allow_other", "default_permissions", "cache", "debug", "nonempty"]
+        let unneeded: Set<String> = ["passphrase_file", "passphrase_program"]
+        for option in options.flatMap({ ParsedMountOptions.split($0) }) {
+            let name = String(option.prefix { $0 != "=" })
+            guard carried.contains(name) || unneeded.contains(name) else {
+                throw CLIError.usage(
+                    "-o \(name) is about the keychain service, and one runs for \(vaultPath) already (pid \(running.servicePID)) with its own options; mount without it, or stop that service first"
+                )
+            }
+        }
+        var request = MountRequest(mountpoint: mountpoint)
+        request.allowOther = parsed.fuse.allowOther
+        request.defaultPermissions = parsed.fuse.defaultPermissions
+        request.debug = parsed.fuse.debug
+        request.cacheMilliseconds = Int64((parsed.fuse.cacheSeconds * 1000).rounded())
+        let state = try running.mount(request)
+        Output.errorLine(
+            "keychainfs: mounted \(vaultPath) on \(mountpoint) (joined the keychain service, pid \(running.servicePID); \(state.split(separator: " ").first ?? ""))"
+        )
     }
 
     /// Refuses a live mount, clears a stale one (a killed daemon), checks the directory, and

@@ -39,7 +39,8 @@ struct ServiceDaemon {
     func refuseRunningService() throws {
         if let running = try? ServiceClient.connect(vault: vaultPath) {
             throw CLIError.failure(
-                "vault \(vaultPath) is already mounted or served by a keychainfs service (pid \(running.servicePID))")
+                "vault \(vaultPath) is already mounted or served by a keychainfs service (pid \(running.servicePID))"
+                    + (mountpoint != nil ? "; without -f, mount joins it" : ""))
         }
     }
 

@@ -158,27 +158,22 @@ public struct InternetLocation: Equatable, Sendable {
     ]
 }
 
-/// The item's data: the password's bytes alone, so `/inet/https:host/user` and
-/// `find-internet-password -w` give the password. When git sends `password_expiry_utc` or
-/// `oauth_refresh_token`, they follow one NUL byte as `key=value` lines (git's values cannot
-/// hold NUL or newlines, so the split is unambiguous).
-public enum StoredSecret {
-    public static func encode(password: String, extras: [(String, String)]) -> [UInt8] {
-        var out = Array(password.utf8)
-        guard !extras.isEmpty else { return out }
-        out.append(0)
-        for (key, value) in extras { out += Array("\(key)=\(value)\n".utf8) }
-        return out
+/// git's extras as the helper keeps them: the item's data is the password alone (so every face,
+/// `/inet/https:host/user`, `find-internet-password -w`, the Secret Service, gives the same
+/// bytes), and `password_expiry_utc` and `oauth_refresh_token`, when git sends them, are the
+/// item's extras (sealed with the password, handed back to this helper only: the core's
+/// SecretExtras.swift), as `key=value` lines (git's values cannot hold NUL or newlines).
+public enum StoredExtras {
+    public static func encode(_ extras: [(String, String)]) -> [UInt8] {
+        Array(extras.map { "\($0.0)=\($0.1)\n" }.joined().utf8)
     }
 
-    /// The password (the data up to the first NUL) and the extras after it.
-    public static func decode(_ data: [UInt8]) -> (password: [UInt8], extras: [String: String]) {
-        guard let nul = data.firstIndex(of: 0) else { return (data, [:]) }
+    public static func decode(_ bytes: [UInt8]?) -> [String: String] {
         var extras: [String: String] = [:]
-        for line in data[(nul + 1)...].split(separator: UInt8(ascii: "\n")) {
+        for line in (bytes ?? []).split(separator: UInt8(ascii: "\n")) {
             guard let eq = line.firstIndex(of: UInt8(ascii: "=")) else { continue }
             extras[String(decoding: line[..<eq], as: UTF8.self)] = String(decoding: line[(eq + 1)...], as: UTF8.self)
         }
-        return (Array(data[..<nul]), extras)
+        return extras
     }
 }

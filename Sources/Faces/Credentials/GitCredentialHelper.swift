@@ -39,7 +39,8 @@ public struct GitCredentialHelper {
                 notes.append("\(e.message) (\(e.status.name))")
                 continue
             }
-            let (password, extras) = StoredSecret.decode(item.data ?? [])
+            let password = item.data ?? []
+            let extras = StoredExtras.decode(item.extras)
             if let expiry = extras["password_expiry_utc"].flatMap(Int64.init),
                 expiry <= Int64(Date().timeIntervalSince1970)
             {
@@ -79,7 +80,7 @@ public struct GitCredentialHelper {
         var attributes = location.stored(account: username)
         attributes[Schema.label] = .string(request.host ?? location.server)
         try door.addOrUpdate(
-            .internetPassword, attributes, data: StoredSecret.encode(password: password, extras: request.extras))
+            .internetPassword, attributes, data: Array(password.utf8), extras: StoredExtras.encode(request.extras))
     }
 
     /// `erase`: deletes every item matching the fields git gave, as git's own store and cache
@@ -102,7 +103,7 @@ public struct GitCredentialHelper {
         for candidate in matching where location.accepts(port: candidate.port) {
             if let rejected = request.password {
                 let item = try door.item(id: candidate.id, itemClass: .internetPassword, withData: true)
-                guard StoredSecret.decode(item.data ?? []).password == Array(rejected.utf8) else { continue }
+                guard item.data == Array(rejected.utf8) else { continue }
             }
             do {
                 deleted += try door.delete(Query(.internetPassword, persistentReference: candidate.id))

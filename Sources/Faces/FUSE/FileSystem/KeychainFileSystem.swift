@@ -66,11 +66,17 @@ public final class KeychainFileSystem: Sendable {
         case nameLeft(parent: UInt64, name: String)
     }
 
-    public init(keychain: Keychain, uid: uid_t = getuid(), gid: gid_t = getgid(), audit: AuditLog? = nil) {
+    public convenience init(keychain: Keychain, uid: uid_t = getuid(), gid: gid_t = getgid(), audit: AuditLog? = nil) {
+        self.init(keychain: keychain, access: AccessLayer(keychain: keychain, audit: audit), uid: uid, gid: gid)
+    }
+
+    /// A mount over the access layer of a running service (`keychainfs mount` joining it): the
+    /// same policy, presence ledger and audit as the faces it hosts already.
+    public init(keychain: Keychain, access: AccessLayer, uid: uid_t = getuid(), gid: gid_t = getgid()) {
         self.keychain = keychain
         self.uid = uid
         self.gid = gid
-        self.access = AccessLayer(keychain: keychain, audit: audit)
+        self.access = access
         keychain.onDamagedRow { Log.warning("skipped a damaged row: \($0)") }
         keychain.onLock { [weak self] in self?.revokeAfterLock() }
     }
