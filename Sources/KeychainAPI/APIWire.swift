@@ -154,28 +154,6 @@ public struct WireItem: Equatable, Sendable {
     }
 }
 
-/// One item of a `storeBatch` as it crosses the socket (`NewItem` is not Equatable).
-public struct WireNewItem: Equatable, Sendable {
-    public var item: NewItem
-    public init(_ item: NewItem) { self.item = item }
-
-    public static func == (a: WireNewItem, b: WireNewItem) -> Bool {
-        a.item.itemClass == b.item.itemClass && a.item.attributes == b.item.attributes && a.item.data == b.item.data
-    }
-}
-
-/// One refused item of a `storeBatch`: its place in the batch, the core's status and message.
-public struct WireRefusal: Equatable, Sendable {
-    public var index: Int
-    public var status: KeychainStatus
-    public var message: String
-    public init(index: Int, status: KeychainStatus, message: String) {
-        self.index = index
-        self.status = status
-        self.message = message
-    }
-}
-
 /// The server's first frame.
 public struct APIHello: Equatable, Sendable {
     public var version: UInt8

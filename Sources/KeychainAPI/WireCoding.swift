@@ -136,35 +136,4 @@ struct WireReader {
         let extras = try optional { try $0.part() }
         return KeychainItem(id: id, itemClass: c, attributes: a, data: data, dataLength: Int(length), extras: extras)
     }
-
-    /// An access policy: its encoded bytes, which must decode (a policy the core cannot read
-    /// is never passed on).
-    mutating func policy() throws -> AccessPolicy {
-        guard let policy = AccessPolicy(encoded: try part()) else { throw Self.bad }
-        return policy
-    }
-
-    /// A `storeBatch` request's body: the update flag, the count, the items.
-    mutating func storeBatch(frame: Int) throws -> APIRequest {
-        let updateExisting = try flag()
-        let n = Int(try u32())
-        // Each item takes at least 13 bytes (a class name, empty attributes, empty data).
-        guard n <= frame / 13 else { throw Self.bad }
-        var items: [WireNewItem] = []
-        items.reserveCapacity(n)
-        for _ in 0..<n {
-            let c = try itemClass()
-            let a = try attributes(c)
-            items.append(WireNewItem(NewItem(c, a, data: try part())))
-        }
-        return .storeBatch(items, updateExisting: updateExisting)
-    }
-
-    mutating func refusal() throws -> WireRefusal {
-        let index = try i64()
-        guard index >= 0, index <= Int64(Int32.max) else { throw Self.bad }
-        let raw = try i64()
-        guard let status = Int32(exactly: raw) else { throw Self.bad }
-        return WireRefusal(index: Int(index), status: KeychainStatus(rawValue: status), message: try string())
-    }
 }
