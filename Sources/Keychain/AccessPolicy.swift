@@ -88,7 +88,8 @@ public struct AccessPolicy: Sendable, Equatable {
     /// is in, and simply asks every time.
     static let rememberedPart = "\u{0}remembered-presence"
 
-    var encoded: [UInt8] {
+    /// The policy's bytes (what is sealed in the vault, and what the API socket carries).
+    public var encoded: [UInt8] {
         var parts: [[UInt8]] = []
         for (name, exes) in groups { parts.append(Framing.frame([Framing.text(name)] + exes.map(Framing.text))) }
         if !rememberedPresence.isEmpty {
@@ -100,7 +101,7 @@ public struct AccessPolicy: Sendable, Equatable {
         return Framing.frame(parts)
     }
 
-    init?(encoded: [UInt8]) {
+    public init?(encoded: [UInt8]) {
         guard let parts = Framing.unframe(encoded) else { return nil }
         for part in parts {
             guard let fields = Framing.unframe(part), let first = fields.first,

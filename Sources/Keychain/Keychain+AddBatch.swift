@@ -61,6 +61,7 @@ extension Keychain {
 /// stored.
 public struct BatchRefused: Error, Sendable {
     public let refusals: [(index: Int, error: KeychainError)]
+    public init(refusals: [(index: Int, error: KeychainError)]) { self.refusals = refusals }
 }
 
 extension Keychain {

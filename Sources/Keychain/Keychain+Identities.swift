@@ -14,6 +14,10 @@ extension Keychain {
         public let key: KeychainItem
         public var id: Int64 { certificate.id }
         public var label: String { certificate.string(Schema.label) ?? "" }
+        public init(certificate: KeychainItem, key: KeychainItem) {
+            self.certificate = certificate
+            self.key = key
+        }
     }
 
     /// Every identity the caller can see (a certificate with a matching private key).

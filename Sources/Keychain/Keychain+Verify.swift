@@ -32,6 +32,11 @@ public struct BackupSummary: Sendable {
     public let format: Int64
     /// The copy's commit counter (nil for format 1).
     public let counter: Int64?
+    public init(items: Int, format: Int64, counter: Int64?) {
+        self.items = items
+        self.format = format
+        self.counter = counter
+    }
 }
 
 extension Keychain {

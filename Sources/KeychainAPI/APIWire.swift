@@ -38,6 +38,19 @@ public enum APIRequest: Equatable, Sendable {
     case lock
     /// `keychainfs unlock --vault`, with the passphrase.
     case unlock(passphrase: [UInt8])
+    /// Every identity the caller can see: replied as `items`, certificate then key, per identity.
+    case identities
+    /// `create-keypair`: a key pair made in the vault.
+    case createKeyPair(KeyAlgorithm, Attributes)
+    /// An import's all-or-nothing store (the core's `storeBatch`).
+    case storeBatch([WireNewItem], updateExisting: Bool)
+    /// The vault's access policy (`access-group list`, `presence list`).
+    case accessPolicy
+    /// A new access policy, with the passphrase that signs it (checked by the service).
+    case setAccessPolicy(AccessPolicy, passphrase: [UInt8])
+    /// `backup`: the service writes a consistent copy of its vault to a new file at this
+    /// absolute path.
+    case backup(destination: String)
     /// `keychainfs mount` joining this service: it mounts the vault itself (MountRequest.swift).
     case mount(MountRequest)
 
@@ -53,6 +66,12 @@ public enum APIRequest: Equatable, Sendable {
         case .changePassphrase: 8
         case .lock: 9
         case .unlock: 10
+        case .identities: 11
+        case .createKeyPair: 12
+        case .storeBatch: 13
+        case .accessPolicy: 14
+        case .setAccessPolicy: 15
+        case .backup: 16
         case .mount: 32
         }
     }
@@ -96,6 +115,16 @@ public enum APIReply: Equatable, Sendable {
     case count(Int)
     /// `status`: the vault's path as the service opened it, and its lock state's text.
     case status(vault: String, state: String)
+    /// `createKeyPair`: the key item and its public key in OpenSSH form.
+    case keyPair(WireItem, publicKey: String)
+    /// `storeBatch`: per item, whether it was added (else updated).
+    case stored([Bool])
+    /// `storeBatch` refused: nothing stored; each refused item by its place, status and message.
+    case refused([WireRefusal])
+    /// `accessPolicy`.
+    case policy(AccessPolicy)
+    /// `backup`: what the copy holds.
+    case backup(items: Int, format: Int64, counter: Int64?)
     case failure(KeychainStatus, String)
 
     var kind: UInt8 {
@@ -104,6 +133,11 @@ public enum APIReply: Equatable, Sendable {
         case .item: 2
         case .count: 3
         case .status: 4
+        case .keyPair: 5
+        case .stored: 6
+        case .refused: 7
+        case .policy: 8
+        case .backup: 9
         case .failure: 0
         }
     }
@@ -183,8 +217,23 @@ public enum APICodec {
             w.byte(change.rotate ? 1 : 0)
             if let ops = w.presence(change.opsLimit) { w.i64(Int64(bitPattern: ops)) }
             if let mem = w.presence(change.memLimit) { w.i64(Int64(bitPattern: mem)) }
-        case .lock: break
+        case .lock, .identities, .accessPolicy: break
         case .unlock(let passphrase): w.part(passphrase)
+        case .createKeyPair(let algorithm, let a):
+            w.string(algorithm.rawValue)
+            w.attributes(a)
+        case .storeBatch(let items, let updateExisting):
+            w.byte(updateExisting ? 1 : 0)
+            w.u32(UInt32(items.count))
+            for new in items {
+                w.itemClass(new.item.itemClass)
+                w.attributes(new.item.attributes)
+                w.part(new.item.data)
+            }
+        case .setAccessPolicy(let policy, let passphrase):
+            w.part(policy.encoded)
+            w.part(passphrase)
+        case .backup(let destination): w.string(destination)
         case .mount(let m): w.mountRequest(m)
         }
         return w.bytes
@@ -223,6 +272,14 @@ public enum APICodec {
                 PassphraseChange(old: old, new: new, rotate: rotate, opsLimit: ops, memLimit: mem))
         case 9: request = .lock
         case 10: request = .unlock(passphrase: try r.part())
+        case 11: request = .identities
+        case 12:
+            guard let algorithm = KeyAlgorithm(rawValue: try r.string()) else { throw WireReader.bad }
+            request = .createKeyPair(algorithm, try r.attributes(.key))
+        case 13: request = try r.storeBatch(frame: bytes.count)
+        case 14: request = .accessPolicy
+        case 15: request = .setAccessPolicy(try r.policy(), passphrase: try r.part())
+        case 16: request = .backup(destination: try r.string())
         case 32: request = .mount(try r.mountRequest())
         default: throw WireReader.bad
         }
@@ -244,6 +301,24 @@ public enum APICodec {
         case .status(let vault, let state):
             w.string(vault)
             w.string(state)
+        case .keyPair(let item, let publicKey):
+            w.item(item.item)
+            w.string(publicKey)
+        case .stored(let added):
+            w.u32(UInt32(added.count))
+            for a in added { w.byte(a ? 1 : 0) }
+        case .refused(let refusals):
+            w.u32(UInt32(refusals.count))
+            for refusal in refusals {
+                w.i64(Int64(refusal.index))
+                w.i64(Int64(refusal.status.rawValue))
+                w.string(refusal.message)
+            }
+        case .policy(let policy): w.part(policy.encoded)
+        case .backup(let items, let format, let counter):
+            w.i64(Int64(items))
+            w.i64(format)
+            if let counter = w.presence(counter) { w.i64(counter) }
         case .failure(let status, let message):
             w.i64(Int64(status.rawValue))
             w.string(message)
@@ -273,6 +348,21 @@ public enum APICodec {
             guard n >= 0, n <= Int64(Int32.max) else { throw WireReader.bad }
             reply = .count(Int(n))
         case 4: reply = .status(vault: try r.string(), state: try r.string())
+        case 5: reply = .keyPair(WireItem(try r.item()), publicKey: try r.string())
+        case 6:
+            let n = Int(try r.u32())
+            guard n <= bytes.count else { throw WireReader.bad }
+            reply = .stored(try (0..<n).map { _ in try r.flag() })
+        case 7:
+            let n = Int(try r.u32())
+            // Each refusal takes at least 20 bytes.
+            guard n <= bytes.count / 20 else { throw WireReader.bad }
+            reply = .refused(try (0..<n).map { _ in try r.refusal() })
+        case 8: reply = .policy(try r.policy())
+        case 9:
+            let items = try r.i64()
+            guard items >= 0, items <= Int64(Int32.max) else { throw WireReader.bad }
+            reply = .backup(items: Int(items), format: try r.i64(), counter: try r.optional { try $0.i64() })
         case 0:
             let raw = try r.i64()
             guard let status = Int32(exactly: raw) else { throw WireReader.bad }

@@ -106,6 +106,7 @@ public final class ServiceClient: KeychainDoor {
     public func call(_ request: APIRequest) throws -> APIReply {
         var body = APICodec.encode(request, nonce: nonce)
         defer { Framing.wipe(&body) }
+        guard body.count <= APIWire.maxFrame else { throw Self.tooLarge(body.count) }
         try Framing.send(fd, body)
         guard var frame = try Framing.receive({ read(fd, $0.baseAddress, $0.count) }) else {
             throw KeychainError(.io, "the keychain service closed the connection without an answer")
@@ -114,6 +115,11 @@ public final class ServiceClient: KeychainDoor {
         let reply = try APICodec.decodeReply(frame)
         if case .failure(let status, let message) = reply { throw KeychainError(status, message) }
         return reply
+    }
+
+    static func tooLarge(_ size: Int) -> KeychainError {
+        KeychainError(
+            .param, "the request is too large for the keychain service (\(size) bytes; at most \(APIWire.maxFrame))")
     }
 
     private func unexpected() -> KeychainError { KeychainError(.io, "the keychain service gave an unexpected answer") }
@@ -154,6 +160,70 @@ public final class ServiceClient: KeychainDoor {
             throw unexpected()
         }
         return (item.item, added)
+    }
+
+    /// The identities this process may see, from the service's `items` reply: certificate,
+    /// then key, per identity.
+    public func identities() throws -> [Keychain.Identity] {
+        guard case .items(let items) = try call(.identities), items.count % 2 == 0 else { throw unexpected() }
+        return stride(from: 0, to: items.count, by: 2).map {
+            Keychain.Identity(certificate: items[$0].item, key: items[$0 + 1].item)
+        }
+    }
+
+    public func createKeyPair(_ algorithm: KeyAlgorithm, _ attributes: Attributes) throws -> (
+        item: KeychainItem, publicKey: String
+    ) {
+        guard case .keyPair(let item, let publicKey) = try call(.createKeyPair(algorithm, attributes)) else {
+            throw unexpected()
+        }
+        return (item.item, publicKey)
+    }
+
+    /// The core's `storeBatch` in the service; a refused batch is thrown as the core throws it
+    /// (`BatchRefused`, each refusal with its status and message), so the importer reports it
+    /// as it would with the vault opened itself.
+    public func storeBatch(_ items: [NewItem], updateExisting: Bool) throws -> [Bool] {
+        let request = APIRequest.storeBatch(items.map(WireNewItem.init), updateExisting: updateExisting)
+        let reply: APIReply
+        do { reply = try call(request) } catch let e as KeychainError
+            where e.status == .param && e.message.hasPrefix("the request is too large")
+        {
+            throw KeychainError(
+                .param,
+                "\(e.message): an import this large is stored through the service in batches with --continue-on-error, or split the source"
+            )
+        }
+        switch reply {
+        case .stored(let added) where added.count == items.count: return added
+        case .refused(let refusals) where !refusals.isEmpty:
+            throw BatchRefused(
+                refusals: refusals.map { ($0.index, KeychainError($0.status, $0.message)) })
+        default: throw unexpected()
+        }
+    }
+
+    public func accessPolicy() throws -> AccessPolicy {
+        guard case .policy(let policy) = try call(.accessPolicy) else { throw unexpected() }
+        return policy
+    }
+
+    /// The passphrase crosses the socket as `prove` sends it, and the service checks it.
+    public func setAccessPolicy(_ policy: AccessPolicy, passphrase: SecureBytes) throws {
+        var bytes = passphrase.withUnsafeBytes { Array($0) }
+        defer { Framing.wipe(&bytes) }
+        guard case .status = try call(.setAccessPolicy(policy, passphrase: bytes)) else { throw unexpected() }
+    }
+
+    /// The service writes the copy, so what it has committed (in its write-ahead log) is in it.
+    /// `destination` is made absolute here: the service's working directory is not ours.
+    public func backup(to destination: String) throws -> BackupSummary {
+        let absolute =
+            destination.hasPrefix("/") ? destination : FileManager.default.currentDirectoryPath + "/" + destination
+        guard case .backup(let items, let format, let counter) = try call(.backup(destination: absolute)) else {
+            throw unexpected()
+        }
+        return BackupSummary(items: items, format: format, counter: counter)
     }
 
     /// Proves this connection holds the vault's passphrase: from now on it acts in every

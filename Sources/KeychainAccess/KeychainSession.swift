@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainCrypto
 
 /// The verbs a face uses to reach the keychain (docs/architecture.md, "The door"). Two doors
 /// answer them: `KeychainSession`, over a vault this process holds (the service, and a command
@@ -24,6 +25,22 @@ public protocol KeychainDoor {
     @discardableResult func addOrUpdate(
         _ itemClass: ItemClass, _ attributes: Attributes, data: [UInt8], extras: [UInt8]
     ) throws -> (item: KeychainItem, added: Bool)
+    // The vault verbs (KeychainSession+Vault.swift): what the CLI's other verbs need.
+    /// Every identity the caller can see (a certificate joined with its private key).
+    func identities() throws -> [Keychain.Identity]
+    /// A key pair made in the vault, and its public key in OpenSSH form ("" when it has none).
+    @discardableResult func createKeyPair(_ algorithm: KeyAlgorithm, _ attributes: Attributes) throws -> (
+        item: KeychainItem, publicKey: String
+    )
+    /// An import's store: the core's `storeBatch`, all or nothing (`BatchRefused` names each
+    /// refused item); per item, whether it was added.
+    func storeBatch(_ items: [NewItem], updateExisting: Bool) throws -> [Bool]
+    /// The vault's signed access policy.
+    func accessPolicy() throws -> AccessPolicy
+    /// Replaces the access policy; the passphrase signs it (and is the authority for it).
+    func setAccessPolicy(_ policy: AccessPolicy, passphrase: SecureBytes) throws
+    /// A consistent copy of the vault at `destination` (a new file, 0600), checked.
+    func backup(to destination: String) throws -> BackupSummary
 }
 
 extension KeychainDoor {

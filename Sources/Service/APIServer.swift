@@ -179,6 +179,15 @@ public final class APIServer: Sendable {
                 Framing.wipe(&change.new)
             }
             return changePassphrase(change, by: peer)
+        case .setAccessPolicy(let policy, var passphrase):
+            defer { Framing.wipe(&passphrase) }
+            // The passphrase is the authority, as for a command that opens the vault: the core
+            // unwraps the master key with it to sign the policy. Every face of the service
+            // decides its next request under the new policy (no cached one, no alarm).
+            return withPassphrase(passphrase, peer: peer, what: "access policy change") {
+                try keychain.setAccessPolicy(policy, passphrase: $0)
+                access.invalidatePolicy()
+            }
         case .mount(let mount):
             guard let mounter = mounter.withLock({ $0 }) else {
                 return .failure(.param, "the keychain service of \(keychain.path) does not take a mount now")
@@ -191,7 +200,8 @@ public final class APIServer: Sendable {
             }
             Log.info("api: mounted on \(mount.mountpoint) for \(peer.identity.description)")
             return status()
-        case .copyMatching, .add, .update, .delete, .addOrUpdate:
+        case .copyMatching, .add, .update, .delete, .addOrUpdate, .identities, .createKeyPair, .storeBatch,
+            .accessPolicy, .backup:
             return answerVerb(request, peer: peer, senders: senders, holder: holder)
         }
     }
@@ -245,7 +255,9 @@ public final class APIServer: Sendable {
             case .addOrUpdate(let c, let a, let data, let extras):
                 let (item, added) = try session.addOrUpdate(c, a, data: data, extras: extras)
                 return .item(WireItem(item), added: added)
-            default: return .failure(.param, "not a keychain verb")
+            default:
+                return try answerVaultVerb(request, session: session, by: peer)
+                    ?? .failure(.param, "not a keychain verb")
             }
         } catch let e as KeychainError {
             return .failure(e.status, e.message)

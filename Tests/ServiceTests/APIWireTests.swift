@@ -63,9 +63,20 @@ struct APIWireTests {
 
     static func request(_ rng: inout RNG) -> APIRequest {
         let c = ItemClass.allCases.randomElement(using: &rng)!
-        switch Int.random(in: 0..<11, using: &rng) {
+        switch Int.random(in: 0..<17, using: &rng) {
+        case 10: return .identities
+        case 11: return .createKeyPair(KeyAlgorithm.allCases.randomElement(using: &rng)!, attributes(.key, &rng))
+        case 12:
+            let items = (0..<Int.random(in: 0...4, using: &rng)).map { _ in
+                let c = ItemClass.allCases.randomElement(using: &rng)!
+                return WireNewItem(NewItem(c, attributes(c, &rng), data: bytes(&rng)))
+            }
+            return .storeBatch(items, updateExisting: Bool.random(using: &rng))
+        case 13: return .accessPolicy
+        case 14: return .setAccessPolicy(policy(&rng), passphrase: bytes(&rng))
+        case 15: return .backup(destination: string(&rng))
         case 0: return .copyMatching(WireQuery(query(&rng)))
-        case 9:
+        case 16:
             var m = MountRequest(mountpoint: "/" + string(&rng).replacingOccurrences(of: "\u{0}", with: ""))
             m.allowOther = Bool.random(using: &rng)
             m.defaultPermissions = Bool.random(using: &rng)
@@ -93,6 +104,22 @@ struct APIWireTests {
         }
     }
 
+    /// A policy as the CLI makes one: groups of executables and remembered presence decisions
+    /// (names without a NUL, which no path has).
+    static func policy(_ rng: inout RNG) -> AccessPolicy {
+        let names = ["team", "ops", "default", "/usr/bin/cat", "/opt/a b/é", "x;y", ""]
+        var policy = AccessPolicy()
+        for _ in 0..<Int.random(in: 0...4, using: &rng) {
+            policy.add(group: names.randomElement(using: &rng)!, executable: names.randomElement(using: &rng)! + "/exe")
+        }
+        for _ in 0..<Int.random(in: 0...3, using: &rng) {
+            policy.remember(
+                executable: "/bin/" + names.randomElement(using: &rng)!,
+                itemID: Int64.random(in: 1...Int64.max, using: &rng))
+        }
+        return policy
+    }
+
     static func item(_ rng: inout RNG) -> WireItem {
         let c = ItemClass.allCases.randomElement(using: &rng)!
         let data: [UInt8]? = Bool.random(using: &rng) ? bytes(&rng) : nil
@@ -104,7 +131,23 @@ struct APIWireTests {
     }
 
     static func reply(_ rng: inout RNG) -> APIReply {
-        switch Int.random(in: 0..<5, using: &rng) {
+        switch Int.random(in: 0..<10, using: &rng) {
+        case 5: return .keyPair(item(&rng), publicKey: string(&rng))
+        case 6: return .stored((0..<Int.random(in: 0...6, using: &rng)).map { _ in Bool.random(using: &rng) })
+        case 7:
+            return .refused(
+                (0..<Int.random(in: 0...4, using: &rng)).map { _ in
+                    WireRefusal(
+                        index: Int.random(in: 0...Int(Int32.max), using: &rng),
+                        status: KeychainStatus(rawValue: Int32.random(in: Int32.min...Int32.max, using: &rng)),
+                        message: string(&rng))
+                })
+        case 8: return .policy(policy(&rng))
+        case 9:
+            return .backup(
+                items: Int.random(in: 0...Int(Int32.max), using: &rng),
+                format: Int64.random(in: Int64.min...Int64.max, using: &rng),
+                counter: Bool.random(using: &rng) ? Int64.random(in: Int64.min...Int64.max, using: &rng) : nil)
         case 0: return .items((0..<Int.random(in: 0...4, using: &rng)).map { _ in item(&rng) })
         case 1: return .item(item(&rng), added: Bool.random(using: &rng))
         case 2: return .count(Int.random(in: 0...Int(Int32.max), using: &rng))
@@ -180,5 +223,17 @@ struct APIWireTests {
         var bytes: [UInt8] = [1]
         withUnsafeBytes(of: UInt32.max.littleEndian) { bytes += $0 }
         #expect(throws: KeychainError.self) { try APICodec.decodeReply(bytes) }
+    }
+
+    @Test("a batch, a refusal list or a stored list claiming more than its bytes hold is refused")
+    func lyingBatchCounts() {
+        var count: [UInt8] = []
+        withUnsafeBytes(of: UInt32.max.littleEndian) { count += $0 }
+        // storeBatch: kind 13, the nonce, the update flag, the count.
+        #expect(throws: KeychainError.self) {
+            try APICodec.decodeRequest([13] + [UInt8](repeating: 0, count: 16) + [0] + count)
+        }
+        #expect(throws: KeychainError.self) { try APICodec.decodeReply([6] + count) }
+        #expect(throws: KeychainError.self) { try APICodec.decodeReply([7] + count) }
     }
 }

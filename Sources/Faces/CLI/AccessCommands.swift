@@ -27,12 +27,11 @@ struct AccessGroup: ParsableCommand {
 
         func run() throws {
             let resolved = try executables.map(resolveExecutable)
-            let keychain = try Keychain.open(at: vault.path)
             let passphrase = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
-            try keychain.unlock(passphrase: passphrase)
-            var policy = try keychain.accessPolicy()
+            let door = try vault.openDoor(holding: passphrase)
+            var policy = try door.accessPolicy()
             for exe in resolved { policy.add(group: group, executable: exe) }
-            try keychain.setAccessPolicy(policy, passphrase: passphrase)
+            try door.setAccessPolicy(policy, passphrase: passphrase)
             for exe in resolved { Output.line("\(group): \(exe)") }
         }
     }
@@ -46,10 +45,9 @@ struct AccessGroup: ParsableCommand {
             [String] = []
 
         func run() throws {
-            let keychain = try Keychain.open(at: vault.path)
             let passphrase = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
-            try keychain.unlock(passphrase: passphrase)
-            var policy = try keychain.accessPolicy()
+            let door = try vault.openDoor(holding: passphrase)
+            var policy = try door.accessPolicy()
             var changed = false
             if executables.isEmpty {
                 changed = policy.remove(group: group, executable: nil)
@@ -59,7 +57,7 @@ struct AccessGroup: ParsableCommand {
                 }
             }
             guard changed else { throw KeychainError(.itemNotFound, "access group '\(group)' has no such entry") }
-            try keychain.setAccessPolicy(policy, passphrase: passphrase)
+            try door.setAccessPolicy(policy, passphrase: passphrase)
         }
     }
 
@@ -68,7 +66,7 @@ struct AccessGroup: ParsableCommand {
         @OptionGroup var vault: VaultOptions
 
         func run() throws {
-            let policy = try vault.openUnlocked().accessPolicy()
+            let policy = try vault.openDoor().accessPolicy()
             if policy.isEmpty { Output.line("(no policy: every process is in group '\(Caller.defaultAccessGroup)')") }
             for (group, exes) in policy.groups { for exe in exes { Output.line("\(group): \(exe)") } }
         }
@@ -92,12 +90,12 @@ struct RememberedPresence: ParsableCommand {
         @OptionGroup var vault: VaultOptions
 
         func run() throws {
-            let keychain = try vault.openUnlocked()
-            let remembered = try keychain.accessPolicy().rememberedPresence
+            let door = try vault.openDoor()
+            let remembered = try door.accessPolicy().rememberedPresence
             if remembered.isEmpty { Output.line("(no remembered presence decisions)") }
             for (exe, ids) in remembered.sorted(by: { $0.key < $1.key }) {
                 for id in ids.sorted() {
-                    let summary = (try? RememberedPresence.summary(keychain, id)) ?? "(item \(id) no longer exists)"
+                    let summary = (try? RememberedPresence.summary(door, id)) ?? "(item \(id) no longer exists)"
                     Output.line("\(exe): \(id) \(summary)")
                 }
             }
@@ -124,22 +122,21 @@ struct RememberedPresence: ParsableCommand {
         }
 
         func run() throws {
-            let keychain = try Keychain.open(at: vault.path)
             let passphrase = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
-            try keychain.unlock(passphrase: passphrase)
-            var policy = try keychain.accessPolicy()
+            let door = try vault.openDoor(holding: passphrase)
+            var policy = try door.accessPolicy()
             let exe = try executable.map { (try? resolveExecutable($0)) ?? $0 }
             guard policy.forget(executable: exe, itemID: item) else {
                 throw KeychainError(.itemNotFound, "no remembered presence decision matches")
             }
-            try keychain.setAccessPolicy(policy, passphrase: passphrase)
+            try door.setAccessPolicy(policy, passphrase: passphrase)
         }
     }
 
     /// "genp service/account" for an item id, whatever its class.
-    static func summary(_ keychain: Keychain, _ id: Int64) throws -> String {
-        for itemClass in ItemClass.allCases {
-            if let item = try? keychain.item(id: id, itemClass: itemClass, withData: false) {
+    static func summary(_ door: any KeychainDoor, _ id: Int64) throws -> String {
+        for itemClass in ItemClass.allCases where itemClass != .identity {
+            if let item = try? door.item(id: id, itemClass: itemClass, withData: false) {
                 return item.summary
             }
         }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainAccess
 import KeychainCrypto
 import SystemPackage
 
@@ -13,9 +14,9 @@ func readInputFile(_ path: String) throws -> [UInt8] {
     return try SecretInput.readAll(fd: fd, limit: Keychain.maxDataSize, what: path)
 }
 
-func certificates(_ keychain: Keychain) throws -> [KeychainItem] {
+func certificates(_ door: any KeychainDoor) throws -> [KeychainItem] {
     do {
-        return try keychain.copyMatching(Query(.certificate, matchLimit: .all, returnData: true))
+        return try door.copyMatching(Query(.certificate, matchLimit: .all, returnData: true))
     } catch KeychainStatus.itemNotFound { return [] }
 }
 
@@ -50,12 +51,12 @@ struct AddCertificates: ParsableCommand {
         if label != nil && ders.count != 1 {
             throw CLIError.usage("-l names one certificate, but \(ders.count) were given")
         }
-        let keychain = try vault.openUnlocked()
+        let door = try vault.openDoor()
         for (file, der) in ders {
             var attributes = Attributes()
             if let label { attributes[Schema.label] = .string(label) }
             do {
-                let item = try keychain.add(.certificate, attributes, data: der)
+                let item = try door.add(.certificate, attributes, data: der)
                 Output.line("added \(item.string(Schema.label).map { "\"\($0)\"" } ?? "certificate") from \(file)")
             }
         }
@@ -77,8 +78,8 @@ struct FindCertificate: ParsableCommand {
     var der = false
 
     func run() throws {
-        let keychain = try vault.openUnlocked()
-        var found = try certificates(keychain).filter { item in
+        let door = try vault.openDoor()
+        var found = try certificates(door).filter { item in
             guard let name else { return true }
             return (item.string(Schema.label) ?? "").localizedCaseInsensitiveContains(name)
         }
@@ -99,7 +100,7 @@ struct FindCertificate: ParsableCommand {
             if pem {
                 Output.write(CertificateData.pem(der))
             } else {
-                Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
+                Output.write(Array(ItemPrinter.text(item, vault: door.vaultPath).utf8))
             }
         }
     }
@@ -115,12 +116,12 @@ struct FindIdentity: ParsableCommand {
         help: ArgumentHelp("Match identities whose label contains this string.", valueName: "name")) var name: String?
 
     func run() throws {
-        let keychain = try vault.openUnlocked()
-        let found = try keychain.identities().filter { id in
+        let door = try vault.openDoor()
+        let found = try door.identities().filter { id in
             name.map { id.label.localizedCaseInsensitiveContains($0) } ?? true
         }
         for (i, identity) in found.enumerated() {
-            let cert = try keychain.item(id: identity.certificate.id, itemClass: .certificate, withData: true)
+            let cert = try door.item(id: identity.certificate.id, itemClass: .certificate, withData: true)
             let hash = AttributeText.hex(CertificateData.fingerprint(cert.data ?? [])).uppercased()
             Output.line("  \(i + 1)) \(hash) \"\(identity.label)\"")
         }
@@ -156,7 +157,7 @@ struct Import: ParsableCommand {
         }
         guard let text = String(validating: bytes, as: UTF8.self), text.contains("-----BEGIN") else {
             let der = try CertificateData.der(from: bytes)
-            let item = try vault.openUnlocked().add(.certificate, [:], data: der)
+            let item = try vault.openDoor().add(.certificate, [:], data: der)
             Output.line("1 certificate imported (\(item.string(Schema.label) ?? "unnamed"))")
             return
         }
@@ -176,14 +177,13 @@ struct Import: ParsableCommand {
                 throw CLIError.failure("\(file == "-" ? "standard input" : file): \(which) \(why); nothing imported")
             }
         }
-        let keychain = try vault.openUnlocked()
+        let door = try vault.openDoor()
         let base = label ?? (file == "-" ? "imported" : KeychainPaths.lastComponent(of: file))
-        for cert in certs { try keychain.add(.certificate, [:], data: cert.der) }
+        for cert in certs { try door.add(.certificate, [:], data: cert.der) }
         for (i, key) in keys.enumerated() {
             let name = keys.count == 1 ? base : "\(base)-\(i + 1)"
             // The core tags a key with its label, so keys imported under different names stay apart.
-            try keychain.add(
-                .key, [Schema.label: .string(name)], data: PEMBlocks.encode(label: key.label, der: key.der))
+            try door.add(.key, [Schema.label: .string(name)], data: PEMBlocks.encode(label: key.label, der: key.der))
         }
         Output.line("\(certs.count) certificate(s) and \(keys.count) key(s) imported")
     }
@@ -258,16 +258,16 @@ struct Export: ParsableCommand {
 
     func run() throws {
         if format == .pkcs12 { return try exportPKCS12() }
-        let keychain = try vault.openUnlocked()
+        let door = try vault.openDoor()
         func matches(_ item: KeychainItem) -> Bool {
             name.map { (item.string(Schema.label) ?? "").contains($0) } ?? true
         }
         var out = [UInt8]()
         if type == .certs || type == .all {
-            for cert in try certificates(keychain) where matches(cert) { out += CertificateData.pem(cert.data ?? []) }
+            for cert in try certificates(door) where matches(cert) { out += CertificateData.pem(cert.data ?? []) }
         }
         if type == .privKeys || type == .all {
-            let keys = (try? keychain.copyMatching(Query(.key, matchLimit: .all, returnData: true))) ?? []
+            let keys = (try? door.copyMatching(Query(.key, matchLimit: .all, returnData: true))) ?? []
             for key in keys where matches(key) {
                 guard case .number(1)? = key[Schema.named("keyClass")] else { continue }
                 // Nothing is written when a matching key may not leave: a partial bundle
@@ -282,8 +282,8 @@ struct Export: ParsableCommand {
             }
         }
         if type == .identities {
-            for identity in try keychain.identities() where matches(identity.certificate) {
-                out += try keychain.identityBundle(certificateID: identity.id)
+            for identity in try door.identities() where matches(identity.certificate) {
+                out += try door.identityBundle(identity)
             }
         }
         guard !out.isEmpty else { throw KeychainError(.itemNotFound, "nothing to export") }
@@ -299,8 +299,8 @@ extension Export {
     /// The one identity `-l` names (or the only one) as PKCS#12, protected by a passphrase from
     /// --p12-passphrase-file or typed twice; several matching identities export nothing.
     func exportPKCS12() throws {
-        let keychain = try vault.openUnlocked()
-        let found = try keychain.identities().filter { id in name.map { id.label.contains($0) } ?? true }
+        let door = try vault.openDoor()
+        let found = try door.identities().filter { id in name.map { id.label.contains($0) } ?? true }
         guard !found.isEmpty else {
             throw KeychainError(.itemNotFound, "no identity \(name.map { "matching \"\($0)\" " } ?? "")to export")
         }
@@ -310,8 +310,8 @@ extension Export {
         }
         var passphrase = try PKCS12Export.passphrase(file: p12PassphraseFile)
         defer { Sodium.wipe(&passphrase) }
-        let certificate = try keychain.item(id: found[0].certificate.id, itemClass: .certificate, withData: true)
-        var key = try keychain.item(id: found[0].key.id, itemClass: .key, withData: true).data ?? []
+        let certificate = try door.item(id: found[0].certificate.id, itemClass: .certificate, withData: true)
+        var key = try door.item(id: found[0].key.id, itemClass: .key, withData: true).data ?? []
         defer { Sodium.wipe(&key) }
         let p12 = try PKCS12Export.make(
             certificate: CertificateData.pem(certificate.data ?? []), key: key, label: found[0].label,

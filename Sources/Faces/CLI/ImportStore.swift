@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainAccess
 import KeychainCrypto
 import KeychainImport
 
@@ -38,14 +39,16 @@ extension ImportRunOptions {
                 Output.errorLine("keychainfs: warning: \(record.origin): \(what) is not imported")
             }
         }
-        let keychain = try vault.openUnlocked()
+        // The keychain service when one holds the vault (no passphrase, no KDF), else the vault
+        // opened here (docs/service.md).
+        let door = try vault.openDoor()
         var tally = ImportTally(source: source, skipped: skipped)
         if dryRun {
-            dryRunStore(planned, keychain: keychain, tally: &tally)
+            dryRunStore(planned, door: door, tally: &tally)
         } else if continueOnError {
-            storeItemByItem(planned, records: &records, keychain: keychain, tally: &tally)
+            storeItemByItem(planned, records: &records, door: door, tally: &tally)
         } else {
-            try storeAllOrNothing(planned, records: &records, keychain: keychain, tally: &tally)
+            try storeAllOrNothing(planned, records: &records, door: door, tally: &tally)
         }
         report(tally)
         if let error = finalError(tally, planned: planned.count) { throw error }
@@ -53,15 +56,16 @@ extension ImportRunOptions {
 
     private func itemLine(_ line: String) { if verbose && !json { Output.line(line) } }
 
-    private func dryRunStore(_ planned: [(record: Int, item: ImportItem)], keychain: Keychain, tally: inout ImportTally)
-    {
+    private func dryRunStore(
+        _ planned: [(record: Int, item: ImportItem)], door: any KeychainDoor, tally: inout ImportTally
+    ) {
         var seen: Set<String> = []
         for (_, item) in planned {
             let name = "\(item.description) (\(item.origin))"
             // Already in the vault, or earlier in this same source.
             let exists =
                 !seen.insert(item.description).inserted
-                || ((try? keychain.copyMatching(item.primaryKeyQuery))?.isEmpty == false)
+                || ((try? door.copyMatching(item.primaryKeyQuery))?.isEmpty == false)
             if !exists {
                 itemLine("would add \(name)")
                 tally.added += 1
@@ -84,7 +88,7 @@ extension ImportRunOptions {
     }
 
     private func storeAllOrNothing(
-        _ planned: [(record: Int, item: ImportItem)], records: inout [ImportRecord], keychain: Keychain,
+        _ planned: [(record: Int, item: ImportItem)], records: inout [ImportRecord], door: any KeychainDoor,
         tally: inout ImportTally
     ) throws {
         var progress = ImportProgress(total: planned.count, enabled: !json)
@@ -95,7 +99,13 @@ extension ImportRunOptions {
             let batch = planned.map {
                 NewItem($0.item.itemClass, $0.item.attributes, data: records[$0.record].password)
             }
-            return try keychain.storeBatch(batch, updateExisting: updateIfPresent) { progress.update($0) }
+            // A service answers the whole batch at once; a vault opened here tells the progress line.
+            if let session = door as? KeychainSession {
+                return try session.storeBatch(batch, updateExisting: updateIfPresent) { progress.update($0) }
+            }
+            let added = try door.storeBatch(batch, updateExisting: updateIfPresent)
+            progress.update(added.count)
+            return added
         }
         for (index, _) in planned { records[index].wipe() }
         switch outcome {
@@ -118,7 +128,7 @@ extension ImportRunOptions {
     }
 
     private func storeItemByItem(
-        _ planned: [(record: Int, item: ImportItem)], records: inout [ImportRecord], keychain: Keychain,
+        _ planned: [(record: Int, item: ImportItem)], records: inout [ImportRecord], door: any KeychainDoor,
         tally: inout ImportTally
     ) {
         var progress = ImportProgress(total: planned.count, enabled: !json)
@@ -128,12 +138,12 @@ extension ImportRunOptions {
             let name = "\(item.description) (\(item.origin))"
             do {
                 if updateIfPresent {
-                    let result = try keychain.addOrUpdate(
+                    let result = try door.addOrUpdate(
                         item.itemClass, item.attributes, data: records[index].password)
                     itemLine("\(result.added ? "added" : "updated") \(name)")
                     if result.added { tally.added += 1 } else { tally.updated += 1 }
                 } else {
-                    try keychain.add(item.itemClass, item.attributes, data: records[index].password)
+                    try door.add(item.itemClass, item.attributes, data: records[index].password)
                     itemLine("added \(name)")
                     tally.added += 1
                 }
@@ -148,7 +158,7 @@ extension ImportRunOptions {
             }
             records[index].wipe()
         }
-        // New items go in batches of `batchSize`, one durable transaction each (addBatch: all
+        // New items go in batches of `batchSize`, one durable transaction each (storeBatch: all
         // of a batch or none); a batch the core refuses is stored again item by item, so each
         // refusal is reported and the rest stored.
         let batchSize = 512
@@ -158,9 +168,9 @@ extension ImportRunOptions {
             next += chunk.count
             if !updateIfPresent && chunk.count > 1 {
                 let stored =
-                    (try? keychain.addBatch(
-                        chunk.map { NewItem($0.item.itemClass, $0.item.attributes, data: records[$0.record].password) }
-                    )) != nil
+                    (try? door.storeBatch(
+                        chunk.map { NewItem($0.item.itemClass, $0.item.attributes, data: records[$0.record].password) },
+                        updateExisting: false)) != nil
                 if stored {
                     for (index, item) in chunk {
                         itemLine("added \(item.description) (\(item.origin))")

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainAPI
 import KeychainCrypto
 
 struct Backup: ParsableCommand {
@@ -17,7 +18,14 @@ struct Backup: ParsableCommand {
     var destination: String
 
     func run() throws {
-        let summary = try Keychain.backup(from: vault.path, to: destination)
+        // A service holding the vault writes the copy itself, from its own connection: what it
+        // has committed (in its write-ahead log) is in it, through whatever name this command
+        // gives the vault (docs/service.md). Else the copy is made from the file here.
+        let service: ServiceClient?
+        do { service = try ServiceClient.connect(vault: vault.path) } catch let e as ServiceClient.Unusable {
+            throw KeychainError(.io, "the keychain service of \(vault.path) cannot be used: \(e.description)")
+        }
+        let summary = try service?.backup(to: destination) ?? Keychain.backup(from: vault.path, to: destination)
         let commit = summary.counter.map { ", commit \($0)" } ?? ""
         Output.line("backed up \(summary.items) items (format \(summary.format)\(commit)) to \(destination)")
     }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainAccess
 
 // find-key, delete-key and delete-certificate: the key and certificate verbs of macOS
 // `security` that keychainfs lacked. Deleting names exactly one item: a selector that matches
@@ -64,8 +65,8 @@ func parseHash(_ text: String) -> [UInt8]? {
     return out
 }
 
-func keys(_ keychain: Keychain, matching attributes: Attributes) throws -> [KeychainItem] {
-    try keychain.copyMatching(Query(.key, attributes, matchLimit: .all))
+func keys(_ door: any KeychainDoor, matching attributes: Attributes) throws -> [KeychainItem] {
+    try door.copyMatching(Query(.key, attributes, matchLimit: .all))
 }
 
 /// The one item of `found`, or a failure that names how many matched and how to choose.
@@ -86,9 +87,9 @@ struct FindKey: ParsableCommand {
 
     func run() throws {
         let attributes = try select.attributes()
-        let keychain = try vault.openUnlocked()
-        for key in try keys(keychain, matching: attributes) {
-            Output.write(Array(ItemPrinter.text(key, vault: keychain.path).utf8))
+        let door = try vault.openDoor()
+        for key in try keys(door, matching: attributes) {
+            Output.write(Array(ItemPrinter.text(key, vault: door.vaultPath).utf8))
         }
     }
 }
@@ -107,11 +108,10 @@ struct DeleteKey: ParsableCommand {
             throw CLIError.usage("name the key to delete with -l label or -a hash")
         }
         let attributes = try select.attributes()
-        let keychain = try vault.openUnlocked()
+        let door = try vault.openDoor()
         let key = try onlyOne(
-            keys(keychain, matching: attributes), "key", hint: "select one with -a HASH; find-key shows each key's klbl"
-        )
-        try keychain.delete(Query(.key, persistentReference: key.id))
+            keys(door, matching: attributes), "key", hint: "select one with -a HASH; find-key shows each key's klbl")
+        try door.delete(Query(.key, persistentReference: key.id))
     }
 }
 
@@ -141,9 +141,9 @@ struct DeleteCertificate: ParsableCommand {
     }
 
     func run() throws {
-        let keychain = try vault.openUnlocked()
+        let door = try vault.openDoor()
         let wanted = hash.flatMap(parseHash)
-        let found = try certificates(keychain).filter { item in
+        let found = try certificates(door).filter { item in
             if let name, !(item.string(Schema.label) ?? "").localizedCaseInsensitiveContains(name) { return false }
             if let wanted, CertificateData.fingerprint(item.data ?? []) != wanted { return false }
             return true
@@ -153,7 +153,7 @@ struct DeleteCertificate: ParsableCommand {
         }
         let certificate = try onlyOne(
             found, "certificate", hint: "select one with -Z HASH; find-certificate -a -Z lists them")
-        try keychain.delete(Query(.certificate, persistentReference: certificate.id))
+        try door.delete(Query(.certificate, persistentReference: certificate.id))
     }
 
     private func describe() -> String {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainAccess
 
 extension KeyAlgorithm: ExpressibleByArgument {}
 
@@ -47,9 +48,7 @@ struct CreateKeypair: ParsableCommand {
         try set(&attributes, .key, "accessGroup", accessGroup)
         try set(&attributes, .key, "sshHosts", hosts)
         try AddOptions.applyProtection(accessible: accessible, accessControl: accessControl, to: &attributes)
-        let keychain = try vault.openUnlocked()
-        let item = try keychain.createKeyPair(algorithm, attributes)
-        let identity = try keychain.sshIdentities().identities.first { $0.id == item.id }
-        Output.line(identity?.publicLine ?? "")
+        let (_, publicKey) = try vault.openDoor().createKeyPair(algorithm, attributes)
+        Output.line(publicKey)
     }
 }

@@ -78,6 +78,17 @@ struct VaultOptions: ParsableArguments {
         return client
     }
 
+    /// The door for a change the passphrase authorises (the access policy): the service when
+    /// one holds the vault unlocked (it checks `given` itself, one KDF there), else the vault
+    /// opened and unlocked here with it. Nothing is proved first: the change carries it.
+    func openDoor(holding given: SecureBytes) throws -> any KeychainDoor {
+        let door = try Doors.open(vault: path) { try directSession(given) }
+        if let client = door as? ServiceClient, try client.status().state.hasPrefix("locked") {
+            return try directSession(given)
+        }
+        return door
+    }
+
     /// The vault opened and unlocked here, its decisions audited (`via=cli`).
     private func directSession(_ given: SecureBytes? = nil) throws -> KeychainSession {
         let keychain = try openUnlocked(given, incremental: true)

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Keychain
 import KeychainAPI
+import KeychainAccess
 import KeychainCrypto
 
 enum KDFProfile: String, ExpressibleByArgument, CaseIterable {
@@ -87,30 +88,30 @@ struct DumpKeychain: ParsableCommand {
     var json = false
 
     func run() throws {
-        let keychain = try vault.openUnlocked()
+        let door = try vault.openDoor()
         var items: [KeychainItem] = []
         var skipped: Set<Int64> = []
         for itemClass in ItemClass.allCases where itemClass != .identity {
             do {
-                items += try keychain.copyMatching(Query(itemClass, matchLimit: .all, synchronizableAny: true))
+                items += try door.copyMatching(Query(itemClass, matchLimit: .all, synchronizableAny: true))
             } catch KeychainStatus.itemNotFound {}
         }
         // The data item by item: one that cannot be read here (user presence, which a dump never
         // asks for, as Apple's kSecUseAuthenticationUISkip; a locked class; another device's
         // ThisDeviceOnly item; damage) is named on stderr and dumped without it, never failing
         // the others.
-        if data { items = items.map { withData($0, keychain, skipped: &skipped) } }
+        if data { items = items.map { withData($0, door, skipped: &skipped) } }
         if json {
             Output.write(Array(ItemPrinter.json(items, includeData: data, skipped: skipped).utf8))
             return
         }
         for item in items {
-            Output.write(Array(ItemPrinter.text(item, vault: keychain.path).utf8))
+            Output.write(Array(ItemPrinter.text(item, vault: door.vaultPath).utf8))
             if data, let d = item.data { Output.line("data:\n\(ItemPrinter.quoted(d))") }
         }
     }
 
-    func withData(_ item: KeychainItem, _ keychain: Keychain, skipped: inout Set<Int64>) -> KeychainItem {
+    func withData(_ item: KeychainItem, _ door: any KeychainDoor, skipped: inout Set<Int64>) -> KeychainItem {
         skipped.insert(item.id)
         if item.accessControl?.requiresPresence == true {
             Output.errorLine(
@@ -119,7 +120,7 @@ struct DumpKeychain: ParsableCommand {
             return item
         }
         do {
-            let full = try keychain.find(
+            let full = try door.find(
                 Query(
                     item.itemClass, returnData: true, synchronizableAny: true, persistentReference: item.id,
                     authenticationUI: .skip))
