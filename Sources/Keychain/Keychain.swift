@@ -55,7 +55,6 @@ public final class Keychain: Sendable {
         var header: VaultHeader
         var keys: Keys?
         var lockState: LockState = .neverUnlocked
-        var defaultCaller = Caller.default
         /// The highest commit counter this object has seen or committed: a vault file replaced
         /// by an older copy while it is open is refused at the next write.
         var highestCounterSeen: Int64 = 0
@@ -75,13 +74,6 @@ public final class Keychain: Sendable {
     /// The ssh agent's key listings by access groups, while the vault has not changed
     /// (Keychain+SSHIdentities.swift).
     let sshListings = SSHListings()
-
-    /// The caller assumed when a call names none: `default` unless the front end says
-    /// otherwise (the CLI, holding the passphrase, acts in every group of the policy).
-    public var defaultCaller: Caller {
-        get { state.withLock { $0.defaultCaller } }
-        set { state.withLock { $0.defaultCaller = newValue } }
-    }
 
     init(path: String, store: any ItemStore, header: VaultHeader, deviceKeyPath: String) {
         self.vaultID = header.vaultID
@@ -118,7 +110,7 @@ public final class Keychain: Sendable {
     }
 
     func callContext(_ callerArgument: Caller?) -> CallContext {
-        state.withLock { CallContext(caller: callerArgument ?? $0.defaultCaller, keys: $0.keys) }
+        state.withLock { CallContext(caller: callerArgument ?? .default, keys: $0.keys) }
     }
 
     func currentKeys() throws -> Keys {

@@ -111,8 +111,6 @@ public struct KeychainItem: Sendable {
     public var summary: String { Keychain.describe(itemClass, attributes, id: id) }
 }
 
-/// Who is asking. The access layer fills this in per request (process → access groups);
-/// the core only ever sees the result.
 /// Who a user-presence answer is remembered for during the reuse window.
 public enum PresenceReuseScope: Sendable, Hashable {
     /// The calling process (pid and start time).
@@ -123,20 +121,26 @@ public enum PresenceReuseScope: Sendable, Hashable {
     case never
 }
 
+/// Who is asking. Opaque to the faces: only the door's owner makes one (`KeychainAccess`, by one
+/// rule: `AccessLayer.caller(…)`, `holderCaller`, `ownProcessCaller`), through the
+/// `@_spi(CallerRule)` initialiser and setters; a face reads what it needs for its protocol
+/// (a description for a prompt, the groups for a cache key), may narrow what it was given (no
+/// prompt for a non-blocking open), and asks the core for the rest. The core only ever sees
+/// the result.
 public struct Caller: Sendable {
     /// The caller's access groups; the first is where its new items go.
-    public var accessGroups: [String]
+    public internal(set) var accessGroups: [String]
     /// Answers a prompt for items with access control; nil when no prompt is possible.
     public var presence: (any PresenceVerifier)?
     /// Default kSecUseAuthenticationUI for this caller.
     public var authenticationUI: AuthenticationUI
     /// Who the caller is, for prompts and the audit log ("pid 42 /usr/bin/ssh"); never a secret.
-    public var processDescription: String
+    public internal(set) var processDescription: String
     /// Identifies the process across requests (pid and start time), for the presence reuse window.
-    public var processKey: String
+    public internal(set) var processKey: String
     /// The process's executable (its /proc/PID/exe), when it was identified: what the access
     /// policy's groups and remembered presence decisions name.
-    public var executable: String?
+    public internal(set) var executable: String?
     /// What a presence reuse window is kept for: the process (the mount, the CLI), a scope a
     /// face names (the ssh agent: one key and one destination host), or nothing (each request
     /// asks).
@@ -151,7 +155,7 @@ public struct Caller: Sendable {
     /// confirmed it yet: a face serves it nothing that rests on its executable's identity.
     public var identityUnconfirmed = false
 
-    public init(
+    @_spi(CallerRule) public init(
         accessGroups: [String] = [Caller.defaultAccessGroup], presence: (any PresenceVerifier)? = nil,
         authenticationUI: AuthenticationUI = .allow, processDescription: String = "", processKey: String = "",
         presenceGrants: Set<Int64> = [], executable: String? = nil
@@ -189,7 +193,25 @@ public struct Caller: Sendable {
 
     /// With no access policy, every process of the user is in this group.
     public static let defaultAccessGroup = "default"
+    /// Who a core verb called without a caller acts for (tests, and the core's own work): the
+    /// default group, no prompt. Nothing can raise it: there is no settable default.
     public static let `default` = Caller()
+
+    /// The same process with the groups and remembered answers the policy gives its executable
+    /// now (an open handle re-judged after a policy change), for the door's owner only.
+    @_spi(CallerRule) public func regrouped(_ groups: [String], granted: Set<Int64>) -> Caller {
+        var copy = self
+        copy.accessGroups = groups
+        copy.presenceGrants.formUnion(granted)
+        return copy
+    }
+
+    /// The same caller described otherwise ("pid 42", when /proc gave nothing better).
+    @_spi(CallerRule) public func described(as description: String) -> Caller {
+        var copy = self
+        copy.processDescription = description
+        return copy
+    }
 }
 
 /// The access layer's hook for user presence (a pinentry prompt, …). It returns normally when

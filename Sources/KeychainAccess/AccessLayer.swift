@@ -1,5 +1,5 @@
 import Foundation
-import Keychain
+@_spi(CallerRule) import Keychain
 import SystemPackage
 import Synchronization
 
@@ -55,10 +55,8 @@ public final class AccessLayer: Sendable {
             Log.error("access policy: \(e.message)")
             throw Errno.ioError
         }
-        var now = caller
-        now.accessGroups = policy.accessGroups(forExecutable: executable)
-        now.presenceGrants.formUnion(policy.rememberedPresence[executable] ?? [])
-        return now
+        return caller.regrouped(
+            policy.accessGroups(forExecutable: executable), granted: policy.rememberedPresence[executable] ?? [])
     }
 
     /// The caller of a request from thread `tid`. With no policy, and unless the decision is
@@ -75,7 +73,7 @@ public final class AccessLayer: Sendable {
         }
         guard let process = identities.process(tid: tid) else {
             // The process is gone (or in another pid namespace): nothing to decide for.
-            if policy.isEmpty { return Caller(presence: presence) }
+            if policy.isEmpty { return Caller(presence: presence, processDescription: "pid \(tid)") }
             throw Errno.permissionDenied
         }
         // "Always allow" answers the user gave this executable count as presence already given.

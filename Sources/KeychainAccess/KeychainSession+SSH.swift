@@ -1,5 +1,5 @@
 import Foundation
-import Keychain
+@_spi(CallerRule) import Keychain
 
 /// What a signature's caller tells the user and the audit log beyond who it is: where the
 /// signature goes, how long a presence answer may be reused, and which hosts the key must be
@@ -38,8 +38,7 @@ extension KeychainSession {
     /// state, user presence asked with `context.destination`). Audited as `ssh-sign`, allowed
     /// or not, with the context's detail.
     public func sshSign(publicKey: [UInt8], data: [UInt8], flags: UInt32, context: SSHSignContext) throws -> [UInt8] {
-        var signer = caller
-        signer.processDescription += context.destination
+        var signer = caller.described(as: caller.processDescription + context.destination)
         signer.presenceReuse = context.presenceReuse
         let id: Int64
         do {

@@ -2,7 +2,7 @@ import Foundation
 import KeychainCrypto
 import Testing
 
-@testable import Keychain
+@_spi(CallerRule) @testable import Keychain
 
 // The Secret Service attribute index (vault format 3, Keychain+AttributeIndex.swift): one keyed
 // tag per (name, value) pair of the map a D-Bus client sees, kept exact by every write, covered

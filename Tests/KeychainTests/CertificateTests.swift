@@ -1,5 +1,5 @@
 import Foundation
-import Keychain
+@_spi(CallerRule) import Keychain
 import Testing
 
 /// Certificates, keys and identities in the core, with material made by the real openssl

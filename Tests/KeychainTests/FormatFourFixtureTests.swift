@@ -2,7 +2,7 @@ import Foundation
 import KeychainCrypto
 import Testing
 
-@testable import Keychain
+@_spi(CallerRule) @testable import Keychain
 
 // The format-4 fixture (Tests/Fixtures/format4): a vault made by commit d7caa22's CLI and Secret
 // Service provider, with the manifest's buckets of format 4: several services with several

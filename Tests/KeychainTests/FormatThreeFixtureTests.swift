@@ -2,7 +2,7 @@ import Foundation
 import KeychainCrypto
 import Testing
 
-@testable import Keychain
+@_spi(CallerRule) @testable import Keychain
 
 // The format-3 fixture (Tests/Fixtures/format3): a vault made by commit ec33941's CLI and
 // Secret Service provider (secret-tool on a private bus), with the attribute index and the flat

@@ -2,7 +2,7 @@ import Foundation
 import KeychainCrypto
 import Testing
 
-@testable import Keychain
+@_spi(CallerRule) @testable import Keychain
 
 // The format-2 fixture (Tests/Fixtures/format2): a vault made by commit 49d5068's CLI and
 // Secret Service provider (secret-tool on a private bus), before the attribute index. Its first

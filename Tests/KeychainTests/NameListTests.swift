@@ -3,7 +3,7 @@ import KeychainCrypto
 import KeychainStore
 import Testing
 
-@testable import Keychain
+@_spi(CallerRule) @testable import Keychain
 
 // The name lists of vault format 5 (NameLists.swift) through the core: every write keeps them
 // equal to the rows, a listing of a large directory opens a few dozen chunks, and a chunk

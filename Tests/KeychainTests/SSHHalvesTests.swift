@@ -2,7 +2,7 @@ import Foundation
 import KeychainCrypto
 import Testing
 
-@testable import Keychain
+@_spi(CallerRule) @testable import Keychain
 
 /// The ssh halves (issue 26): each key item's public half stored in its attributes when the key
 /// is stored, listed without decrypting a private key, found by its fingerprint's tag in the

@@ -1,5 +1,5 @@
 import Foundation
-import Keychain
+@_spi(CallerRule) import Keychain
 import Testing
 
 // The SecItem rules of /work/shared/keychain-semantics.md, one rule per test, against a real

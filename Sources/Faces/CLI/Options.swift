@@ -95,7 +95,7 @@ struct VaultOptions: ParsableArguments {
         let state = KeychainPaths.stateDirectory()
         try? makeDirectories(state, mode: 0o700)
         return KeychainSession(
-            keychain: keychain, caller: keychain.defaultCaller, audit: try? AuditLog(path: state + "/audit.log"),
+            keychain: keychain, caller: try holderCaller(keychain), audit: try? AuditLog(path: state + "/audit.log"),
             via: "cli")
     }
 
@@ -129,16 +129,15 @@ struct VaultOptions: ParsableArguments {
             }
         }
         keychain.onDamagedRow { Output.errorLine("keychainfs: warning: skipped a damaged row: \($0)") }
-        let groups = try keychain.accessPolicy().groups.map(\.name).filter { $0 != Caller.defaultAccessGroup }
-        // User presence is asked as the mount asks it: pinentry on this process's terminal (any
-        // of fds 0–2) or display. With neither, or no pinentry, such an item is
-        // errSecInteractionNotAllowed (exit 36), Apple's answer when no UI can be shown.
-        keychain.defaultCaller = Caller(
-            accessGroups: [Caller.defaultAccessGroup] + groups,
-            presence: PinentryPresence(keychain: keychain, program: nil, reuseSeconds: 0),
-            authenticationUI: .allow, processDescription: "keychainfs CLI (pid \(getpid()))",
-            processKey: ProcessIdentity.of(tid: getpid())?.key ?? "")
         return keychain
+    }
+
+    /// Who this command is when it opened the vault with its passphrase: the holder, in every
+    /// group of the policy, user presence asked through pinentry as the mount asks it (exit 36
+    /// with no terminal or display). Pass it to every core call of a direct open: a call
+    /// without a caller acts for the default group only.
+    func holderCaller(_ keychain: Keychain) throws -> Caller {
+        try DirectCaller.holder(of: keychain, describedAs: "keychainfs CLI (pid \(getpid()))")
     }
 }
 

@@ -130,18 +130,12 @@ public enum HelperVault {
         } catch let e as KeychainError {
             throw HelperFailure("the vault \(options.vault) stays locked: \(e.message)")
         }
-        let policy: AccessPolicy
-        do { policy = try keychain.accessPolicy() } catch let e as KeychainError {
+        do {
+            return (keychain, try DirectCaller.ownExecutable(of: keychain, describedAs: "\(tool) (pid \(getpid()))"))
+        } catch let e as KeychainError {
             // A policy that does not verify decides nothing: refuse rather than guess the groups.
             throw HelperFailure("the vault's access policy cannot be used: \(e.message)")
         }
-        let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        let caller = Caller(
-            accessGroups: policy.accessGroups(forExecutable: executable),
-            // A helper has no prompt for user presence: such items are reported, not asked for.
-            authenticationUI: .fail,
-            processDescription: "\(tool) (pid \(getpid()))")
-        return (keychain, caller)
     }
 
     static func readPassphrase(_ options: HelperOptions, vault: String) throws -> SecureBytes {

@@ -223,7 +223,6 @@ extension SecretServiceProvider {
             caller.presenceGrants = []
         }
         caller.presenceGrants.formUnion(grants(for: call.sender))
-        if caller.processDescription.isEmpty { caller.processDescription = "pid \(pid)" }
         return (caller, pid)
     }
 
