@@ -131,7 +131,7 @@ public struct Caller: Sendable {
     /// The caller's access groups; the first is where its new items go.
     public internal(set) var accessGroups: [String]
     /// Answers a prompt for items with access control; nil when no prompt is possible.
-    public var presence: (any PresenceVerifier)?
+    public internal(set) var presence: (any PresenceVerifier)?
     /// Default kSecUseAuthenticationUI for this caller.
     public var authenticationUI: AuthenticationUI
     /// Who the caller is, for prompts and the audit log ("pid 42 /usr/bin/ssh"); never a secret.
@@ -144,16 +144,16 @@ public struct Caller: Sendable {
     /// What a presence reuse window is kept for: the process (the mount, the CLI), a scope a
     /// face names (the ssh agent: one key and one destination host), or nothing (each request
     /// asks).
-    public var presenceReuse: PresenceReuseScope = .process
+    public internal(set) var presenceReuse: PresenceReuseScope = .process
     /// Items whose user presence was already given for this request or handle: the core does
     /// not ask again for them, whatever `authenticationUI` says. Only code that has just asked
     /// adds to it (the core before a write transaction; a face at open, for the handle it
     /// returns), with `granting(presenceFor:)`.
-    public var presenceGrants: Set<Int64>
+    public internal(set) var presenceGrants: Set<Int64>
     /// The caller's identity rests on a pid that another process may have taken or exec'd
     /// into (the Secret Service on a bus that gives no process handle), and no prompt has
     /// confirmed it yet: a face serves it nothing that rests on its executable's identity.
-    public var identityUnconfirmed = false
+    public internal(set) var identityUnconfirmed = false
 
     @_spi(CallerRule) public init(
         accessGroups: [String] = [Caller.defaultAccessGroup], presence: (any PresenceVerifier)? = nil,
@@ -203,6 +203,45 @@ public struct Caller: Sendable {
         var copy = self
         copy.accessGroups = groups
         copy.presenceGrants.formUnion(granted)
+        return copy
+    }
+
+    /// Narrowed: never prompts (no verifier, kSecUseAuthenticationUIFail). Any face may.
+    public func withoutPrompts() -> Caller {
+        var copy = self
+        copy.presence = nil
+        copy.authenticationUI = .fail
+        return copy
+    }
+
+    /// Narrowed: its identity rests on a pid nothing pinned, so nothing that rests on its
+    /// executable is served (no remembered answers; the face keeps other groups Locked). Any
+    /// face may.
+    public func unconfirmed() -> Caller {
+        var copy = self
+        copy.identityUnconfirmed = true
+        copy.presenceGrants = []
+        return copy
+    }
+
+    /// Its identity confirmed by a prompt naming its pid and executable (ScopeLedger).
+    @_spi(CallerRule) public func confirmed() -> Caller {
+        var copy = self
+        copy.identityUnconfirmed = false
+        return copy
+    }
+
+    /// With presence given for these items (ScopeLedger: a prompt of its scope answered).
+    @_spi(CallerRule) public func granting(_ items: Set<Int64>) -> Caller {
+        var copy = self
+        copy.presenceGrants.formUnion(items)
+        return copy
+    }
+
+    /// A presence answer reused within `scope` (the ssh agent: one key and one host).
+    @_spi(CallerRule) public func reusing(_ scope: PresenceReuseScope) -> Caller {
+        var copy = self
+        copy.presenceReuse = scope
         return copy
     }
 

@@ -38,8 +38,8 @@ extension KeychainSession {
     /// state, user presence asked with `context.destination`). Audited as `ssh-sign`, allowed
     /// or not, with the context's detail.
     public func sshSign(publicKey: [UInt8], data: [UInt8], flags: UInt32, context: SSHSignContext) throws -> [UInt8] {
-        var signer = caller.described(as: caller.processDescription + context.destination)
-        signer.presenceReuse = context.presenceReuse
+        let signer = caller.described(as: caller.processDescription + context.destination).reusing(
+            context.presenceReuse)
         let id: Int64
         do {
             id = try keychain.sshKey(publicKey: publicKey, caller: caller, hostsAllow: context.hostsAllow)

@@ -1,5 +1,5 @@
 import Foundation
-@_spi(CallerRule) import Keychain
+@_spi(CallerRule) @testable import Keychain
 import KeychainCrypto
 import Synchronization
 import Testing

@@ -1,5 +1,5 @@
 import Foundation
-import Keychain
+@_spi(CallerRule) import Keychain
 import KeychainAPI
 import KeychainAccess
 import KeychainCrypto

@@ -13,12 +13,10 @@ import KeychainAccess
 // until a prompt naming its pid and executable is answered (Unlock, then Prompt), for that
 // client (its unique bus name), that pid and executable, and this unlock of the keychain.
 
-/// What the provider knows of each client's identity.
+/// What the provider knows of each client's identity: whether GetConnectionCredentials gave a
+/// ProcessFD for it. What a prompt confirmed is the door owner's `ScopeLedger`.
 struct BusIdentities {
-    /// Whether GetConnectionCredentials gave a ProcessFD for the client.
     var handles: [String: Bool] = [:]
-    /// The pid and executable a prompt confirmed for the client, and the unlock it was in.
-    var confirmed: [String: (pid: pid_t, executable: String?, unlockedSince: Date)] = [:]
 }
 
 extension SecretServiceProvider {
@@ -67,24 +65,6 @@ extension SecretServiceProvider {
             if let pid = pid_t(line.dropFirst(4).trimmingCharacters(in: .whitespaces)), pid > 0 { return pid }
         }
         return nil
-    }
-
-    /// Whether a caller's identity holds for what rests on its executable: the bus pinned its
-    /// process, the provider trusts pids, or a prompt confirmed this pid and executable for
-    /// this client in this unlock.
-    func identityConfirmed(_ sender: String, _ caller: Caller, pid: pid_t) -> Bool {
-        if trustBusPid || busIdentities.withLock({ $0.handles[sender] }) == true { return true }
-        guard case .unlocked(let since) = keychain.lockState else { return false }
-        return busIdentities.withLock { b in
-            guard let c = b.confirmed[sender] else { return false }
-            return c.pid == pid && c.executable == caller.executable && c.unlockedSince == since
-        }
-    }
-
-    /// A prompt confirmed the client's pid and executable.
-    func confirmIdentity(of sender: String, _ caller: Caller, pid: pid_t) {
-        guard case .unlocked(let since) = keychain.lockState else { return }
-        busIdentities.withLock { $0.confirmed[sender] = (pid, caller.executable, since) }
     }
 
     /// Whether `item` is out of reach of `caller` until its identity is confirmed: an item of an

@@ -208,41 +208,19 @@ extension SecretServiceProvider {
         guard pid > 0 else {
             throw BusError("org.freedesktop.DBus.Error.AccessDenied", "the caller's process cannot be identified")
         }
-        var caller: Caller
-        do { caller = try access.caller(tid: pid, identify: true) } catch {
+        let base: Caller
+        do { base = try access.caller(tid: pid, identify: true) } catch {
             throw BusError("org.freedesktop.DBus.Error.AccessDenied", "the caller's process cannot be identified")
         }
         // Identified while the handle pinned the process: it must still be that process.
         if let handle, Self.pid(ofHandle: handle) != pid {
             throw BusError("org.freedesktop.DBus.Error.AccessDenied", "the caller's process ended")
         }
-        caller.authenticationUI = .fail
-        caller.presence = nil
-        if !identityConfirmed(call.sender, caller, pid: pid) {
-            caller.identityUnconfirmed = true
-            caller.presenceGrants = []
-        }
-        caller.presenceGrants.formUnion(grants(for: call.sender))
-        return (caller, pid)
-    }
-
-    /// The items a client gave presence for in this unlock of the keychain.
-    func grants(for client: String) -> Set<Int64> {
-        guard case .unlocked(let since) = keychain.lockState else { return [] }
-        return presenceGrants.withLock { g in
-            guard let given = g.byClient[client], given.unlockedSince == since else { return [] }
-            return given.items
-        }
-    }
-
-    func grant(_ items: Set<Int64>, to client: String) {
-        guard case .unlocked(let since) = keychain.lockState, !items.isEmpty else { return }
-        presenceGrants.withLock { g in
-            var given = g.byClient[client] ?? (since, [])
-            if given.unlockedSince != since { given = (since, []) }
-            given.items.formUnion(items)
-            g.byClient[client] = given
-        }
+        // The client's caller in its scope: no prompt of the core's (the provider prompts), the
+        // presence its prompts gave, and unless the bus pinned its process (or the provider
+        // trusts pids) its identity unconfirmed until a prompt names its pid and executable.
+        let pinned = trustBusPid || busIdentities.withLock({ $0.handles[call.sender] }) == true
+        return (ledger.caller(base, scope: call.sender, pid: pid, pinned: pinned), pid)
     }
 
     func audit(_ caller: Caller, _ item: Int64?, _ op: AuditOperation, _ allowed: Bool, _ why: String? = nil) {

@@ -60,17 +60,14 @@ extension SecretServiceProvider {
                 try prompter.unlockVault(caller: caller, purpose: "read its secrets through the Secret Service")
                 access.invalidatePolicy()
             }
-            caller.presenceGrants.formUnion(grants(for: pending.owner))
             if pending.confirmsIdentity, let item = firstNeedingIdentity(pending.paths, caller) {
                 // One confirmation naming the pid and executable (Allow or Deny; nothing is
                 // remembered: a pid is what cannot be trusted here).
                 _ = try prompter.confirm(item: item, caller: caller, remember: nil)
                 audit(
                     caller, item.id, .dbusPresence, true, "identity confirmed (the bus gives a pid, no process handle)")
-                confirmIdentity(of: pending.owner, caller, pid: pending.pid)
-                caller.identityUnconfirmed = false
+                caller = ledger.confirm(caller, pid: pending.pid, scope: pending.owner)
             }
-            var given: Set<Int64> = []
             for path in pending.paths {
                 guard case .item(let itemClass, let id)? = ObjectPath(path),
                     let item = try? visibleItem(caller, itemClass, id),
@@ -82,10 +79,8 @@ extension SecretServiceProvider {
                 }
                 audit(caller, id, .dbusPresence, true, answer.auditNote)
                 if case .remembered = answer { access.invalidatePolicy() }
-                given.insert(id)
-                caller.presenceGrants.insert(id)
+                caller = ledger.grant([id], scope: pending.owner, to: caller)
             }
-            grant(given, to: pending.owner)
         } catch {
             Log.info("secret service: the prompt for \(caller.processDescription) ended: \(error)")
             audit(caller, nil, .dbusPresence, false, (error as? KeychainError)?.status.name)

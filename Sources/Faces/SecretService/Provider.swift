@@ -58,12 +58,10 @@ public final class SecretServiceProvider: Sendable {
     let prompts = Mutex(Prompts())
     static let maxRunningPrompts = 4
 
-    /// User presence given through this provider's prompts, per client (unique bus name) and
-    /// for the unlock it was given in: a lock, then an unlock, asks again.
-    struct PresenceGrants {
-        var byClient: [String: (unlockedSince: Date, items: Set<Int64>)] = [:]
-    }
-    let presenceGrants = Mutex(PresenceGrants())
+    /// User presence given through this provider's prompts and identities they confirmed, per
+    /// client (unique bus name) and for the unlock they were given in, kept by the door's owner
+    /// (a lock, then an unlock, asks again).
+    let ledger: ScopeLedger
 
     /// Work other threads hand to the bus thread (a prompt's Completed signal), and the pipe
     /// that wakes the bus thread's poll for it.
@@ -107,6 +105,7 @@ public final class SecretServiceProvider: Sendable {
     ) {
         self.keychain = keychain
         self.access = access
+        self.ledger = ScopeLedger(keychain: keychain)
         self.prompter = prompter
         self.trustBusPid = trustBusPid
         self.unlock = unlock
@@ -268,11 +267,8 @@ public final class SecretServiceProvider: Sendable {
             p.open = p.open.filter { $0.value.owner != name }
             return before - p.open.count
         }
-        let hadPresence = presenceGrants.withLock { $0.byClient.removeValue(forKey: name) != nil }
-        busIdentities.withLock {
-            $0.handles[name] = nil
-            $0.confirmed[name] = nil
-        }
+        let hadPresence = ledger.forget(scope: name)
+        busIdentities.withLock { $0.handles[name] = nil }
         if closedSessions + closedPrompts > 0 || hadPresence {
             Log.info(
                 "secret service: client \(name) left: closed \(closedSessions) session(s) and \(closedPrompts) prompt(s)"
