@@ -1,0 +1,42 @@
+import Foundation
+import Testing
+
+/// docs/architecture.md's rules that the compiler does not check by itself: no source file over
+/// 400 lines, and a `Caller` made only by the door's owner (issue 26: faces keep their protocol
+/// and their error table, and only narrow the caller they are given).
+@Suite("architecture rules")
+struct ArchitectureRuleTests {
+    static let sources: String = {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().path + "/Sources"
+    }()
+
+    static func swiftFiles() -> [(path: String, text: String)] {
+        let walker = FileManager.default.enumerator(atPath: sources)
+        var out: [(String, String)] = []
+        while let relative = walker?.nextObject() as? String {
+            guard relative.hasSuffix(".swift"),
+                let text = try? String(contentsOfFile: sources + "/" + relative, encoding: .utf8)
+            else { continue }
+            out.append((relative, text))
+        }
+        return out
+    }
+
+    @Test("no source file is over 400 lines")
+    func fileLength() {
+        let files = Self.swiftFiles()
+        #expect(files.count > 100, "found \(files.count) files under \(Self.sources)")
+        let long = files.filter { $0.text.split(separator: "\n", omittingEmptySubsequences: false).count > 401 }
+        #expect(long.isEmpty, "over 400 lines: \(long.map(\.path))")
+    }
+
+    @Test("only the core and KeychainAccess use the Caller's SPI; no face or service file makes a Caller")
+    func callerIsMadeByTheDoorsOwner() {
+        for (path, text) in Self.swiftFiles() {
+            let owner = path.hasPrefix("Keychain/") || path.hasPrefix("KeychainAccess/")
+            #expect(owner || !text.contains("@_spi(CallerRule)"), "\(path) imports the Caller's SPI")
+            #expect(owner || text.range(of: #"\bCaller\("#, options: .regularExpression) == nil, "\(path) makes a Caller")
+        }
+    }
+}
