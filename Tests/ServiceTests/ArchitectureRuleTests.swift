@@ -36,7 +36,8 @@ struct ArchitectureRuleTests {
         for (path, text) in Self.swiftFiles() {
             let owner = path.hasPrefix("Keychain/") || path.hasPrefix("KeychainAccess/")
             #expect(owner || !text.contains("@_spi(CallerRule)"), "\(path) imports the Caller's SPI")
-            #expect(owner || text.range(of: #"\bCaller\("#, options: .regularExpression) == nil, "\(path) makes a Caller")
+            #expect(
+                owner || text.range(of: #"\bCaller\("#, options: .regularExpression) == nil, "\(path) makes a Caller")
         }
     }
 }
