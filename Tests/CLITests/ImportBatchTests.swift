@@ -104,6 +104,38 @@ struct ImportBatchTests {
         #expect(try box.findGenericSecret(service: "one", account: "u").1 == Array("js-Secret-0002".utf8))
     }
 
+    @Test(
+        "--json when the import fails before storing (no such file, a malformed CSV, a wrong passphrase): one object on stdout with the error and exit code, the same exit status"
+    )
+    func importJSONFailures() throws {
+        let box = try Sandbox()
+        defer { box.teardown() }
+        try box.initVault()
+        let missing = box.root + "/no-such.csv"
+        let malformed = try ImportTests.csv(box, "bad.csv", "Title,Url,Username\none,,u\n")
+        let good = try ImportTests.csv(box, "good.csv", "Title,Url,Username,Password,Notes\none,,u,js-Secret-1,\n")
+        let wrong = box.root + "/wrong-passphrase"
+        try Data("not the passphrase\n".utf8).write(to: URL(fileURLWithPath: wrong))
+        for (file, unlock, status) in [
+            (missing, box.unlock, Int32(1)), (malformed, box.unlock, 2),
+            (good, ["--vault", box.vault, "--passphrase-file", wrong], 51),
+        ] {
+            let r = try box.run(["import-csv", "1password", file, "--json"] + unlock)
+            #expect(r.status == status, "\(file): \(r.stderr)")
+            let object = try json(r)
+            #expect(object["source"] as? String == file)
+            #expect(object["exitCode"] as? Int == Int(status), "\(r.stdoutString)")
+            #expect((object["error"] as? String)?.isEmpty == false && object["added"] as? Int == 0)
+            #expect(!r.stderr.isEmpty, "the message goes to stderr too")
+            #expect(!r.stdoutString.contains("js-Secret"))
+        }
+        // A failure after the summary (a refused item) prints the one summary object only.
+        expectSuccess(try box.run(["import-csv", "1password", good] + box.unlock))
+        let again = try box.run(["import-csv", "1password", good, "--json"] + box.unlock)
+        #expect(again.status == 45)
+        #expect(try json(again)["error"] == nil, "\(again.stdoutString)")
+    }
+
     @Test("verify --json on an older copy: ok and olderCopy true, exit 3")
     func verifyOlderCopyJSON() throws {
         let box = try Sandbox()

@@ -57,29 +57,31 @@ struct ImportPass: ParsableCommand {
             .split(whereSeparator: \.isWhitespace).map(String.init)
         var records: [ImportRecord] = []
         defer { for i in records.indices { records[i].wipe() } }
-        try importing.convertingErrors {
-            // Every entry is decrypted before the vault is opened. Entries gpg cannot decrypt are
-            // all named at the end; then nothing is stored, unless --continue-on-error.
-            var undecryptable: [(entry: String, why: String)] = []
-            let entries = try PassStore.entries(in: store, under: folder)
-            for entry in entries {
-                do { records.append(try PassStore.read(entry: entry, in: store, gpgOptions: gpgOptions)) } catch let
-                    error as ImportError
-                {
-                    undecryptable.append((entry, error.message))
-                } catch {
-                    undecryptable.append((entry, "\(error)"))
+        try importing.reportingFailures(source: "pass store \(store)") {
+            try importing.convertingErrors {
+                // Every entry is decrypted before the vault is opened. Entries gpg cannot decrypt are
+                // all named at the end; then nothing is stored, unless --continue-on-error.
+                var undecryptable: [(entry: String, why: String)] = []
+                let entries = try PassStore.entries(in: store, under: folder)
+                for entry in entries {
+                    do { records.append(try PassStore.read(entry: entry, in: store, gpgOptions: gpgOptions)) } catch let
+                        error as ImportError
+                    {
+                        undecryptable.append((entry, error.message))
+                    } catch {
+                        undecryptable.append((entry, "\(error)"))
+                    }
+                }
+                guard !undecryptable.isEmpty else { return }
+                for (entry, why) in undecryptable { Output.errorLine("keychainfs: not imported: \(entry): \(why)") }
+                if !importing.continueOnError {
+                    throw ImportError(
+                        "\(undecryptable.count) of \(entries.count) entries could not be read (listed above); nothing imported (--continue-on-error imports the others)",
+                        exitCode: 1)
                 }
             }
-            guard !undecryptable.isEmpty else { return }
-            for (entry, why) in undecryptable { Output.errorLine("keychainfs: not imported: \(entry): \(why)") }
-            if !importing.continueOnError {
-                throw ImportError(
-                    "\(undecryptable.count) of \(entries.count) entries could not be read (listed above); nothing imported (--continue-on-error imports the others)",
-                    exitCode: 1)
-            }
+            try importing.store(&records, from: "pass store \(store)", vault: vault)
         }
-        try importing.store(&records, from: "pass store \(store)", vault: vault)
     }
 }
 
@@ -127,22 +129,25 @@ struct ImportCSV: ParsableCommand {
     func run() throws {
         var records: [ImportRecord] = []
         defer { for i in records.indices { records[i].wipe() } }
-        try importing.convertingErrors {
-            let csvFormat: CSVFormat
-            switch format.lowercased() {
-            case "keepassxc": csvFormat = .keepassxc
-            case "bitwarden": csvFormat = .bitwarden
-            case "1password": csvFormat = .onePassword
-            default: csvFormat = .generic(try ColumnMapping(parsing: columns ?? ""))
+        let source = file == "-" ? "standard input" : file
+        try importing.reportingFailures(source: source) {
+            try importing.convertingErrors {
+                let csvFormat: CSVFormat
+                switch format.lowercased() {
+                case "keepassxc": csvFormat = .keepassxc
+                case "bitwarden": csvFormat = .bitwarden
+                case "1password": csvFormat = .onePassword
+                default: csvFormat = .generic(try ColumnMapping(parsing: columns ?? ""))
+                }
+                var bytes = try readFile()
+                defer { Sodium.wipe(&bytes) }
+                do { records = try csvFormat.records(bytes) } catch let error as ImportError {
+                    throw ImportError(
+                        "\(file == "-" ? "standard input" : file): \(error.message)", exitCode: error.exitCode)
+                }
             }
-            var bytes = try readFile()
-            defer { Sodium.wipe(&bytes) }
-            do { records = try csvFormat.records(bytes) } catch let error as ImportError {
-                throw ImportError(
-                    "\(file == "-" ? "standard input" : file): \(error.message)", exitCode: error.exitCode)
-            }
+            try importing.store(&records, from: source, vault: vault)
         }
-        try importing.store(&records, from: file == "-" ? "standard input" : file, vault: vault)
     }
 
     /// The whole file (an export is read in full and checked before anything is stored).
@@ -163,6 +168,31 @@ extension ImportRunOptions {
     func convertingErrors(_ body: () throws -> Void) throws {
         do { try body() } catch let error as ImportError {
             throw CLIError(message: error.message, exitCode: error.exitCode)
+        }
+    }
+
+    /// Runs a whole import. With --json, a failure before the summary (a source that cannot be
+    /// read or parsed, entries gpg cannot decrypt, a vault that cannot be opened) is one JSON
+    /// object on stdout too, `{"source", "error", "exitCode", "added": 0, …}`, so a script that
+    /// reads stdout always gets one object; the message still goes to stderr, and the exit
+    /// status is the same.
+    func reportingFailures(source: String, _ body: () throws -> Void) throws {
+        do { try body() } catch {
+            guard json, !ImportTally.summaryPrinted else { throw error }
+            let (message, exitCode): (String, Int32) =
+                switch error {
+                case let e as CLIError: (e.message, e.exitCode)
+                case let e as KeychainError: (e.message, e.status.exitCode)
+                case let e as ImportError: (e.message, e.exitCode)
+                default: ("\(error)", 1)
+                }
+            let object: [String: Any] = [
+                "source": source, "dryRun": dryRun, "added": 0, "updated": 0, "skipped": 0, "failed": 0,
+                "refused": [] as [Any], "error": message, "exitCode": Int(exitCode),
+            ]
+            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
+            Output.line(String(decoding: data, as: UTF8.self))
+            throw error
         }
     }
 }

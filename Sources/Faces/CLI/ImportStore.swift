@@ -192,6 +192,7 @@ extension ImportRunOptions {
 
     /// The summary, or the JSON object.
     private func report(_ tally: ImportTally) {
+        ImportTally.summaryPrinted = true
         if json {
             Output.line(tally.json(dryRun: dryRun))
         } else if dryRun {
@@ -247,6 +248,10 @@ struct ImportTally {
         self.source = source
         self.skipped = skipped
     }
+
+    /// Whether this process printed its import's summary (`reportingFailures` then prints no
+    /// second object for the error that follows it).
+    nonisolated(unsafe) static var summaryPrinted = false
 
     mutating func refuse(_ item: ImportItem, _ error: KeychainError) { refused.append((item, error)) }
     mutating func fail(_ item: ImportItem, _ error: KeychainError) { refused.append((item, error)) }
