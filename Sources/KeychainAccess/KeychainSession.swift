@@ -87,13 +87,20 @@ public struct KeychainSession: KeychainDoor {
     /// process sent on, an exec since it connected, a traced process): then an answer that
     /// found nothing is audited as a refusal, with this reason.
     let lessened: String?
+    /// The words the face's audit lines use for the door's verbs (`.door`: read, search, …;
+    /// the Secret Service's `dbus-get-secret`, …).
+    let names: AuditNames
 
-    public init(keychain: Keychain, caller: Caller, audit: AuditLog?, via: String, lessened: String? = nil) {
+    public init(
+        keychain: Keychain, caller: Caller, audit: AuditLog?, via: String, lessened: String? = nil,
+        names: AuditNames = .door
+    ) {
         self.keychain = keychain
         self.caller = caller
         self.audit = audit
         self.via = via
         self.lessened = lessened
+        self.names = names
     }
 
     public var vaultPath: String { keychain.path }
@@ -167,7 +174,7 @@ public struct KeychainSession: KeychainDoor {
     func record(
         _ item: Int64?, _ operation: AuditOperation, allowed: Bool, count: Int? = nil, detail extra: String? = nil
     ) {
-        audit?.record(caller, item: item, operation, allowed: allowed, detail: detail(count, extra))
+        audit?.record(caller, item: item, names.word(for: operation), allowed: allowed, detail: detail(count, extra))
     }
 
     /// A refusal is audited as a deny with the status's name; "not found" is an answer, not a
@@ -175,7 +182,8 @@ public struct KeychainSession: KeychainDoor {
     func record(_ item: Int64?, _ operation: AuditOperation, _ error: KeychainError, detail extra: String? = nil) {
         let denied = lessened != nil || (error.status != .itemNotFound && error.status != .duplicateItem)
         let why = error.status.name + (lessened.map { " (" + $0 + ")" } ?? "")
-        audit?.record(caller, item: item, operation, allowed: !denied, why: why, detail: detail(nil, extra))
+        audit?.record(
+            caller, item: item, names.word(for: operation), allowed: !denied, why: why, detail: detail(nil, extra))
     }
 
     /// What follows the decision on its audit line: a face's own detail first (the ssh agent's
@@ -187,5 +195,35 @@ public struct KeychainSession: KeychainDoor {
         let vault = "vault=" + AuditLog.spelled(path)
         let line = count.map { "via=\(via) \(vault) count=\($0)" } ?? "via=\(via) \(vault)"
         return extra.map { $0 + " " + line } ?? line
+    }
+}
+
+/// The operation a face's audit lines name for each door verb: the door's own words by default;
+/// the Secret Service's D-Bus words (`dbus-get-secret`, `dbus-search`, `dbus-create`,
+/// `dbus-set-secret` or `dbus-set-property`, `dbus-delete`), so its lines read as before it went
+/// through the door.
+public struct AuditNames: Sendable {
+    public var read: AuditOperation = .read
+    public var search: AuditOperation = .search
+    public var create: AuditOperation = .create
+    public var update: AuditOperation = .update
+    public var delete: AuditOperation = .delete
+
+    public static let door = AuditNames()
+
+    /// The Secret Service's, with `update` the method that changes (SetSecret, or a property).
+    public static func secretService(update: AuditOperation = .dbusSetSecret) -> AuditNames {
+        AuditNames(read: .dbusGetSecret, search: .dbusSearch, create: .dbusCreate, update: update, delete: .dbusDelete)
+    }
+
+    func word(for operation: AuditOperation) -> AuditOperation {
+        switch operation {
+        case .read: read
+        case .search: search
+        case .create: create
+        case .update: update
+        case .delete: delete
+        default: operation
+        }
     }
 }

@@ -134,19 +134,22 @@ extension SecretServiceProvider {
         } else {
             defer { Sodium.wipe(&value) }
             let caller = try self.caller(of: call)
-            let created = try audited(caller, nil, .dbusCreate) { () throws -> KeychainItem in
+            // Through the door: each attempt is a decision of its own (a duplicate is audited as the
+            // answer it is, then the next copy's create).
+            let door = session(caller)
+            let created = try { () throws -> KeychainItem in
                 var copy = 1
                 while true {
                     let (itemClass, mapped) = try SecretServiceMapping.newItem(
                         attributes: attributes, label: label, contentType: contentType, copy: copy)
-                    if replace { return try keychain.addOrUpdate(itemClass, mapped, data: value, caller: caller).item }
-                    do { return try keychain.add(itemClass, mapped, data: value, caller: caller) } catch let e
+                    if replace { return try door.addOrUpdate(itemClass, mapped, data: value).item }
+                    do { return try door.add(itemClass, mapped, data: value) } catch let e
                         as KeychainError where e.status == .duplicateItem && copy < Self.maxCopies
                     {
                         copy += 1
                     }
                 }
-            }
+            }()
             path = ObjectPath.item(created)
         }
         try reply(call) { w throws(BusError) in

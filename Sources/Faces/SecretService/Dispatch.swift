@@ -223,20 +223,16 @@ extension SecretServiceProvider {
         return (ledger.caller(base, scope: call.sender, pid: pid, pinned: pinned), pid)
     }
 
-    func audit(_ caller: Caller, _ item: Int64?, _ op: AuditOperation, _ allowed: Bool, _ why: String? = nil) {
-        access.audit?.record(caller, item: item, op, allowed: allowed, why: why)
+    /// The door for a client's call: its caller in its scope, each decision audited under the
+    /// Secret Service's words (`update`: the method that changes, SetSecret or a property set).
+    func session(_ caller: Caller, update: AuditOperation = .dbusSetSecret) -> KeychainSession {
+        KeychainSession(
+            keychain: keychain, caller: caller, audit: access.audit, via: "dbus",
+            names: .secretService(update: update))
     }
 
-    /// Runs a core call, auditing it; a core failure is audited with its status and rethrown.
-    func audited<T>(_ caller: Caller, _ item: Int64?, _ op: AuditOperation, _ body: () throws -> T) throws -> T {
-        do {
-            let result = try body()
-            audit(caller, item, op, true)
-            return result
-        } catch let e as KeychainError {
-            audit(caller, item, op, false, e.status.name)
-            throw e
-        }
+    func audit(_ caller: Caller, _ item: Int64?, _ op: AuditOperation, _ allowed: Bool, _ why: String? = nil) {
+        access.audit?.record(caller, item: item, op, allowed: allowed, why: why)
     }
 
     /// The child nodes introspection names.

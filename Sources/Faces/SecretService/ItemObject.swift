@@ -79,10 +79,8 @@ extension SecretServiceProvider {
             }
             changes = try SecretServiceMapping.changes(settingAttributes: map, of: item)
         }
-        _ = try audited(caller, id, .dbusSetProperty) {
-            try keychain.update(
-                Query(itemClass, synchronizableAny: true, persistentReference: id), attributes: changes, caller: caller)
-        }
+        _ = try session(caller, update: .dbusSetProperty).update(
+            Query(itemClass, synchronizableAny: true, persistentReference: id), attributes: changes, data: nil)
         try reply(call) { _ throws(BusError) in }
         emit(ObjectPath.collectionPath, Introspection.collection, "ItemChanged") { w throws(BusError) in
             try w.objectPath(ObjectPath.item(item))
@@ -120,11 +118,9 @@ extension SecretServiceProvider {
         let item = try visibleItem(caller, itemClass, id)
         try requireIdentity(item, caller)
         let changes = try SecretServiceMapping.changes(settingContentType: contentType, of: item)
-        _ = try audited(caller, id, .dbusSetSecret) {
-            try keychain.update(
-                Query(itemClass, synchronizableAny: true, persistentReference: id),
-                attributes: SecretServiceMapping.isKept(item) ? changes : [:], data: value, caller: caller)
-        }
+        _ = try session(caller).update(
+            Query(itemClass, synchronizableAny: true, persistentReference: id),
+            attributes: SecretServiceMapping.isKept(item) ? changes : [:], data: value)
         try reply(call) { _ throws(BusError) in }
         emit(ObjectPath.collectionPath, Introspection.collection, "ItemChanged") { w throws(BusError) in
             try w.objectPath(ObjectPath.item(item))
@@ -147,9 +143,7 @@ extension SecretServiceProvider {
         let (caller, itemClass, id) = try target(call)
         let item = try visibleItem(caller, itemClass, id)
         try requireIdentity(item, caller)
-        _ = try audited(caller, id, .dbusDelete) {
-            try keychain.delete(Query(itemClass, synchronizableAny: true, persistentReference: id), caller: caller)
-        }
+        _ = try session(caller).delete(Query(itemClass, synchronizableAny: true, persistentReference: id))
         try reply(call) { w throws(BusError) in try w.objectPath("/") }
         emit(ObjectPath.collectionPath, Introspection.collection, "ItemDeleted") { w throws(BusError) in
             try w.objectPath(ObjectPath.item(item))
@@ -190,8 +184,11 @@ extension SecretServiceProvider {
     /// An item whose label or attributes hold NUL is left out (with a line in the log): a
     /// D-Bus string cannot carry it, and one such item must not fail a client's whole search.
     /// Asked for by its object path, it answers an error (`MessageWriter.string`).
-    func visibleItems(_ caller: Caller, narrowedBy query: [String: String] = [:]) throws -> [KeychainItem] {
-        try keychain.secretServiceItems(matching: query, caller: caller).filter { item in
+    /// `audited`: a search (SearchItems) is one audited decision; a listing is not.
+    func visibleItems(_ caller: Caller, narrowedBy query: [String: String] = [:], audited: Bool = false) throws
+        -> [KeychainItem]
+    {
+        try session(caller).secretServiceSearch(query, audited: audited).filter { item in
             let strings =
                 [SecretServiceMapping.label(of: item)] + SecretServiceMapping.attributes(of: item).flatMap { [$0, $1] }
             guard !strings.allSatisfy(MessageWriter.canCarry) else { return true }
@@ -205,7 +202,7 @@ extension SecretServiceProvider {
     /// an item of another access group is never told apart from a missing one).
     func visibleItem(_ caller: Caller, _ itemClass: ItemClass, _ id: Int64) throws -> KeychainItem {
         do {
-            return try keychain.item(id: id, itemClass: itemClass, withData: false, caller: caller)
+            return try session(caller).visibleItem(id: id, itemClass: itemClass)
         } catch let e as KeychainError where e.status == .itemNotFound {
             audit(caller, id, .dbusLookup, false, e.status.name)
             throw BusError("org.freedesktop.Secret.Error.NoSuchObject", "no such item")
@@ -218,7 +215,7 @@ extension SecretServiceProvider {
     func search(_ call: Call, includingSession: Bool = false) throws -> (unlocked: [String], locked: [String]) {
         let query = try call.reader.stringMap()
         let caller = try self.caller(of: call)
-        let found = try audited(caller, nil, .dbusSearch) { try visibleItems(caller, narrowedBy: query) }
+        let found = try visibleItems(caller, narrowedBy: query, audited: true)
             .sorted { a, b in
                 let (ma, mb) = (a.modificationDate ?? .distantPast, b.modificationDate ?? .distantPast)
                 return ma != mb ? ma > mb : a.id > b.id
@@ -265,8 +262,7 @@ extension SecretServiceProvider {
 
     func readSecretOf(_ caller: Caller, _ itemClass: ItemClass, _ id: Int64) throws -> KeychainItem {
         try requireIdentity(try visibleItem(caller, itemClass, id), caller)
-        return try audited(caller, id, .dbusGetSecret) {
-            try keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller, ui: .fail)
-        }
+        // The caller never prompts here (ScopeLedger: kSecUseAuthenticationUIFail).
+        return try session(caller).item(id: id, itemClass: itemClass, withData: true)
     }
 }
