@@ -49,17 +49,25 @@ extension ItemFileDirectory {
         // Every other class: the item exists from creat(2) on (SecItemAdd with empty data), so
         // a second open, unlink, rename, ftruncate or setxattr by anyone meets the item itself,
         // and a create the keychain refuses (locked, group not entitled) fails here, at once.
+        // Committed without an fsync: nothing promised the empty item durable before this
+        // handle's fsync or close, whose durable commit (of its bytes, or of the manifest alone
+        // when it wrote none) makes it durable with them: one fsync per created file.
         let item = try fs.audited(caller, item: nil, .create) {
-            try fs.keychain.add(itemClass, key, data: [], caller: caller)
+            try fs.keychain.add(itemClass, key, data: [], caller: caller, durable: false)
         }
         fs.memoryFiles.markFresh(item.id)
         fs.directories.unmarkEmpty(ino)
         var granted = caller.granting(presenceFor: item.id)
         granted.authenticationUI = .allow
-        let handle = fs.openFiles.register(
-            OpenFile(
-                ino: Inode.item(itemClass, id: item.id), target: .item(itemClass, item.id), caller: granted,
-                append: append, accessibility: item.accessibility, openedStat: fs.itemStat(item)))
+        let file = OpenFile(
+            ino: Inode.item(itemClass, id: item.id), target: .item(itemClass, item.id), caller: granted,
+            append: append, accessibility: item.accessibility, openedStat: fs.itemStat(item))
+        try file.state.withLock { s in
+            s.owesDurableCreate = true
+            // O_TRUNC keeps its rule on a new file: the writes replace whatever is stored at commit.
+            if flags & O_TRUNC != 0 { try s.truncateAtOpen() }
+        }
+        let handle = fs.openFiles.register(file)
         return Opened(handle: handle, stat: fs.itemStat(item))
     }
 }
