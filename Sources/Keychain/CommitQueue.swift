@@ -72,15 +72,19 @@ final class CommitQueue: Sendable {
         }
     }
 
-    /// The batch the leader commits: the queue's head (the leader itself) and the members
-    /// behind it that use the same keys (a key rotation in between starts a batch of its own).
-    func takeBatch() -> [Member] {
+    /// The batch the leader commits: the leader itself and the members queued that use the
+    /// same keys (a key rotation in between starts a batch of its own). A leader that asks no
+    /// fsync takes only members that ask none either: a create waits for no durable batch but
+    /// the one committing when it came (the kernel holds the directory across a create, so
+    /// creates in one directory come one at a time: each behind two fsyncs made them as slow).
+    func takeBatch(leader: Member) -> [Member] {
         state.withLock { s in
-            guard let first = s.pending.first else { return [] }
-            var batch: [Member] = []
+            var batch: [Member] = [leader]
             var rest: [Member] = []
-            for member in s.pending {
-                if batch.count < Self.maxBatch && member.keys.entry === first.keys.entry {
+            for member in s.pending where member !== leader {
+                if batch.count < Self.maxBatch && member.keys.entry === leader.keys.entry
+                    && (leader.durable || !member.durable)
+                {
                     batch.append(member)
                 } else {
                     rest.append(member)
@@ -92,10 +96,14 @@ final class CommitQueue: Sendable {
     }
 
     /// After a batch: the member that leads the next one (already marked), or nil when nobody
-    /// waits and leadership ends.
-    func nextLeader() -> Member? {
+    /// waits and leadership ends. After a durable batch, members that ask no fsync go first
+    /// (see `takeBatch`; they and the durable ones queued beside them are concurrent calls, so
+    /// either order is one the callers could have seen); after one of theirs, the queue's head,
+    /// so that a stream of creates never holds durable writers back.
+    func nextLeader(afterDurable: Bool) -> Member? {
         state.withLock { s in
-            guard let next = s.pending.first else {
+            let preferred = afterDurable ? s.pending.first(where: { !$0.durable }) : nil
+            guard let next = preferred ?? s.pending.first else {
                 s.leaderActive = false
                 return nil
             }
@@ -131,9 +139,9 @@ extension Keychain {
                 }
             }
             // Leading: commit the batch this member heads, wake its members, pass the lead on.
-            let batch = commitQueue.takeBatch()
+            let batch = commitQueue.takeBatch(leader: member)
             commitBatch(batch, keys: keys)
-            let next = commitQueue.nextLeader()
+            let next = commitQueue.nextLeader(afterDurable: batch.contains { $0.durable })
             for other in batch where other !== member { other.done.signal() }
             next?.done.signal()
             if let error = member.error { throw error }
