@@ -11,6 +11,14 @@ import Synchronization
 /// after the commit that holds its change is durable, so "durable when close returns" still
 /// holds for each writer.
 ///
+/// A member may ask for a commit that is not durable (`durable: false`: a create's empty item,
+/// which nothing has promised durable yet). A batch is durable if any member asks it to be; a
+/// batch of such members only is committed without an fsync (`ItemStore.write(durable:)`) and
+/// leaves the manifest's counter as it is, so the device's rollback mark, which every process
+/// raises to the counters it sees, only ever names counters of durable commits. The next
+/// durable commit of the vault (any member's, or `makeCommitsDurable`'s) syncs the log that
+/// holds it and takes the counter up by one.
+///
 /// Why it is safe: the members run one after another on the leader's thread inside one
 /// transaction, in queue order, so the result is the same as running them as separate
 /// transactions in that order (each sees the ones before it); the manifest is verified once
@@ -27,6 +35,7 @@ final class CommitQueue: Sendable {
         // own thread waits on `done`, and read by that thread only after `done` is signalled:
         // the semaphore orders every access.
         let keys: ManifestKeys
+        let durable: Bool
         /// The member's body; dropped as soon as it has run (or its batch failed), because the
         /// caller's closure must not outlive the call (`withoutActuallyEscaping` checks).
         var run: ((any ItemStoreWriter) throws -> Void)?
@@ -35,8 +44,9 @@ final class CommitQueue: Sendable {
         var leads = false
         let done = DispatchSemaphore(value: 0)
 
-        init(keys: ManifestKeys, run: @escaping (any ItemStoreWriter) throws -> Void) {
+        init(keys: ManifestKeys, durable: Bool = true, run: @escaping (any ItemStoreWriter) throws -> Void) {
             self.keys = keys
+            self.durable = durable
             self.run = run
         }
     }
@@ -62,15 +72,19 @@ final class CommitQueue: Sendable {
         }
     }
 
-    /// The batch the leader commits: the queue's head (the leader itself) and the members
-    /// behind it that use the same keys (a key rotation in between starts a batch of its own).
-    func takeBatch() -> [Member] {
+    /// The batch the leader commits: the leader itself and the members queued that use the
+    /// same keys (a key rotation in between starts a batch of its own). A leader that asks no
+    /// fsync takes only members that ask none either: a create waits for no durable batch but
+    /// the one committing when it came (the kernel holds the directory across a create, so
+    /// creates in one directory come one at a time: each behind two fsyncs made them as slow).
+    func takeBatch(leader: Member) -> [Member] {
         state.withLock { s in
-            guard let first = s.pending.first else { return [] }
-            var batch: [Member] = []
+            var batch: [Member] = [leader]
             var rest: [Member] = []
-            for member in s.pending {
-                if batch.count < Self.maxBatch && member.keys.entry === first.keys.entry {
+            for member in s.pending where member !== leader {
+                if batch.count < Self.maxBatch && member.keys.entry === leader.keys.entry
+                    && (leader.durable || !member.durable)
+                {
                     batch.append(member)
                 } else {
                     rest.append(member)
@@ -82,10 +96,14 @@ final class CommitQueue: Sendable {
     }
 
     /// After a batch: the member that leads the next one (already marked), or nil when nobody
-    /// waits and leadership ends.
-    func nextLeader() -> Member? {
+    /// waits and leadership ends. After a durable batch, members that ask no fsync go first
+    /// (see `takeBatch`; they and the durable ones queued beside them are concurrent calls, so
+    /// either order is one the callers could have seen); after one of theirs, the queue's head,
+    /// so that a stream of creates never holds durable writers back.
+    func nextLeader(afterDurable: Bool) -> Member? {
         state.withLock { s in
-            guard let next = s.pending.first else {
+            let preferred = afterDurable ? s.pending.first(where: { !$0.durable }) : nil
+            guard let next = preferred ?? s.pending.first else {
                 s.leaderActive = false
                 return nil
             }
@@ -106,10 +124,13 @@ extension Keychain {
     /// Runs `body` in a write transaction that also commits the next manifest (see
     /// `commitBatch`), grouped with the write transactions of other threads that arrive
     /// meanwhile (CommitQueue). Returns once the commit holding its change is durable.
-    func writeTransaction<R>(keys: ManifestKeys, _ body: (any ItemStoreWriter) throws -> R) throws -> R {
+    /// `durable: false`: see CommitQueue (returns once it is committed, not once it is durable).
+    func writeTransaction<R>(keys: ManifestKeys, durable: Bool = true, _ body: (any ItemStoreWriter) throws -> R)
+        throws -> R
+    {
         let result = CommitResult<R>()
         return try withoutActuallyEscaping(body) { body in
-            let member = CommitQueue.Member(keys: keys) { writer in result.value = try body(writer) }
+            let member = CommitQueue.Member(keys: keys, durable: durable) { writer in result.value = try body(writer) }
             if !commitQueue.enqueue(member) {
                 member.done.wait()
                 if !member.leads {
@@ -118,9 +139,9 @@ extension Keychain {
                 }
             }
             // Leading: commit the batch this member heads, wake its members, pass the lead on.
-            let batch = commitQueue.takeBatch()
+            let batch = commitQueue.takeBatch(leader: member)
             commitBatch(batch, keys: keys)
-            let next = commitQueue.nextLeader()
+            let next = commitQueue.nextLeader(afterDurable: batch.contains { $0.durable })
             for other in batch where other !== member { other.done.signal() }
             next?.done.signal()
             if let error = member.error { throw error }
@@ -135,9 +156,10 @@ extension Keychain {
     /// commit the device's rollback mark is raised to the new counter. Each member's error (its
     /// own, or the whole transaction's) is left in the member.
     private func commitBatch(_ batch: [CommitQueue.Member], keys: ManifestKeys) {
+        let durable = batch.contains { $0.durable }
         do {
             let counter = try storeCall {
-                try store.write { vault -> Int64? in
+                try store.write(durable: durable) { vault -> Int64? in
                     let before = try AuthenticatedState.read(from: vault)
                     guard before.header.format >= VaultHeader.formatVersion else {
                         throw KeychainError(
@@ -164,17 +186,32 @@ extension Keychain {
                     // Every member failed: their savepoints left nothing to commit.
                     guard committed > 0 else { return nil }
                     var next = try writer.finishedManifest()
-                    next.counter = manifest.counter + 1
+                    next.counter = durable ? manifest.counter + 1 : manifest.counter
                     let after = writer.authenticatedStateChanged ? try AuthenticatedState.read(from: vault) : before
                     try vault.setMeta("manifest", after.encode(next, keys: keys))
                     return next.counter
                 }
             }
-            if let counter { noteCounter(counter) }
+            if let counter {
+                // Batches commit one at a time (one leader), so this is the vault's last commit.
+                state.withLock { $0.undurableCommits = !durable }
+                if durable { noteCounter(counter) }
+            }
         } catch {
             // The transaction itself failed (verification, the disk): nothing of it committed.
             for member in batch where member.error == nil { member.error = error }
         }
         for member in batch { member.run = nil }
+    }
+}
+
+extension Keychain {
+    /// Makes every commit of this process durable: when one was committed without an fsync
+    /// since the last durable one (a create's empty item), a durable commit of the manifest
+    /// alone (its counter up by one), grouped with whatever else commits then; else nothing.
+    /// What a handle's close or fsync owes for a create it has not written to.
+    public func makeCommitsDurable() throws {
+        guard state.withLock({ $0.undurableCommits }) else { return }
+        try writeTransaction(keys: try currentKeys().manifest) { _ in }
     }
 }

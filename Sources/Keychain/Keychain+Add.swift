@@ -9,15 +9,21 @@ extension Keychain {
 
     /// SecItemAdd. Returns the stored item (attributes as stored, no data).
     /// `extras`: what the face keeps beside a password (SecretExtras.swift), sealed with it.
+    /// `durable: false`: committed, visible to every reader, but not yet synced to disk (a file
+    /// system's create: the next durable commit, or `makeCommitsDurable`, makes it durable;
+    /// CommitQueue).
     @discardableResult
     public func add(
         _ itemClass: ItemClass, _ given: Attributes, data: [UInt8], extras: [UInt8] = [],
-        caller callerArgument: Caller? = nil
+        caller callerArgument: Caller? = nil, durable: Bool = true
     ) throws -> KeychainItem {
-        try add(itemClass, given, data: data, extras: extras, in: callContext(callerArgument))
+        try add(itemClass, given, data: data, extras: extras, in: callContext(callerArgument), durable: durable)
     }
 
-    func add(_ itemClass: ItemClass, _ given: Attributes, data: [UInt8], extras: [UInt8] = [], in call: CallContext)
+    func add(
+        _ itemClass: ItemClass, _ given: Attributes, data: [UInt8], extras: [UInt8] = [], in call: CallContext,
+        durable: Bool = true
+    )
         throws -> KeychainItem
     {
         guard itemClass != .identity else {
@@ -28,7 +34,7 @@ extension Keychain {
         let protection = Self.accessibility(of: attributes)
         let classKey = try self.classKey(protection, keys: keys, for: Self.describe(itemClass, attributes))
 
-        return try writeTransaction(keys: keys.manifest) { vault in
+        return try writeTransaction(keys: keys.manifest, durable: durable) { vault in
             let id = try vault.nextItemID()
             let row = try seal(
                 id: id, itemClass: itemClass, attributes: attributes, data: data, version: 1,

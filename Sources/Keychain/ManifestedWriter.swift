@@ -66,6 +66,9 @@ final class ManifestedWriter: ItemStoreWriter {
     func nameChunks(secondaryIndex: [UInt8]) throws -> [(chunk: Int64, sealed: [UInt8])] {
         try inner.nameChunks(secondaryIndex: secondaryIndex)
     }
+    func nameChunk(secondaryIndex: [UInt8], holding id: Int64) throws -> (chunk: Int64, sealed: [UInt8])? {
+        try inner.nameChunk(secondaryIndex: secondaryIndex, holding: id)
+    }
     func forEachNameChunk(_ body: ([UInt8], Int64, [UInt8]) throws -> Void) throws {
         try inner.forEachNameChunk(body)
     }

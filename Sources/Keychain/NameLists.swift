@@ -203,25 +203,28 @@ struct NameLists {
     /// list's bucket and the top accumulator follow.
     func apply(_ changes: NameListChanges, to vault: any ItemStoreWriter, manifest: inout Manifest) throws {
         for (sidx, change) in changes.lists {
-            let stored = try vault.nameChunks(secondaryIndex: sidx)
             let old = try Self.stored(vault, sidx)
             var bucket = old
-            // Chunk position → its entries, for the chunks a change falls in; -1: no chunk yet.
-            var touched: [Int: [NameListEntry]] = [:]
+            // The chunks a change falls in (each read by one probe: a list is not read whole), by
+            // key, with their entries; Int64.min: the list had no chunk yet.
+            var stored: [Int64: [UInt8]] = [:]
+            var touched: [Int64: [NameListEntry]] = [:]
             for (id, entry) in change.entries {
-                let position = stored.isEmpty ? -1 : (stored.lastIndex { $0.chunk <= id } ?? 0)
-                if touched[position] == nil {
-                    touched[position] =
-                        position < 0
-                        ? [] : try open(stored[position].sealed, change.itemClass, sidx, stored[position].chunk)
+                var key = Int64.min
+                if let found = try vault.nameChunk(secondaryIndex: sidx, holding: id) {
+                    key = found.chunk
+                    if stored[key] == nil { stored[key] = found.sealed }
                 }
-                touched[position]!.removeAll { $0.id == id }
-                if let entry { touched[position]!.append(entry) }
+                if touched[key] == nil {
+                    touched[key] = key == .min ? [] : try open(stored[key]!, change.itemClass, sidx, key)
+                }
+                touched[key]!.removeAll { $0.id == id }
+                if let entry { touched[key]!.append(entry) }
             }
-            for (position, entries) in touched {
+            for (key, entries) in touched {
                 var lowest = Int64.max
-                if position >= 0 {
-                    let (chunk, sealed) = stored[position]
+                if key != .min, let sealed = stored[key] {
+                    let chunk = key
                     try vault.setNameChunk(secondaryIndex: sidx, chunk: chunk, sealed: nil)
                     bucket.xor(Self.chunkEntry(sidx, chunk, sealed, key: keys.entry))
                     bucket.count -= 1

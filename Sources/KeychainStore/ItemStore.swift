@@ -29,6 +29,12 @@ public protocol ItemStore: Sendable {
     /// if it throws, nothing is. Transactions do not nest: work that is part of a larger write
     /// takes the outer transaction's writer as a parameter.
     func write<R>(_ body: (any ItemStoreWriter) throws -> R) throws -> R
+    /// `write`, with the commit durable (fsynced before it returns, `synchronous=FULL`) or not
+    /// (`synchronous=NORMAL`: visible to every reader at once; its WAL frames are made durable
+    /// by the fsync of the next durable commit of the file, since the WAL is one file written
+    /// in order, or by a checkpoint, which syncs the WAL first. A power loss before that loses
+    /// it, and nothing committed before it).
+    func write<R>(durable: Bool, _ body: (any ItemStoreWriter) throws -> R) throws -> R
     /// One row with its data, as `lookup { $0.item(id: id, withData: true) }` would read it
     /// now. A store may answer from a row it read earlier when it can tell that nothing has
     /// committed since (VaultStore: RowSnapshots.swift).
@@ -82,6 +88,10 @@ public protocol ItemStoreReader {
     /// The sealed chunks of one secondary-index value's name list (vault format 5), in chunk
     /// order; none when it has none or the store's schema has no name lists yet.
     func nameChunks(secondaryIndex: [UInt8]) throws -> [(chunk: Int64, sealed: [UInt8])]
+    /// The one chunk of a list where `id` belongs: the last whose key is at most `id`, else the
+    /// first (an id below every chunk's); nil when the list has none. One index probe, where
+    /// `nameChunks` reads the whole list (a 100,000-entry directory's is megabytes).
+    func nameChunk(secondaryIndex: [UInt8], holding id: Int64) throws -> (chunk: Int64, sealed: [UInt8])?
     /// Visits every name-list chunk (secondary index, chunk, sealed) in (index, chunk) order.
     func forEachNameChunk(_ body: ([UInt8], Int64, [UInt8]) throws -> Void) throws
     /// Every stored name-list bucket: secondary index → (accumulator, chunk count).
@@ -126,4 +136,8 @@ public protocol ItemStoreWriter: ItemStoreReader {
     /// undone and the transaction goes on without them (one member of a group commit failing
     /// leaves the others' changes in).
     func savepoint<R>(_ body: () throws -> R) throws -> R
+}
+
+extension ItemStore {
+    public func write<R>(_ body: (any ItemStoreWriter) throws -> R) throws -> R { try write(durable: true, body) }
 }

@@ -58,6 +58,20 @@ extension Statements {
         return chunks
     }
 
+    func nameChunk(secondaryIndex: [UInt8], holding id: Int64) throws -> (chunk: Int64, sealed: [UInt8])? {
+        guard try hasTable("name_chunk") else { return nil }
+        var found: (chunk: Int64, sealed: [UInt8])?
+        try connection.run(
+            "SELECT chunk, sealed FROM name_chunk WHERE sidx = ? AND chunk <= ? ORDER BY chunk DESC LIMIT 1",
+            [.blob(secondaryIndex), .integer(id)]
+        ) { found = ($0.int(0), $0.blob(1)) }
+        if found != nil { return found }
+        try connection.run(
+            "SELECT chunk, sealed FROM name_chunk WHERE sidx = ? ORDER BY chunk LIMIT 1", [.blob(secondaryIndex)]
+        ) { found = ($0.int(0), $0.blob(1)) }
+        return found
+    }
+
     func forEachNameChunk(_ body: ([UInt8], Int64, [UInt8]) throws -> Void) throws {
         guard try hasTable("name_chunk") else { return }
         try connection.run("SELECT sidx, chunk, sealed FROM name_chunk ORDER BY sidx, chunk") {

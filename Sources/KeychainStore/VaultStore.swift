@@ -320,7 +320,7 @@ public final class VaultStore: ItemStore {
 
     /// On any thrown error the whole transaction rolls back: nothing half-written is ever
     /// committed.
-    public func write<R>(_ body: (any ItemStoreWriter) throws -> R) throws -> R {
+    public func write<R>(durable: Bool, _ body: (any ItemStoreWriter) throws -> R) throws -> R {
         // A read transaction held across this commit would keep the commit's checkpoint from
         // reaching the WAL's end, and a WAL never checkpointed to its end is never started over:
         // it would grow for as long as writes go on, each commit's fsync growing the file.
@@ -328,6 +328,8 @@ public final class VaultStore: ItemStore {
         return try state.withLock { _ in
             // Cached statements, as for every statement here: sqlite3_exec parsed these four
             // (with the savepoint's two) again on every commit.
+            if !durable { try connection.run("PRAGMA synchronous = NORMAL") }
+            defer { if !durable { try? connection.run("PRAGMA synchronous = FULL") } }
             try connection.run("BEGIN IMMEDIATE")
             let result: R
             do {

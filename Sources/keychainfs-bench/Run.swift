@@ -8,7 +8,7 @@ import KeychainStore
 struct HelpRequested: Error {}
 
 struct Options {
-    enum Command: String { case core, fs, all, faces, agent }
+    enum Command: String { case core, fs, all, faces, agent, creates }
     var command: Command = .all
     var sizes: [Int] = [1_000, 100_000]
     var cpu = 0
@@ -39,6 +39,7 @@ struct Options {
                keychainfs-bench faces [--calls N] [--direct-calls N] [--git-libsecret-source FILE]
                                       [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
                keychainfs-bench agent [--calls N] [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
+               keychainfs-bench creates [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
 
           core   the keychain core: add, find, update ops/s, unlock time, bytes per item,
                  against raw SQLite and libsodium baselines measured in the same run
@@ -52,6 +53,9 @@ struct Options {
           agent  keychainfs ssh-agent over vaults of 1 and 21 keys against OpenSSH's ssh-agent:
                  REQUEST_IDENTITIES and SIGN_REQUEST round trips (5 × --calls each, at least
                  200), and the identity check a socket request pays (pidfd, credentials)
+          creates  new files through the mount against overwrites: closes/s and the daemon's
+                 CPU per close, one writer and 8, with and without fsync; the daemon's
+                 fdatasync calls per create (strace -c -f -p). Not part of `all`
 
           --items   vault sizes, comma-separated, each ≥ 1000 (k suffix allowed: 1k,100k);
                     default 1000,100000. The 10,000-entry directory exists from 11,000 items.
@@ -215,6 +219,7 @@ enum Runner {
             return try AgentBench.run(o, directory: root)
         }
         if o.command == .agent { return try AgentBench.run(o, directory: root) }
+        if o.command == .creates { return try CreateBench.run(o, directory: root) }
 
         Out.progress("crypto baseline")
         let crypto = try CryptoBaseline.measure()

@@ -117,6 +117,12 @@ extension KeychainFileSystem {
                 try commitEdits(edits, of: file, itemClass: c, id: id)
             }
             if let failed { throw failed }
+            // A create this handle made and wrote nothing to (touch, or a close before the
+            // writes): its empty item is made durable now.
+            if file.state.withLock({ $0.owesDurableCreate }) {
+                try keychain.makeCommitsDurable()
+                file.state.withLock { $0.owesDurableCreate = false }
+            }
         }
     }
 

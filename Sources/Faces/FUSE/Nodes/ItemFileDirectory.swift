@@ -37,7 +37,11 @@ extension ItemFileDirectory {
         guard let attrs = try keyAttributes(in: fs, caller: caller) else { throw Errno.notPermitted }
         // Not the canonical spelling of any item (bad escape, invalid UTF-8, long form).
         guard let key = PathCodec.parseLeaf(itemClass, name, in: attrs) else { throw Errno.invalidArgument }
-        if (try? lookup(name, in: fs, caller: caller)) != nil { throw Errno.fileExists }
+        // In /cert and /keys a name is a label, which is not (or not all of) the primary key: an
+        // item with that label is found by looking it up. Elsewhere the name is the primary key.
+        if itemClass == .certificate || itemClass == .key, (try? lookup(name, in: fs, caller: caller)) != nil {
+            throw Errno.fileExists
+        }
         if itemClass == .certificate {
             // A certificate cannot exist empty: the name is a pending certificate in memory
             // until its bytes are committed (MemoryFiles.swift).
@@ -48,18 +52,28 @@ extension ItemFileDirectory {
         }
         // Every other class: the item exists from creat(2) on (SecItemAdd with empty data), so
         // a second open, unlink, rename, ftruncate or setxattr by anyone meets the item itself,
-        // and a create the keychain refuses (locked, group not entitled) fails here, at once.
+        // and a create the keychain refuses (locked, group not entitled, duplicate: EEXIST)
+        // fails here, at once. In /genp and /inet that is the whole check: no lookup first (the
+        // kernel looked the name up just before, and no memory file has such a name).
+        // Committed without an fsync: nothing promised the empty item durable before this
+        // handle's fsync or close, whose durable commit (of its bytes, or of the manifest alone
+        // when it wrote none) makes it durable with them: one fsync per created file.
         let item = try fs.audited(caller, item: nil, .create) {
-            try fs.keychain.add(itemClass, key, data: [], caller: caller)
+            try fs.keychain.add(itemClass, key, data: [], caller: caller, durable: false)
         }
         fs.memoryFiles.markFresh(item.id)
         fs.directories.unmarkEmpty(ino)
         var granted = caller.granting(presenceFor: item.id)
         granted.authenticationUI = .allow
-        let handle = fs.openFiles.register(
-            OpenFile(
-                ino: Inode.item(itemClass, id: item.id), target: .item(itemClass, item.id), caller: granted,
-                append: append, accessibility: item.accessibility, openedStat: fs.itemStat(item)))
+        let file = OpenFile(
+            ino: Inode.item(itemClass, id: item.id), target: .item(itemClass, item.id), caller: granted,
+            append: append, accessibility: item.accessibility, openedStat: fs.itemStat(item))
+        try file.state.withLock { s in
+            s.owesDurableCreate = true
+            // O_TRUNC keeps its rule on a new file: the writes replace whatever is stored at commit.
+            if flags & O_TRUNC != 0 { try s.truncateAtOpen() }
+        }
+        let handle = fs.openFiles.register(file)
         return Opened(handle: handle, stat: fs.itemStat(item))
     }
 }

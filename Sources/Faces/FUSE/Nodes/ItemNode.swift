@@ -42,7 +42,8 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
         // Not for O_TRUNC: its handle's edits start with the truncation, which the commit
         // replays on nothing, so the stamp would never be read (it cost a reading-connection
         // query per durable `> file`, ~3 % of its CPU). Truncating an item that is empty
-        // already records no edit: that handle commits by reading the item back (no stamp).
+        // records the truncation too, committed only with the handle's writes
+        // (`deferredTruncation`): two such writers leave one whole value, never a mix.
         let stamp = writing && !truncating ? try? fs.keychain.changeStamp() : nil
         let item = try fs.audited(caller, item: id, operation) {
             try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller)
@@ -59,7 +60,7 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
                 s.snapshot = s.original
                 s.snapshotStamp = stamp
                 s.view = s.original
-                if truncating && !s.original.isEmpty { try s.truncateItem(to: 0) }
+                if truncating { try s.truncateAtOpen() }
             }
         } else {
             // A reader's copy lives in guarded memory (the PEM of a certificate is a second

@@ -92,6 +92,16 @@ final class OpenFile: Sendable {
         /// Item handles: a change made through this mount touched the item: decide again at
         /// the next read, whatever the time.
         var mustDecideAgain = false
+        /// Item handles opened with O_TRUNC on an item that was empty then (or made by a create
+        /// with O_TRUNC): their edits start with a truncation like any other O_TRUNC handle's,
+        /// so a commit replays the handle's writes on nothing (one writer's whole value, never
+        /// a mix with another's), but that truncation alone commits nothing: on a file that was
+        /// empty, ext4's O_TRUNC changed nothing either.
+        var deferredTruncation = false
+        /// Item handles of a create whose empty item was committed without an fsync: its close
+        /// or fsync makes it durable (`Keychain.makeCommitsDurable`) unless a durable commit of
+        /// this handle's edits did.
+        var owesDurableCreate = false
 
         /// Revokes the handle: wipes what it holds of the secret. Edits it had not committed are
         /// lost with it, which its next commit reports (close(2) fails with `errno`).
@@ -121,7 +131,14 @@ final class OpenFile: Sendable {
             if let source { FileBytes.wipeShared(source) }
         }
 
-        var dirty: Bool { !edits.isEmpty }
+        var dirty: Bool { !edits.isEmpty && !(deferredTruncation && edits.count == 1) }
+
+        /// Records the truncation an O_TRUNC open makes (`deferredTruncation` when the item was
+        /// empty).
+        mutating func truncateAtOpen() throws {
+            deferredTruncation = view.isEmpty
+            try truncateItem(to: 0)
+        }
 
         /// Applies a write to an item handle's view under the size rule.
         mutating func writeItem(_ bytes: UnsafeRawBufferPointer, at offset: Int, append: Bool) throws -> Int {
@@ -161,6 +178,7 @@ final class OpenFile: Sendable {
         /// item held when it was opened: an oversized write loses nothing.
         mutating func refuse(_ errno: Errno) {
             failed = errno
+            deferredTruncation = false
             edits = snapshot == original ? [] : [.truncate(0), .write(offset: 0, bytes: original)]
             editBytes = original.count
             view = original
@@ -179,6 +197,8 @@ final class OpenFile: Sendable {
         /// edits made meanwhile stay and are applied to the new snapshot.
         mutating func committed(_ stored: [UInt8], editCount: Int, stamp: [Int64]?) {
             let later = Array(edits.dropFirst(editCount))
+            deferredTruncation = false
+            owesDurableCreate = false
             snapshot = stored
             snapshotStamp = stamp
             view = stored
