@@ -106,42 +106,29 @@ enum CreateBench {
 
     /// `count` threads at once, each doing `each` operations of `kind`.
     static func runBlock(_ kind: Kind, writers count: Int, each: Int, root: String, tag: Int) throws {
-        let failures = Mutex<[String]>([])
-        let finished = DispatchGroup()
-        for w in 0..<count {
-            finished.enter()
-            // Threads of their own: the bench is pinned to one CPU.
-            let thread = Thread {
-                defer { finished.leave() }
-                for k in 0..<each {
-                    let path: String
-                    let flags: Int32
-                    if kind == .overwrite {
-                        let i = w * 30 + k % 30
-                        path = root + "/genp/\(Layout.service(i))/\(Layout.account(i))"
-                        flags = O_WRONLY | O_TRUNC
-                    } else {
-                        path = root + "/genp/\(Layout.service(0))/new-\(tag)-\(w)-\(k)"
-                        flags = O_WRONLY | O_CREAT | O_EXCL
-                    }
-                    let data = Layout.secret(k, tag: "new\(tag)")
-                    let fd = open(path, flags, 0o600)
-                    guard fd >= 0 else {
-                        failures.withLock { $0.append("open \(path): \(String(cString: strerror(errno)))") }
-                        return
-                    }
-                    let written = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                    let synced = kind == .createFsync ? fsync(fd) == 0 : true
-                    if written != data.count || !synced || close(fd) != 0 {
-                        failures.withLock { $0.append("write \(path): \(String(cString: strerror(errno)))") }
-                        return
-                    }
+        try FSBench.onWriterThreads(count) { w in
+            for k in 0..<each {
+                let path: String
+                let flags: Int32
+                if kind == .overwrite {
+                    let i = w * 30 + k % 30
+                    path = root + "/genp/\(Layout.service(i))/\(Layout.account(i))"
+                    flags = O_WRONLY | O_TRUNC
+                } else {
+                    path = root + "/genp/\(Layout.service(0))/new-\(tag)-\(w)-\(k)"
+                    flags = O_WRONLY | O_CREAT | O_EXCL
+                }
+                let data = Layout.secret(k, tag: "new\(tag)")
+                let fd = open(path, flags, 0o600)
+                guard fd >= 0 else { return "open \(path): \(String(cString: strerror(errno)))" }
+                let written = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                let synced = kind == .createFsync ? fsync(fd) == 0 : true
+                if written != data.count || !synced || close(fd) != 0 {
+                    return "write \(path): \(String(cString: strerror(errno)))"
                 }
             }
-            thread.start()
+            return nil
         }
-        finished.wait()
-        if let first = failures.withLock({ $0.first }) { throw BenchError(first) }
     }
 
     /// fdatasync and fsync calls of the daemon (all its threads) during 200 creates+fsync by one

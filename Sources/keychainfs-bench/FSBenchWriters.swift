@@ -80,29 +80,33 @@ extension FSBench {
     }
 
     private static func runWriters(_ count: Int, closes: Int, root: String, tag: Int) throws {
+        try onWriterThreads(count) { w in
+            for k in 0..<closes {
+                let i = w * 30 + k % 30
+                let path = root + "/genp/\(Layout.service(i))/\(Layout.account(i))"
+                let data = Layout.secret(tag * 10_000 + k, tag: "cw\(w)")
+                let fd = open(path, O_WRONLY | O_TRUNC)
+                guard fd >= 0 else { return "open \(path): \(String(cString: strerror(errno)))" }
+                let written = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                if written != data.count || close(fd) != 0 {
+                    return "write \(path): \(String(cString: strerror(errno)))"
+                }
+            }
+            return nil
+        }
+    }
+
+    /// Runs `body(w)` for w in 0..<count on threads of their own, all at once (the bench is
+    /// pinned to one CPU, where a dispatch pool would run one writer at a time), and throws the
+    /// first failure any of them returned.
+    static func onWriterThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> String?) throws {
         let failures = Mutex<[String]>([])
         let finished = DispatchGroup()
         for w in 0..<count {
             finished.enter()
-            // Threads of their own: the bench is pinned to one CPU, where a dispatch pool
-            // would run one writer at a time.
             let thread = Thread {
                 defer { finished.leave() }
-                for k in 0..<closes {
-                    let i = w * 30 + k % 30
-                    let path = root + "/genp/\(Layout.service(i))/\(Layout.account(i))"
-                    let data = Layout.secret(tag * 10_000 + k, tag: "cw\(w)")
-                    let fd = open(path, O_WRONLY | O_TRUNC)
-                    guard fd >= 0 else {
-                        failures.withLock { $0.append("open \(path): \(String(cString: strerror(errno)))") }
-                        return
-                    }
-                    let written = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                    if written != data.count || close(fd) != 0 {
-                        failures.withLock { $0.append("write \(path): \(String(cString: strerror(errno)))") }
-                        return
-                    }
-                }
+                if let failure = body(w) { failures.withLock { $0.append(failure) } }
             }
             thread.start()
         }
