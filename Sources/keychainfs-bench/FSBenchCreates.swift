@@ -45,6 +45,30 @@ enum CreateBench {
             mountpoint: mp, log: directory + "/kc-creates.log")
         defer { try? kc.stop() }
         _ = kc.waitUntilIdle()
+        let rows = try measure(root: mp) { kc.cpuTicks }
+        let syncs = try countSyncs(daemon: kc.pid, root: mp, tag: 10_000)
+        let read = try FSBench.readAll(mp + "/genp/\(Layout.service(0))/new-\(rounds * 6)-0-0")
+        guard read == Layout.secret(0, tag: "new\(rounds * 6)") || read.count == 12 else {
+            throw BenchError("the last create did not read back")
+        }
+        try kc.stop()
+        // The peer: gocryptfs on the same disk, when installed (FSBenchCreatesPeer.swift).
+        var peer: [Int: Row]?
+        if let binary = GocryptfsPeer.binary() {
+            Out.progress("creates: the same blocks on gocryptfs (\(binary))")
+            let mount = try GocryptfsPeer.start(binary, directory: directory)
+            defer { mount.stop() }
+            try GocryptfsPeer.prepare(root: mount.plain, files: writers * 30)
+            peer = try measure(root: mount.plain) { mount.cpuTicks }
+        } else {
+            Out.progress("creates: gocryptfs is not installed: no peer rows")
+        }
+        print(rows, peer: peer, syncs: syncs)
+    }
+
+    /// The blocks, alternated over `rounds` (kinds reversed every other round), with the CPU of
+    /// the daemon that serves `root` per close.
+    static func measure(root: String, cpuTicks: () -> Int) throws -> [Int: Row] {
         var rows: [Int: Row] = [:]  // key: kind * 100 + writer count
         var serial = 0
         for round in 0..<rounds {
@@ -52,11 +76,11 @@ enum CreateBench {
                 for kind in (round % 2 == 0 ? Kind.allCases : Kind.allCases.reversed()) {
                     serial += 1
                     let per = count == 1 ? single : perWriter
-                    let ticks = kc.cpuTicks
+                    let ticks = cpuTicks()
                     let started = Clock.now()
-                    try runBlock(kind, writers: count, each: per, root: mp, tag: serial)
+                    try runBlock(kind, writers: count, each: per, root: root, tag: serial)
                     let wall = Clock.since(started)
-                    let cpu = Double(kc.cpuTicks - ticks) / Double(sysconf(Int32(_SC_CLK_TCK)))
+                    let cpu = Double(cpuTicks() - ticks) / Double(sysconf(Int32(_SC_CLK_TCK)))
                     var row = rows[kind.rawValue * 100 + count] ?? Row()
                     row.rate.append(Double(count * per) / wall)
                     row.cpu.append(cpu / Double(count * per))
@@ -64,18 +88,14 @@ enum CreateBench {
                 }
             }
         }
-        let syncs = try countSyncs(daemon: kc.pid, root: mp, tag: serial + 1)
-        let read = try FSBench.readAll(mp + "/genp/\(Layout.service(0))/new-\(serial)-0-0")
-        guard read == Layout.secret(0, tag: "new\(serial)") || read.count == 12 else {
-            throw BenchError("the last create did not read back")
-        }
-        try kc.stop()
-        print(rows, syncs: syncs)
+        return rows
     }
 
     static func median(_ v: [Double]) -> Double { v.isEmpty ? .nan : v.sorted()[v.count / 2] }
 
-    private static func print(_ rows: [Int: Row], syncs: (fdatasync: Int, fsync: Int, creates: Int)?) {
+    private static func print(
+        _ rows: [Int: Row], peer: [Int: Row]?, syncs: (fdatasync: Int, fsync: Int, creates: Int)?
+    ) {
         Out.line()
         Out.line(
             "Creates through the mount, 1,000-item vault, in /genp/\(Layout.service(0)) (\(rounds) blocks of each, median; one writer \(single) closes a block, \(writers) writers \(perWriter) each)"
@@ -92,6 +112,7 @@ enum CreateBench {
             }
         }
         Out.table(table)
+        if let peer { printPeer(rows, peer) }
         if let syncs {
             Out.line(
                 String(
