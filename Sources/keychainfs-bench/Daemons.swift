@@ -166,15 +166,7 @@ final class Daemon {
     var cpus: String { Affinity.allowedList(pid: pid) }
 
     /// CPU time the daemon has used, in clock ticks (utime + stime of /proc/PID/stat).
-    var cpuTicks: Int {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = text.lastIndex(of: ")")
-        else { return 0 }
-        // After the command's closing parenthesis: state is field 3, utime and stime 14 and 15.
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { return 0 }
-        return user + system
-    }
+    var cpuTicks: Int { ProcStatus.cpuTicks(pid: pid) }
 
     /// Waits until the daemon has used no CPU for `quiet` seconds (its work after the mount,
     /// such as the background integrity pass, done), at most `limit` seconds; returns the wait.

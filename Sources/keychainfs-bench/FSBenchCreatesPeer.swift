@@ -41,9 +41,12 @@ struct GocryptfsPeer {
         process.arguments = ["-fg", "-q", "-passfile", passfile, cipher, plain]
         process.standardOutput = FileHandle.nullDevice
         try process.run()
+        // Stopped and unmounted on any exit of the run (a signal, an error), as the daemons are.
+        Cleanup.shared.addChild(process.processIdentifier)
+        Cleanup.shared.addMountpoint(plain)
         let peer = GocryptfsPeer(process: process, plain: plain)
         let started = Clock.now()
-        while !peer.isMounted {
+        while !MountTable.isMounted(plain) {
             guard Clock.since(started) < 15, process.isRunning else {
                 peer.stop()
                 throw BenchError("gocryptfs did not mount \(plain)")
@@ -53,21 +56,8 @@ struct GocryptfsPeer {
         return peer
     }
 
-    var isMounted: Bool {
-        ((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "").split(separator: "\n").contains {
-            $0.split(separator: " ").dropFirst().first.map(String.init) == plain
-        }
-    }
-
     /// utime + stime of the gocryptfs process, in clock ticks.
-    var cpuTicks: Int {
-        guard let text = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8),
-            let close = text.lastIndex(of: ")")
-        else { return 0 }
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { return 0 }
-        return user + system
-    }
+    var cpuTicks: Int { ProcStatus.cpuTicks(pid: process.processIdentifier) }
 
     /// The files the overwrite blocks write, as the keychainfs vault's layout names them.
     static func prepare(root: String, files: Int) throws {
@@ -82,14 +72,10 @@ struct GocryptfsPeer {
 
     /// Unmounts (lazily) and stops the process it started, by pid.
     func stop() {
-        let unmount = Process()
-        unmount.executableURL = URL(fileURLWithPath: "/usr/bin/fusermount3")
-        unmount.arguments = ["-u", "-z", plain]
-        unmount.standardError = FileHandle.nullDevice
-        try? unmount.run()
-        unmount.waitUntilExit()
+        if MountTable.isMounted(plain) { MountTable.lazyUnmount(plain) }
         if process.isRunning { kill(process.processIdentifier, SIGTERM) }
         process.waitUntilExit()
+        Cleanup.shared.removeChild(process.processIdentifier)
     }
 }
 

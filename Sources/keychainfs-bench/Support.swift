@@ -202,6 +202,17 @@ enum ParentDeath {
 // MARK: /proc
 
 enum ProcStatus {
+    /// CPU time a process has used, in clock ticks (utime + stime of /proc/PID/stat); 0 when gone.
+    static func cpuTicks(pid: pid_t) -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        else { return 0 }
+        // After the command's closing parenthesis: state is field 3, utime and stime 14 and 15.
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { return 0 }
+        return user + system
+    }
+
     static func field(_ name: String, pid: pid_t) -> String? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
         for line in text.split(separator: "\n") where line.hasPrefix(name + ":") {
