@@ -69,11 +69,9 @@ struct Mount: ParsableCommand {
     /// options about the mount travel; one about the service is the service's already, and is
     /// refused rather than silently dropped (a passphrase option is not needed and is ignored).
     func join(_ running: ServiceClient, _ parsed: ParsedMountOptions) throws {
-        let carried: Set<String> = ["allow_other", "default_permissions", "cache", "debug", "nonempty"]
         let unneeded: Set<String> = ["passphrase_file", "passphrase_program"]
-        for option in options.flatMap({ ParsedMountOptions.split($0) }) {
-            let name = String(option.prefix { $0 != "=" })
-            guard carried.contains(name) || unneeded.contains(name) else {
+        for name in MountOption.names(options) {
+            guard MountOption.aboutTheMount.contains(name) || unneeded.contains(name) else {
                 throw CLIError.usage(
                     "-o \(name) is about the keychain service, and one runs for \(vaultPath) already (pid \(running.servicePID)) with its own options; mount without it, or stop that service first"
                 )

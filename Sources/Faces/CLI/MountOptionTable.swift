@@ -108,6 +108,15 @@ struct MountOption: Sendable {
         "noatime", "relatime", "async", "sync",
     ]
 
+    /// Options about the mount alone (not the service behind it): `serve` refuses them, and a
+    /// `mount` that joins a running service sends only these (docs/service.md).
+    static let aboutTheMount: Set<String> = ["allow_other", "default_permissions", "cache", "debug", "nonempty"]
+
+    /// The option names of `-o` arguments (each comma-separated, a value after `=` dropped).
+    static func names(_ groups: [String]) -> [String] {
+        groups.flatMap { ParsedMountOptions.split($0) }.map { String($0.prefix { $0 != "=" }) }
+    }
+
     /// Options that are understood and refused, with the reason.
     static let refused: [String: String] = ["ro": "-o ro is not supported: a keychain mount is read-write"]
 

@@ -37,11 +37,8 @@ struct Serve: ParsableCommand {
 
     func run() throws {
         let parsed = try ParsedMountOptions(options)
-        let mountOnly = ["allow_other", "default_permissions", "cache", "debug", "nonempty"]
-        if let used = options.flatMap({ ParsedMountOptions.split($0) }).first(where: { option in
-            mountOnly.contains(String(option.prefix { $0 != "=" }))
-        }) {
-            throw CLIError.usage("-o \(used.prefix { $0 != "=" }) is about a mount; serve has none")
+        if let used = MountOption.names(options).first(where: MountOption.aboutTheMount.contains) {
+            throw CLIError.usage("-o \(used) is about a mount; serve has none")
         }
         let vaultPath = absolutePath(path ?? vault.path)
         let daemon = ServiceDaemon(
