@@ -60,15 +60,6 @@ public final class ScopeLedger: Sendable {
         return caller.confirmed()
     }
 
-    /// Whether a prompt of this scope confirmed this pid and executable in this unlock.
-    public func isConfirmed(_ caller: Caller, pid: pid_t, scope name: String) -> Bool {
-        guard case .unlocked(let since) = keychain.lockState else { return false }
-        return scopes.withLock { all in
-            guard let scope = all[name], scope.unlockedSince == since, let c = scope.confirmed else { return false }
-            return c.pid == pid && c.executable == caller.executable
-        }
-    }
-
     /// The scope ended (the client left): what it was given is forgotten. Returns whether it
     /// had been given presence.
     @discardableResult public func forget(scope name: String) -> Bool {
