@@ -27,6 +27,9 @@ enum CreateBench {
         var cpu: [Double] = []  // daemon CPU seconds per close, per block
     }
 
+    /// A row's key in the results: its kind and writer count.
+    static func key(_ kind: Kind, _ writers: Int) -> Int { kind.rawValue * 100 + writers }
+
     static let writers = 8
     static let perWriter = 40
     static let single = 300
@@ -69,7 +72,7 @@ enum CreateBench {
     /// The blocks, alternated over `rounds` (kinds reversed every other round), with the CPU of
     /// the daemon that serves `root` per close.
     static func measure(root: String, cpuTicks: () -> Int) throws -> [Int: Row] {
-        var rows: [Int: Row] = [:]  // key: kind * 100 + writer count
+        var rows: [Int: Row] = [:]
         var serial = 0
         for round in 0..<rounds {
             for count in [1, writers] {
@@ -81,10 +84,10 @@ enum CreateBench {
                     try runBlock(kind, writers: count, each: per, root: root, tag: serial)
                     let wall = Clock.since(started)
                     let cpu = Double(cpuTicks() - ticks) / Double(sysconf(Int32(_SC_CLK_TCK)))
-                    var row = rows[kind.rawValue * 100 + count] ?? Row()
+                    var row = rows[key(kind, count)] ?? Row()
                     row.rate.append(Double(count * per) / wall)
                     row.cpu.append(cpu / Double(count * per))
-                    rows[kind.rawValue * 100 + count] = row
+                    rows[key(kind, count)] = row
                 }
             }
         }
@@ -103,8 +106,8 @@ enum CreateBench {
         var table = [["", "writers", "closes/s", "daemon CPU per close", "÷ overwrite CPU"]]
         for kind in Kind.allCases {
             for count in [1, writers] {
-                guard let row = rows[kind.rawValue * 100 + count] else { continue }
-                let base = rows[Kind.overwrite.rawValue * 100 + count].map { median($0.cpu) } ?? .nan
+                guard let row = rows[key(kind, count)] else { continue }
+                let base = rows[key(.overwrite, count)].map { median($0.cpu) } ?? .nan
                 table.append([
                     kind.name, "\(count)", Fmt.rate(median(row.rate)), Fmt.duration(median(row.cpu)),
                     Fmt.ratio(median(row.cpu) / base),

@@ -90,7 +90,7 @@ extension CreateBench {
         var table = [["", "writers", "gocryptfs closes/s", "its CPU per close", "keychainfs ÷ gocryptfs (closes/s)"]]
         for kind in Kind.allCases {
             for count in [1, writers] {
-                guard let mine = rows[kind.rawValue * 100 + count], let theirs = peer[kind.rawValue * 100 + count]
+                guard let mine = rows[key(kind, count)], let theirs = peer[key(kind, count)]
                 else { continue }
                 table.append([
                     kind.name, "\(count)", Fmt.rate(median(theirs.rate)), Fmt.duration(median(theirs.cpu)),
