@@ -42,6 +42,7 @@ static inline int kcfs_malloc_arena_max(int arenas) { return mallopt(M_ARENA_MAX
 static inline int kcfs_set_thread_niceness(int nice) { return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice); }
 #include <sys/socket.h>
 #include <poll.h>
+#include <sys/time.h>
 /* A Unix socket's peer and each message's sender (docs/security.md, "The service's callers").
    struct ucred and SO_PEERPIDFD need _GNU_SOURCE or newer headers than Debian 12's: spelled here. */
 struct kcfs_ucred { int pid; unsigned int uid; unsigned int gid; };
@@ -95,5 +96,58 @@ static inline int kcfs_accept_cloexec(int fd) { return accept4(fd, 0, 0, 0200000
 static inline int kcfs_pidfd_exited(int pidfd) {
     struct pollfd p = { pidfd, POLLIN, 0 };
     return poll(&p, 1, 0) != 0;
+}
+/* The inode of the other end of a connected Unix socket `fd`, asked of the kernel's socket
+   diagnostics (NETLINK_SOCK_DIAG, unix_diag's UNIX_DIAG_PEER; what `ss -x` shows): 0 when the
+   kernel cannot say (no unix_diag, no netlink). The structures are spelled here as
+   <linux/unix_diag.h> has them, which Swift cannot import piecemeal. */
+static inline unsigned int kcfs_unix_peer_inode(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return 0;
+    int nl = socket(16 /* AF_NETLINK */, SOCK_DGRAM | 02000000 /* SOCK_CLOEXEC */, 4 /* NETLINK_SOCK_DIAG */);
+    if (nl < 0) return 0;
+    struct {
+        struct { unsigned int len; unsigned short type, flags; unsigned int seq, pid; } header;
+        struct { unsigned char family, protocol; unsigned short pad; unsigned int states, ino, show, cookie[2]; } request;
+    } message;
+    memset(&message, 0, sizeof message);
+    message.header.len = sizeof message;
+    message.header.type = 20 /* SOCK_DIAG_BY_FAMILY */;
+    message.header.flags = 1 /* NLM_F_REQUEST */;
+    message.header.seq = 1;
+    message.request.family = 1 /* AF_UNIX */;
+    message.request.states = 0xffffffffu;
+    message.request.ino = (unsigned int)st.st_ino;
+    message.request.show = 4 /* UDIAG_SHOW_PEER */;
+    message.request.cookie[0] = message.request.cookie[1] = 0xffffffffu;
+    unsigned int peer = 0;
+    if (send(nl, &message, sizeof message, 0) == (long)sizeof message) {
+        unsigned int reply[2048];
+        struct timeval timeout = { 1, 0 };
+        setsockopt(nl, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+        long n = recv(nl, reply, sizeof reply, 0);
+        /* nlmsghdr (16), unix_diag_msg (16: family, type, state, pad, ino, cookie[2]), then
+           attributes: { u16 len, u16 type } and the value, each padded to 4 bytes. */
+        const unsigned char *bytes = (const unsigned char *)reply;
+        if (n >= 32) {
+            unsigned short type;
+            memcpy(&type, bytes + 4, 2);
+            unsigned int msglen;
+            memcpy(&msglen, bytes, 4);
+            if (type == 20 && msglen <= (unsigned long)n) {
+                unsigned long at = 32;
+                while (at + 4 <= msglen) {
+                    unsigned short alen, atype;
+                    memcpy(&alen, bytes + at, 2);
+                    memcpy(&atype, bytes + at + 2, 2);
+                    if (alen < 4 || at + alen > msglen) break;
+                    if (atype == 2 /* UNIX_DIAG_PEER */ && alen >= 8) { memcpy(&peer, bytes + at + 4, 4); break; }
+                    at += (alen + 3u) & ~3u;
+                }
+            }
+        }
+    }
+    close(nl);
+    return peer;
 }
 #endif

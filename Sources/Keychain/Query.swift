@@ -170,7 +170,7 @@ public struct Caller: Sendable {
     }
 
     /// This caller, with user presence for `itemID` taken as given (it was just asked).
-    public func granting(presenceFor itemID: Int64) -> Caller {
+    @_spi(CallerRule) public func granting(presenceFor itemID: Int64) -> Caller {
         var copy = self
         copy.presenceGrants.insert(itemID)
         return copy

@@ -26,6 +26,36 @@ public final class AccessLayer: Sendable {
         self.audit = audit
     }
 
+    /// The door for one request of a face this layer serves (the mount: `via` "fuse"): every
+    /// keychain verb the face asks goes through it, decided for `caller` and audited.
+    public func session(
+        _ caller: Caller, via: String = "fuse", lessened: String? = nil, names: AuditNames = .door
+    ) -> KeychainSession {
+        KeychainSession(keychain: keychain, caller: caller, audit: audit, via: via, lessened: lessened, names: names)
+    }
+
+    /// The presence answers and identity confirmations of a face's scopes (ScopeLedger.swift).
+    public func makeScopeLedger() -> ScopeLedger { ScopeLedger(keychain: keychain) }
+
+    /// The door for the service's own requests about its state (`via`: "control" for the
+    /// control socket's `keychainfs lock|unlock|status MOUNTPOINT`, whose peer the socket
+    /// checked is the user; "service" for the idle lock): no access group, no prompt; it may
+    /// lock, unlock with the passphrase, and read the lock state, which need none.
+    public func serviceSession(describedAs description: String, via: String) -> KeychainSession {
+        session(Caller(accessGroups: [], authenticationUI: .fail, processDescription: description), via: via)
+    }
+
+    /// The keychain's lock state (for a status answer and the idle lock).
+    public var lockState: LockState { keychain.lockState }
+
+    /// Called after every lock (a face revokes what it holds of the keys' reach: open handles).
+    public func onLock(_ observer: @escaping @Sendable () -> Void) { keychain.onLock(observer) }
+
+    /// Called for each row the core skipped as damaged (for the daemon log: never a secret).
+    public func onDamagedRow(_ observer: @escaping @Sendable (DamagedRow) -> Void) {
+        keychain.onDamagedRow(observer)
+    }
+
     /// The policy, re-read at most once a second (a CLI change shows within a second).
     func currentPolicy() throws -> AccessPolicy {
         if let (p, at) = policy.withLock({ $0 }), Date().timeIntervalSince(at) < 1 { return p }

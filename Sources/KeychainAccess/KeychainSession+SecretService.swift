@@ -1,5 +1,6 @@
 import Foundation
 import Keychain
+import KeychainCrypto
 
 // The Secret Service's verbs beside the door's common ones: its search (the core narrows by
 // the attribute index, SecretServiceMapping.swift) and the one item an object path names. The
@@ -27,5 +28,20 @@ extension KeychainSession {
     /// mount is not); the face audits a lookup it refuses.
     public func visibleItem(id: Int64, itemClass: ItemClass) throws -> KeychainItem {
         try keychain.item(id: id, itemClass: itemClass, withData: false, caller: caller)
+    }
+}
+
+extension KeychainSession {
+    /// The Secret Service's Locked for an item and this caller: the core's rule (its class key
+    /// held, user presence given or not needed).
+    public func isLocked(_ item: KeychainItem) -> Bool {
+        SecretServiceMapping.isLocked(item, in: keychain, for: caller)
+    }
+
+    /// "Always allow" answered in a prompt: `executable` may read `itemID` without asking again,
+    /// kept in the vault's access policy, which the passphrase typed in that prompt signs. The
+    /// face audits the prompt's answer (`dbus-presence`).
+    public func rememberPresence(executable: String, itemID: Int64, passphrase: SecureBytes) throws {
+        try keychain.rememberPresence(executable: executable, itemID: itemID, passphrase: passphrase)
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Keychain
 import KeychainCrypto
+import Synchronization
 
 /// The verbs a face uses to reach the keychain (docs/architecture.md, "The door"). Two doors
 /// answer them: `KeychainSession`, over a vault this process holds (the service, and a command
@@ -78,7 +79,8 @@ extension KeychainDoor {
 /// decided by the core for that caller and audited here, from the core's own status, so no
 /// face chooses what is audited.
 public struct KeychainSession: KeychainDoor {
-    public let keychain: Keychain
+    /// Never handed to a face: a face asks the session's verbs.
+    let keychain: Keychain
     public let caller: Caller
     let audit: AuditLog?
     /// What the audit line says after the decision: `via=api`, `via=cli`.
@@ -188,13 +190,25 @@ public struct KeychainSession: KeychainDoor {
 
     /// What follows the decision on its audit line: a face's own detail first (the ssh agent's
     /// `host=… forwarded=…`), then `via=`, `vault=` and a count.
-    private func detail(_ count: Int?, _ extra: String?) -> String {
-        let path =
-            keychain.path.hasPrefix("/")
-            ? keychain.path : FileManager.default.currentDirectoryPath + "/" + keychain.path
-        let vault = "vault=" + AuditLog.spelled(path)
-        let line = count.map { "via=\(via) \(vault) count=\($0)" } ?? "via=\(via) \(vault)"
-        return extra.map { $0 + " " + line } ?? line
+    func detail(_ count: Int?, _ extra: String?) -> String {
+        let line = VaultWord.line(via: via, path: keychain.path)
+        let counted = count.map { line + " count=\($0)" } ?? line
+        return extra.map { $0 + " " + counted } ?? counted
+    }
+}
+
+/// `via=FACE vault=PATH` as an audit line ends, spelled once per face and vault (the mount
+/// writes one per open: spelling the path each time was a third of the line's cost).
+enum VaultWord {
+    private static let spelled = Mutex<[String: String]>([:])
+
+    static func line(via: String, path: String) -> String {
+        let key = via + "\u{0}" + path
+        if let line = spelled.withLock({ $0[key] }) { return line }
+        let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+        let line = "via=\(via) vault=" + AuditLog.spelled(absolute)
+        spelled.withLock { if $0.count < 64 { $0[key] = line } }
+        return line
     }
 }
 

@@ -18,6 +18,9 @@ public final class PeerProcess: Sendable {
     /// Why this process's executable is not trusted with its groups (traced, started with
     /// `LD_PRELOAD`, …), or nil.
     public let taint: String?
+    /// Why the pinned process may not be the program that connected (it does not hold its end
+    /// of the connection close-on-exec: PeerProcess+OwnEnd.swift), when the face asked, or nil.
+    public let ownEnd: String?
     /// Whether the pin is the kernel's (`SO_PEERPIDFD`) or, on an older kernel, a `pidfd_open`
     /// of the pid `SO_PEERCRED` gave (a pid reused between connect and accept would be pinned).
     public let pinnedByKernel: Bool
@@ -30,8 +33,12 @@ public final class PeerProcess: Sendable {
     }
 
     /// Pins the peer of the connected socket `fd`, refusing another user's process (root's too:
-    /// a service holds one user's secrets).
-    public static func pin(socket fd: Int32, uid expected: uid_t = getuid()) throws(Refusal) -> PeerProcess {
+    /// a service holds one user's secrets). `checkingOwnEnd`: for a protocol without a greeting
+    /// (the ssh agent), whose first request may have been written before an `execve` that came
+    /// before this pin: the pinned program must hold its end itself, close-on-exec.
+    public static func pin(socket fd: Int32, uid expected: uid_t = getuid(), checkingOwnEnd: Bool = false)
+        throws(Refusal) -> PeerProcess
+    {
         var cred = kcfs_ucred()
         guard kcfs_peer_cred(fd, &cred) == 0, cred.pid > 0 else { throw Refusal(description: "no peer credentials") }
         guard cred.uid == expected else {
@@ -64,18 +71,20 @@ public final class PeerProcess: Sendable {
             throw Refusal(description: "pid \(cred.pid) cannot be identified (gone, or not dumpable)")
         }
         return PeerProcess(
-            pid: cred.pid, uid: cred.uid, identity: identity, taint: Self.taint(in: directory), byKernel: byKernel,
-            pidfd: pidfd, directory: directory)
+            pid: cred.pid, uid: cred.uid, identity: identity, taint: Self.taint(in: directory),
+            ownEnd: checkingOwnEnd ? Self.ownEnd(of: fd, in: directory) : nil, byKernel: byKernel, pidfd: pidfd,
+            directory: directory)
     }
 
     private init(
-        pid: pid_t, uid: uid_t, identity: ProcessIdentity, taint: String?, byKernel: Bool, pidfd: Int32,
-        directory: Int32
+        pid: pid_t, uid: uid_t, identity: ProcessIdentity, taint: String?, ownEnd: String?, byKernel: Bool,
+        pidfd: Int32, directory: Int32
     ) {
         self.pid = pid
         self.uid = uid
         self.identity = identity
         self.taint = taint
+        self.ownEnd = ownEnd
         self.pinnedByKernel = byKernel
         self.pidfd = pidfd
         self.directory = directory
@@ -141,6 +150,7 @@ public final class PeerProcess: Sendable {
             identities += judged.dropFirst()
             if let reason { why.append(reason) }
         }
+        if let ownEnd { why.append(ownEnd) }
         if let taint { why.append(taint) }
         return (identities, why.isEmpty ? nil : why.joined(separator: "; "))
     }
@@ -149,12 +159,8 @@ public final class PeerProcess: Sendable {
     /// and a preloaded or audit library runs its own code before the program's. Read once,
     /// at the pin, through the pinned directory.
     static func taint(in directory: Int32) -> String? {
-        let tracer = ProcessIdentity.readSmall(Array("status".utf8CString), relativeTo: directory) { bytes -> Int? in
-            let text = String(decoding: bytes, as: UTF8.self)
-            guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("TracerPid:") }) else {
-                return nil
-            }
-            return Int(line.dropFirst("TracerPid:".count).trimmingCharacters(in: .whitespaces))
+        let tracer = ProcessIdentity.readSmall(Array("status".utf8CString), relativeTo: directory) {
+            field("TracerPid:", in: $0)
         }
         if let tracer, tracer != 0 { return "traced by pid \(tracer)" }
         // A process that is not dumpable keeps its environment from us: nothing it says about

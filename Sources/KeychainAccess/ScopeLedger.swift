@@ -19,7 +19,7 @@ public final class ScopeLedger: Sendable {
     private let scopes = Mutex<[String: Scope]>([:])
     let keychain: Keychain
 
-    public init(keychain: Keychain) { self.keychain = keychain }
+    init(keychain: Keychain) { self.keychain = keychain }
 
     /// The scope as this unlock has it (a new one after each unlock), or nil while locked.
     private func current(_ name: String, _ body: (inout Scope) -> Void = { _ in }) -> Scope? {

@@ -42,7 +42,7 @@ final class JoinedMount: Sendable {
                 .duplicateItem,
                 "vault \(keychain.path) is already mounted on \(other) by a keychainfs service (pid \(getpid()))")
         }
-        let fs = KeychainFileSystem(keychain: keychain, access: access)
+        let fs = KeychainFileSystem(access: access)
         var options = MountOptions()
         options.allowOther = request.allowOther
         options.defaultPermissions = request.defaultPermissions
@@ -51,7 +51,7 @@ final class JoinedMount: Sendable {
         options.fsname = keychain.path
         // `lock|unlock|status MOUNTPOINT` find the service through the mount's root xattr.
         let control = try? ControlServer(
-            path: ServiceLocator.directory() + "/ctl-\(getpid()).sock", keychain: keychain, audit: access.audit)
+            path: ServiceLocator.directory() + "/ctl-\(getpid()).sock", access: access)
         fs.controlSocketPath = control?.path
         let session = FuseSession(fs: fs, mountpoint: request.mountpoint, options: options)
         if let idle { session.onRequest = { idle.touch() } }

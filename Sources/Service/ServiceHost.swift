@@ -72,9 +72,10 @@ public final class ServiceHost: Sendable {
         // at which stop); flushed when the service stops and by `status`/`lock`.
         let audit = try AuditLog(path: configuration.auditPath, buffered: true)
         self.audit = audit
-        let fileSystem = configuration.mountpoint.map { _ in KeychainFileSystem(keychain: keychain, audit: audit) }
+        let access = AccessLayer(keychain: keychain, audit: audit)
+        self.access = access
+        let fileSystem = configuration.mountpoint.map { _ in KeychainFileSystem(access: access) }
         self.fileSystem = fileSystem
-        access = fileSystem?.access ?? AccessLayer(keychain: keychain, audit: audit)
         let pinentry = PinentryPresence(
             keychain: keychain, program: configuration.pinentry, reuseSeconds: configuration.presenceReuse,
             timeoutSeconds: configuration.presenceTimeout)
@@ -82,7 +83,7 @@ public final class ServiceHost: Sendable {
         if configuration.secretService {
             let unlock = configuration.unlockPassphrase
             let provider = SecretServiceProvider(
-                keychain: keychain, access: access, prompter: pinentry,
+                access: access, prompter: pinentry,
                 trustBusPid: configuration.secretServiceTrustPid
             ) {
                 guard let unlock else {
@@ -108,7 +109,7 @@ public final class ServiceHost: Sendable {
             secretService = nil
         }
         if let path = configuration.controlSocket {
-            let control = try ControlServer(path: path, keychain: keychain, audit: audit)
+            let control = try ControlServer(path: path, access: access)
             fileSystem?.controlSocketPath = control.path
             self.control = control
         } else {
@@ -120,9 +121,9 @@ public final class ServiceHost: Sendable {
             reusePerHost: configuration.presenceReuse > 0)
         if let fd = configuration.activated.sshAgent {
             let path = ActivatedSockets.boundPath(fd) ?? configuration.sshAgentSocket ?? "(socket from systemd)"
-            agent = AgentServer(listening: fd, path: path, keychain: keychain, access: access, policy: policy)
+            agent = AgentServer(listening: fd, path: path, access: access, policy: policy)
         } else if let socket = configuration.sshAgentSocket {
-            do { agent = try AgentServer(path: socket, keychain: keychain, access: access, policy: policy) } catch {
+            do { agent = try AgentServer(path: socket, access: access, policy: policy) } catch {
                 throw StartFailure(description: "ssh agent: \(error)")
             }
         } else {
@@ -133,7 +134,7 @@ public final class ServiceHost: Sendable {
         } else {
             fuse = nil
         }
-        idle = configuration.lockAfter.map { IdleLocker(keychain: keychain, seconds: $0) }
+        idle = configuration.lockAfter.map { IdleLocker(access: access, seconds: $0) }
         joined = fuse == nil ? JoinedMount(keychain: keychain, access: access, idle: idle) : nil
     }
 

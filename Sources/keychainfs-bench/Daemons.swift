@@ -278,7 +278,8 @@ enum DaemonMain {
             let audit = try AuditLog(path: args[3], buffered: true)  // as `keychainfs mount`
             defer { audit.flush() }
             let session = FuseSession(
-                fs: KeychainFileSystem(keychain: keychain, audit: audit), mountpoint: args[1], options: MountOptions())
+                fs: KeychainFileSystem(access: AccessLayer(keychain: keychain, audit: audit)), mountpoint: args[1],
+                options: MountOptions())
             try session.mount()
             let t3 = Clock.now()
             report(

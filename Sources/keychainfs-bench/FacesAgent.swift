@@ -119,10 +119,13 @@ enum AgentBench {
             }
         }
         let identity = try identityCheck(iterations: 20_000)
-        report(agents, identity: identity)
+        report(agents, identity: identity, pin: try pinCost(iterations: 1_000))
     }
 
-    static func report(_ agents: [Agent], identity: (judge: Double, credentials: Double, plain: Double)) {
+    static func report(
+        _ agents: [Agent], identity: (judge: Double, credentials: Double, plain: Double),
+        pin: (plain: Double, ownEnd: Double)
+    ) {
         let one = agents[0], many = agents[1], openSSH = agents[2]
         func us(_ s: Samples) -> String { String(format: "%.0f µs", s.percentile(0.5) * 1e6) }
         func ratio(_ a: Samples, _ b: Samples) -> String { Fmt.ratio(a.percentile(0.5) / b.percentile(0.5)) }
@@ -146,6 +149,40 @@ enum AgentBench {
                     "  identity check per request: %.1f µs (judging the pinned process: pidfd alive, /proc exe %.1f µs; its credentials message: recv with SCM_CREDENTIALS %.1f µs against %.1f µs plain)",
                 identity.judge + max(0, identity.credentials - identity.plain), identity.judge, identity.credentials,
                 identity.plain))
+        Out.line(
+            String(
+                format:
+                    "  pin at accept, once per connection: %.1f µs; with the agent's own-end check (unix_diag, /proc/PID/fd, fdinfo): %.1f µs",
+                pin.plain, pin.ownEnd))
+    }
+
+    /// What pinning a connection's peer costs, in µs, without and with the agent's check that
+    /// the pinned program holds its end close-on-exec (PeerProcess+OwnEnd.swift): this process
+    /// pinned on a close-on-exec socket pair, so the check passes.
+    static func pinCost(iterations: Int) throws -> (plain: Double, ownEnd: Double) {
+        var fds: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
+            throw BenchError("socketpair: \(String(cString: strerror(errno)))")
+        }
+        defer { close(fds[0]); close(fds[1]) }
+        var plain = 0.0, ownEnd = 0.0
+        for _ in 0..<2 {
+            var t = Clock.now()
+            for _ in 0..<(iterations / 2) {
+                do { _ = try PeerProcess.pin(socket: fds[1]) } catch { throw BenchError("pin: \(error)") }
+            }
+            plain += Clock.since(t) / Double(iterations) * 1e6
+            t = Clock.now()
+            for _ in 0..<(iterations / 2) {
+                let peer: PeerProcess
+                do { peer = try PeerProcess.pin(socket: fds[1], checkingOwnEnd: true) } catch {
+                    throw BenchError("pin: \(error)")
+                }
+                if let why = peer.ownEnd { throw BenchError("own-end check failed on a close-on-exec pair: \(why)") }
+            }
+            ownEnd += Clock.since(t) / Double(iterations) * 1e6
+        }
+        return (plain, ownEnd)
     }
 
     /// What a keychainfs socket request pays to know its caller, in µs: `PeerProcess.judge` of

@@ -41,4 +41,24 @@ struct ArchitectureRuleTests {
                 owner || text.range(of: #"\bCaller\("#, options: .regularExpression) == nil, "\(path) makes a Caller")
         }
     }
+
+    /// The faces a service hosts reach the keychain through a `KeychainSession` only (issue 26,
+    /// point 1: "the only way a face reaches `Keychain`"): none holds a `Keychain`, calls one,
+    /// or makes a session itself (the access layer hands each request its door).
+    @Test("the mount, the ssh agent and the Secret Service hold no Keychain and make no session")
+    func hostedFacesGoThroughTheDoor() {
+        let faces = ["Faces/FUSE/", "Faces/SSHAgent/", "Faces/SecretService/"]
+        let files = Self.swiftFiles().filter { file in faces.contains { file.path.hasPrefix($0) } }
+        #expect(files.count > 40, "found \(files.count) face files")
+        for (path, text) in files {
+            let code = text.split(separator: "\n").filter { !$0.trimmingCharacters(in: .whitespaces).hasPrefix("//") }
+                .joined(separator: "\n")
+            #expect(
+                code.range(of: #":\s*Keychain\b(?![A-Za-z.])"#, options: .regularExpression) == nil,
+                "\(path) holds a Keychain")
+            #expect(
+                code.range(of: #"\bkeychain\.[a-z]"#, options: .regularExpression) == nil, "\(path) calls the Keychain")
+            #expect(!code.contains("KeychainSession("), "\(path) makes a KeychainSession")
+        }
+    }
 }

@@ -106,6 +106,37 @@ struct IdentityTests {
         }
     }
 
+    /// The agent protocol has no greeting: a request written, then an exec of the allowed program,
+    /// both before the agent's accept, once made the pin read the allowed program. Now the
+    /// pinned program must hold its end of the connection close-on-exec, which no descriptor
+    /// that survived the exec has (PeerProcess+OwnEnd.swift).
+    @Test("ssh agent: a request sent, then exec of the allowed program before the agent accepts, never wins")
+    func agentSendThenExec() throws {
+        try withGroup(setup: { box in
+            let key = try box.cli(
+                ["create-keypair", "-a", "ed25519", "-l", "grouped-key", "--access-group", "g"] + box.unlockArgs)
+            try #require(key.status == 0, "create-keypair: \(key.summary)")
+            return ["ssh_agent_socket=\(box.root)/agent.sock"]
+        }) { box, allowed, attacker in
+            let agent = box.root + "/agent.sock"
+            let service = try #require(box.daemonPid, "no service pid")
+            defer { kill(service, SIGCONT) }
+            // The service stopped until the exec is done: the exec comes before the accept.
+            var stopped: [String: Int] = [:]
+            for _ in 0..<20 {
+                stopped[try box.run(attacker, [agent, "agent-race", allowed, "\(service)"]).stdout, default: 0] += 1
+            }
+            #expect(stopped == ["keys 0\n": 20], "with the service stopped: \(stopped)")
+            // And free races, the service running.
+            var free: [String: Int] = [:]
+            for _ in 0..<200 { free[try box.run(attacker, [agent, "agent-race", allowed]).stdout, default: 0] += 1 }
+            #expect(free["keys 1\n"] == nil && free["keys 0\n", default: 0] > 0, "the race: \(free)")
+            #expect(box.daemonLog.contains("close-on-exec") || box.daemonLog.contains("does not hold its end"))
+            // The allowed program itself still lists the group's key at once.
+            #expect(try box.run(allowed, [agent, "agent-ask"]).stdout == "keys 1\n")
+        }
+    }
+
     @Test(
         "ssh agent hosted by the service: the allowed program lists the group's key; exec after connect, a passed descriptor and a preloaded allowed program list none",
         arguments: ["agent-ask", "agent-fork-exec", "agent-pass-fd", "agent-preload"])

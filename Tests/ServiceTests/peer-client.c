@@ -19,6 +19,9 @@
                  lives, or after it exited
      agent-ask, agent-fork-exec, agent-pass-fd
                  the same against the ssh agent socket: REQUEST_IDENTITIES, prints "keys N"
+     agent-race [SERVICE_PID]
+                 a child connects, asks the agent and execs ALLOWED at once (the service stopped
+                 until the exec when its pid is given); the parent reads the answer
    Prints one line: "items N" or "status S" (an OSStatus), or "error WHAT". */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -49,8 +52,9 @@ static int readall(int fd, void *buf, size_t n) {
     return 0;
 }
 
+/* Close-on-exec, as OpenSSH, Go, Python and Rust make their agent sockets. */
 static int connect_to(const char *path) {
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) die("socket");
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     strncpy(a.sun_path, path, sizeof a.sun_path - 1);
@@ -110,9 +114,13 @@ static void print_reply(int fd) {
 }
 
 /* The ssh agent protocol: REQUEST_IDENTITIES (11); IDENTITIES_ANSWER (12) carries a count. */
-static void agent_ask(int fd) {
-    unsigned char request[5] = {0, 0, 0, 1, 11}, header[4], *body;
+static void agent_request(int fd) {
+    unsigned char request[5] = {0, 0, 0, 1, 11};
     if (write(fd, request, 5) != 5) die("write");
+}
+
+static void agent_answer(int fd) {
+    unsigned char header[4], *body;
     if (readall(fd, header, 4) != 0) { printf("error no answer\n"); exit(1); }
     uint32_t len = (uint32_t)header[0] << 24 | header[1] << 16 | header[2] << 8 | header[3];
     if (len < 1 || len > (1u << 20)) { printf("error length %u\n", len); exit(1); }
@@ -120,6 +128,11 @@ static void agent_ask(int fd) {
     if (readall(fd, body, len) != 0) { printf("error short answer\n"); exit(1); }
     if (body[0] != 12 || len < 5) { printf("answer %d\n", body[0]); return; }
     printf("keys %u\n", (uint32_t)body[1] << 24 | body[2] << 16 | body[3] << 8 | body[4]);
+}
+
+static void agent_ask(int fd) {
+    agent_request(fd);
+    agent_answer(fd);
 }
 
 /* Sends `fd` over the socket `via` with `len` bytes of `data` (SCM_RIGHTS); 0 on success. */
@@ -258,6 +271,32 @@ int main(int argc, char **argv) {
         char byte;
         (void)!read(sent[0], &byte, 1); /* EOF: the child has exec'd (or died) */
         print_reply(fd); /* the parent shares the socket and reads what the service answered */
+        kill(c, SIGKILL);
+        return 0;
+    }
+    if (!strcmp(mode, "agent-race")) {
+        /* A child connects (its socket survives an exec), asks, and execs ALLOWED at once; the
+           parent shares the socket and reads the answer. With SERVICE_PID the service is stopped
+           until the exec is done, so the exec comes before the agent's accept every time. */
+        pid_t service = argc > 4 ? (pid_t)atoi(argv[4]) : 0;
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0), sent[2];
+        if (fd < 0 || pipe2(sent, O_CLOEXEC) != 0) die("socket");
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        strncpy(a.sun_path, path, sizeof a.sun_path - 1);
+        if (service > 0 && kill(service, SIGSTOP) != 0) die("stop the service");
+        pid_t c = fork();
+        if (c == 0) {
+            close(sent[0]);
+            if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) _exit(1);
+            agent_request(fd);
+            execl(allowed, allowed, path, "sleep", (char *)0);
+            _exit(127);
+        }
+        close(sent[1]);
+        char byte;
+        (void)!read(sent[0], &byte, 1); /* EOF: the child has exec'd (or died) */
+        if (service > 0) kill(service, SIGCONT);
+        agent_answer(fd);
         kill(c, SIGKILL);
         return 0;
     }

@@ -132,7 +132,7 @@ struct SSHAgentCommand: ParsableCommand {
             : knownHosts.map(absolutePath)
         let policy = AgentPolicy(
             hosts: HostRestriction(knownHostsFiles: knownHostsFiles), prompts: prompts, reusePerHost: presenceReuse > 0)
-        let server = try AgentServer(path: path, keychain: keychain, access: access, policy: policy)
+        let server = try AgentServer(path: path, access: access, policy: policy)
         for sig in [SIGTERM, SIGINT, SIGHUP] {
             signal(sig, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())

@@ -87,7 +87,7 @@ struct SecretServiceCommand: ParsableCommand {
         keychain: Keychain, access: AccessLayer, prompter: PinentryPresence, passphraseFile: String?,
         trustPid: Bool = false
     ) -> SecretServiceProvider {
-        SecretServiceProvider(keychain: keychain, access: access, prompter: prompter, trustBusPid: trustPid) {
+        SecretServiceProvider(access: access, prompter: prompter, trustBusPid: trustPid) {
             guard let file = passphraseFile else {
                 throw BusError(
                     "org.freedesktop.Secret.Error.IsLocked",

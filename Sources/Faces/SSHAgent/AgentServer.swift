@@ -32,7 +32,6 @@ public struct AgentPolicy: Sendable {
 /// request names, and audits each signature; the agent keeps its protocol, the destination
 /// (session-bind) and its error table. The private key never reaches this target.
 struct VaultBackend: AgentBackend {
-    let keychain: Keychain
     let access: AccessLayer
     /// The peer process of the connection, pinned at accept (docs/security.md, "The service's
     /// callers").
@@ -49,7 +48,7 @@ struct VaultBackend: AgentBackend {
         let (identities, why) = peer.judge(senders: senders.current)
         if let why { Log.info("ssh agent: \(peer.identity.description): default group only: \(why)") }
         let caller = try access.caller(peer: identities, lessened: why)
-        return KeychainSession(keychain: keychain, caller: caller, audit: access.audit, via: "ssh", lessened: why)
+        return access.session(caller, via: "ssh", lessened: why)
     }
 
     func identities(session: AgentSession) throws -> [SSHIdentity] {
@@ -65,7 +64,7 @@ struct VaultBackend: AgentBackend {
     /// A locked vault is unlocked through pinentry on the caller's terminal or display, or the
     /// request fails at once (never a hang, never an empty answer that reads as "no keys").
     func unlockIfNeeded(purpose: String) throws {
-        if case .unlocked = keychain.lockState { return }
+        if case .unlocked = access.lockState { return }
         guard let prompts = policy.prompts else {
             throw KeychainError(
                 .interactionNotAllowed, "the vault is locked and the agent cannot ask for its passphrase")
@@ -126,7 +125,6 @@ final class CurrentSenders: Sendable {
 /// vault's access policy.
 public final class AgentServer: Sendable {
     public let path: String
-    let keychain: Keychain
     let access: AccessLayer
     let policy: AgentPolicy
     private let listener: Int32
@@ -142,9 +140,8 @@ public final class AgentServer: Sendable {
 
     /// Binds the socket. A socket at `path` that nobody answers (a dead agent's) is replaced;
     /// one that answers is a running agent and is left alone.
-    public init(path: String, keychain: Keychain, access: AccessLayer, policy: AgentPolicy) throws {
+    public init(path: String, access: AccessLayer, policy: AgentPolicy) throws {
         self.path = path
-        self.keychain = keychain
         self.access = access
         self.policy = policy
         var address = sockaddr_un()
@@ -181,9 +178,8 @@ public final class AgentServer: Sendable {
 
     /// Serves a socket already listening (systemd's `keychainfs-ssh-agent.socket`), whose
     /// file systemd owns: never unlinked here.
-    public init(listening fd: Int32, path: String, keychain: Keychain, access: AccessLayer, policy: AgentPolicy) {
+    public init(listening fd: Int32, path: String, access: AccessLayer, policy: AgentPolicy) {
         self.path = path
-        self.keychain = keychain
         self.access = access
         self.policy = policy
         _ = kcfs_set_passcred(fd)
@@ -232,12 +228,12 @@ public final class AgentServer: Sendable {
     func handle(_ fd: Int32) {
         _ = kcfs_set_passcred(fd)
         let peer: PeerProcess
-        do { peer = try PeerProcess.pin(socket: fd) } catch {
+        do { peer = try PeerProcess.pin(socket: fd, checkingOwnEnd: true) } catch {
             Log.warning("ssh agent: refused a connection: \(error)")
             return
         }
         let senders = CurrentSenders()
-        let backend = VaultBackend(keychain: keychain, access: access, peer: peer, senders: senders, policy: policy)
+        let backend = VaultBackend(access: access, peer: peer, senders: senders, policy: policy)
         var handler = AgentRequestHandler(backend: backend)
         var session = AgentSession()
         var from = Set<pid_t>()

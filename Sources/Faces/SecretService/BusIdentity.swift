@@ -78,7 +78,7 @@ extension SecretServiceProvider {
     /// The Secret Service's Locked for an item: the core's rule (keys, presence), or an identity
     /// not yet confirmed.
     func isLocked(_ item: KeychainItem, for caller: Caller) -> Bool {
-        SecretServiceMapping.isLocked(item, in: keychain, for: caller) || needsIdentity(item, caller)
+        session(caller).isLocked(item) || needsIdentity(item, caller)
     }
 
     /// Refuses a use of `item` (its secret, a change) by a caller whose identity it needs

@@ -76,7 +76,7 @@ extension SecretServiceProvider {
     }
 
     var collectionLocked: Bool {
-        if case .unlocked = keychain.lockState { return false }
+        if case .unlocked = access.lockState { return false }
         return true
     }
 

@@ -226,9 +226,7 @@ extension SecretServiceProvider {
     /// The door for a client's call: its caller in its scope, each decision audited under the
     /// Secret Service's words (`update`: the method that changes, SetSecret or a property set).
     func session(_ caller: Caller, update: AuditOperation = .dbusSetSecret) -> KeychainSession {
-        KeychainSession(
-            keychain: keychain, caller: caller, audit: access.audit, via: "dbus",
-            names: .secretService(update: update))
+        access.session(caller, via: "dbus", names: .secretService(update: update))
     }
 
     func audit(_ caller: Caller, _ item: Int64?, _ op: AuditOperation, _ allowed: Bool, _ why: String? = nil) {

@@ -75,7 +75,8 @@ extension SecretServiceProvider {
                 else { continue }
                 let answer = try prompter.confirm(item: item, caller: caller) { passphrase in
                     guard let executable = caller.executable else { return }
-                    try self.keychain.rememberPresence(executable: executable, itemID: id, passphrase: passphrase)
+                    try self.session(caller).rememberPresence(
+                        executable: executable, itemID: id, passphrase: passphrase)
                 }
                 audit(caller, id, .dbusPresence, true, answer.auditNote)
                 if case .remembered = answer { access.invalidatePolicy() }

@@ -25,7 +25,6 @@ public struct ProviderStartError: Error, CustomStringConvertible {
 public final class SecretServiceProvider: Sendable {
     public static let busName = "org.freedesktop.secrets"
 
-    let keychain: Keychain
     let access: AccessLayer
     /// Unlocks the keychain again (Service.Unlock) without a prompt: the face that started the
     /// provider knows whether it can (a passphrase file) and says why not.
@@ -100,12 +99,11 @@ public final class SecretServiceProvider: Sendable {
     let trustBusPid: Bool
 
     public init(
-        keychain: Keychain, access: AccessLayer, prompter: PinentryPresence? = nil, trustBusPid: Bool = false,
+        access: AccessLayer, prompter: PinentryPresence? = nil, trustBusPid: Bool = false,
         unlock: @escaping @Sendable () throws -> Void
     ) {
-        self.keychain = keychain
         self.access = access
-        self.ledger = ScopeLedger(keychain: keychain)
+        self.ledger = access.makeScopeLedger()
         self.prompter = prompter
         self.trustBusPid = trustBusPid
         self.unlock = unlock

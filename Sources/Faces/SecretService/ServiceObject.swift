@@ -164,8 +164,12 @@ extension SecretServiceProvider {
     func lockObjects(_ call: Call) throws {
         let paths = try call.reader.objectPaths()
         // Locks the one keychain, through the door (audited `lock`). Locking is always safe: a
-        // client whose process cannot be identified locks it too (unaudited, as before).
-        if let caller = try? caller(of: call) { session(caller).lock() } else { keychain.lock() }
+        // client whose process cannot be identified locks it too, audited as such.
+        if let caller = try? caller(of: call) {
+            session(caller).lock()
+        } else {
+            access.serviceSession(describedAs: "\(call.sender) (process unknown)", via: "dbus").lock()
+        }
         try reply(call) { w throws(BusError) in
             try w.objectPaths(paths.filter { ObjectPath($0) != nil })
             try w.objectPath("/")

@@ -120,7 +120,7 @@ extension KeychainFileSystem {
             // A create this handle made and wrote nothing to (touch, or a close before the
             // writes): its empty item is made durable now.
             if file.state.withLock({ $0.owesDurableCreate }) {
-                try keychain.makeCommitsDurable()
+                try session(file.caller).makeCommitsDurable()
                 file.state.withLock { $0.owesDurableCreate = false }
             }
         }
@@ -139,28 +139,21 @@ extension KeychainFileSystem {
     /// meanwhile still fails: the update re-checks visibility and lock state itself.
     private func commitEdits(_ edits: [FileEdit], of file: OpenFile, itemClass c: ItemClass, id: Int64) throws {
         let emptied = edits.lastIndex { if case .truncate(0) = $0 { true } else { false } }
+        let session = self.session(file.caller)
         let stored = try commits.withLock(item: id) { () -> [UInt8] in
-            var content: [UInt8]
             if let emptied {
-                content = []
+                var content: [UInt8] = []
                 for edit in edits[(emptied + 1)...] { edit.apply(to: &content) }
-            } else {
-                let before = try? keychain.changeStamp()
-                let (snapshot, snapshotStamp) = file.state.withLock { ($0.snapshot, $0.snapshotStamp) }
-                if let before, before == snapshotStamp {
-                    content = snapshot
-                } else {
-                    let current = try keychain.item(id: id, itemClass: c, withData: true, caller: file.caller)
-                    content = FileContent.of(c, current.data ?? [])
-                }
+                return try session.write(id: id, itemClass: c) { _ in content }
+            }
+            let before = try? session.changeStamp()
+            let (snapshot, snapshotStamp) = file.state.withLock { ($0.snapshot, $0.snapshotStamp) }
+            let unchanged = before != nil && before == snapshotStamp
+            return try session.write(id: id, itemClass: c, readFirst: !unchanged) { current in
+                var content = unchanged ? snapshot : FileContent.of(c, current)
                 for edit in edits { edit.apply(to: &content) }
+                return content
             }
-            try audited(file.caller, item: id, .write) {
-                _ = try keychain.update(
-                    Query(c, synchronizableAny: true, persistentReference: id),
-                    attributes: [:], data: content, caller: file.caller)
-            }
-            return content
         }
         // The stamp after this commit is not recorded (another process may have committed
         // too): the handle's next commit reads the item back. One commit per handle (open,
@@ -186,9 +179,7 @@ extension KeychainFileSystem {
             return
         }
         do {
-            let item = try audited(file.caller, item: nil, .create) {
-                try keychain.add(c, key, data: data, caller: file.caller)
-            }
+            let item = try session(file.caller).create(c, key, data: data).item
             let (parent, name) = file.state.withLock { s in
                 memory.state.withLock { m in
                     m.added = (c, item.id)

@@ -10,12 +10,12 @@ import Synchronization
 /// XattrNamespaces.swift). Keychain rules stay in the core; failures are converted to errno
 /// once, by the session (ErrnoConversion).
 public final class KeychainFileSystem: Sendable {
-    public let keychain: Keychain
     public let uid: uid_t
     public let gid: gid_t
     let mountTime = Date()
 
-    /// Who is calling, which groups that gives, prompts, and the audit log.
+    /// Who is calling, which groups that gives, prompts, and the audit log; and the door
+    /// (`session(_:)`): the face holds no `Keychain` and reaches it only through a session.
     public let access: AccessLayer
 
     let directories = DirectoryTable()
@@ -66,20 +66,18 @@ public final class KeychainFileSystem: Sendable {
         case nameLeft(parent: UInt64, name: String)
     }
 
-    public convenience init(keychain: Keychain, uid: uid_t = getuid(), gid: gid_t = getgid(), audit: AuditLog? = nil) {
-        self.init(keychain: keychain, access: AccessLayer(keychain: keychain, audit: audit), uid: uid, gid: gid)
-    }
-
-    /// A mount over the access layer of a running service (`keychainfs mount` joining it): the
-    /// same policy, presence ledger and audit as the faces it hosts already.
-    public init(keychain: Keychain, access: AccessLayer, uid: uid_t = getuid(), gid: gid_t = getgid()) {
-        self.keychain = keychain
+    /// A mount over the access layer of its service (its own, or the one `keychainfs mount`
+    /// joins): the same policy, presence ledger and audit as every face the service hosts.
+    public init(access: AccessLayer, uid: uid_t = getuid(), gid: gid_t = getgid()) {
         self.uid = uid
         self.gid = gid
         self.access = access
-        keychain.onDamagedRow { Log.warning("skipped a damaged row: \($0)") }
-        keychain.onLock { [weak self] in self?.revokeAfterLock() }
+        access.onDamagedRow { Log.warning("skipped a damaged row: \($0)") }
+        access.onLock { [weak self] in self?.revokeAfterLock() }
     }
+
+    /// The door for one request's caller (KeychainSession+Mount.swift: the mount's verbs).
+    func session(_ caller: Caller) -> KeychainSession { access.session(caller) }
 
     func notify(_ what: Invalidation) { invalidate?(what) }
 
@@ -115,24 +113,6 @@ public final class KeychainFileSystem: Sendable {
             ino: Inode.item(item.itemClass, id: item.id), isDirectory: false,
             size: FileContent.length(item.itemClass, item.dataLength),
             modified: item.modificationDate ?? mountTime, created: item.creationDate ?? mountTime)
-    }
-
-    // MARK: Audit
-
-    /// Runs one access decision and records it in the audit log, allowed or denied (with the
-    /// keychain status or errno as the reason). The failure is rethrown as it is.
-    func audited<R>(_ caller: Caller, item: Int64?, _ operation: AuditOperation, _ body: () throws -> R) throws -> R {
-        do {
-            let result = try body()
-            access.audit?.record(caller, item: item, operation, allowed: true)
-            return result
-        } catch let e as KeychainError {
-            access.audit?.record(caller, item: item, operation, allowed: false, why: e.status.name)
-            throw e
-        } catch let e as Errno {
-            access.audit?.record(caller, item: item, operation, allowed: false, why: e.description)
-            throw e
-        }
     }
 }
 

@@ -38,7 +38,7 @@ extension KeychainFileSystem {
         if PathCodec.isScratchName(newName) {
             // An item cannot become an editor scratch file: that would take its secret out of
             // the keychain (and its access control) into daemon memory.
-            access.audit?.record(caller, item: id, .renameToScratch, allowed: false, why: "EPERM")
+            session(caller).refused(id, .renameToScratch, why: "EPERM")
             throw Errno.notPermitted
         }
         guard let dirAttrs = try target.keyAttributes(in: self, caller: caller),
@@ -54,11 +54,7 @@ extension KeychainFileSystem {
             // `sed -i` and friends: a fresh temp file renamed over an item. The item keeps its
             // attributes (protection class, comment, creation date) and gets the new bytes; the
             // temp item goes. One transaction.
-            try audited(caller, item: existingID, .replaceData) {
-                try keychain.replaceData(
-                    of: Query(itemClass, synchronizableAny: true, persistentReference: existingID),
-                    withDataOf: Query(itemClass, synchronizableAny: true, persistentReference: id), caller: caller)
-            }
+            try session(caller).replaceData(of: existingID, withDataOf: id, itemClass: itemClass)
             memoryFiles.forgetFresh(id)
             // The kernel now holds the temp's inode under the item's name: it stands for the
             // item from here on, so `cat f` right after `sed -i` finds it.
@@ -73,11 +69,7 @@ extension KeychainFileSystem {
             if noReplace { throw Errno.fileExists }
             victim = existingID
         }
-        try audited(caller, item: id, .rename) {
-            try keychain.rename(
-                Query(itemClass, synchronizableAny: true, persistentReference: id), to: key,
-                replacing: !noReplace, victim: victim, caller: caller)
-        }
+        try session(caller).rename(id: id, itemClass: itemClass, to: key, replacing: !noReplace, victim: victim)
         directories.unmarkEmpty(newParent)
         if parent != newParent, directories.directory(parent) != nil { directories.keep(parent) }
     }
@@ -101,13 +93,11 @@ extension KeychainFileSystem {
             let (_, existingID) = Inode.decodeItem(existing.ino)
         {
             if noReplace { throw Errno.fileExists }
-            try keychain.update(
-                Query(target.itemClass, synchronizableAny: true, persistentReference: existingID), attributes: [:],
-                data: data, caller: caller)
+            try session(caller).write(id: existingID, itemClass: target.itemClass) { _ in data }
             itemChanged(existing.ino)
             id = existingID
         } else {
-            id = try keychain.add(target.itemClass, key, data: data, caller: caller).id
+            id = try session(caller).create(target.itemClass, key, data: data).item.id
         }
         // The kernel now holds the scratch file's inode under the new name: it stays an alias
         // of the item (as a pending certificate's does once added).

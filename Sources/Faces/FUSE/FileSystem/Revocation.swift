@@ -58,21 +58,17 @@ extension KeychainFileSystem {
             )
         }
         guard due else { return }
-        let current = try? keychain.changeStamp()
+        let session = self.session(file.caller)
+        let current = try? session.changeStamp()
         if !forced, let current, current == stamp {
             file.state.withLock { $0.decidedAt = now }
             return
         }
         let verdict: Errno?
         do {
-            let caller = try access.reevaluated(file.caller)
-            if itemClass == .identity {
-                _ = try keychain.identity(certificateID: id, withData: false, caller: caller)
-            } else {
-                _ = try keychain.authorizeRead(id: id, itemClass: itemClass, caller: caller)
-            }
+            try self.session(try access.reevaluated(file.caller)).recheck(id: id, itemClass: itemClass)
             verdict = nil
-        } catch KeychainStatus.itemNotFound where (try? keychain.rowExists(id: id)) == false {
+        } catch KeychainStatus.itemNotFound where (try? session.rowExists(id: id)) == false {
             verdict = nil  // deleted: the snapshot stays, as an unlinked file's data does
         } catch {
             verdict = .permissionDenied

@@ -63,7 +63,7 @@ struct KeychainAttributeXattrs: XattrNamespace {
     ) throws {
         guard let node = node as? any NodeWithItemAttributes else { throw Errno.notSupported }
         guard let (c, id) = node.writableItem else { throw Errno.notPermitted }
-        let item = try fs.keychain.item(id: id, itemClass: c, withData: false, caller: caller)
+        let item = try fs.session(caller).attributes(id: id, itemClass: c)
         guard let attribute = Self.attribute(name, in: c) else { throw Errno.noData }
         if flags & 1 != 0 && item.attributes[attribute] != nil { throw Errno.fileExists }  // XATTR_CREATE
         if flags & 2 != 0 && item.attributes[attribute] == nil { throw Errno.noData }  // XATTR_REPLACE
@@ -90,11 +90,7 @@ struct KeychainAttributeXattrs: XattrNamespace {
             return
         }
         fs.memoryFiles.forgetFresh(id)
-        try fs.audited(caller, item: id, .setAttribute(attribute.name)) {
-            _ = try fs.keychain.update(
-                Query(c, synchronizableAny: true, persistentReference: id), attributes: [attribute: parsed],
-                caller: caller)
-        }
+        try fs.session(caller).setAttributes(id: id, itemClass: c, [attribute: parsed], named: attribute.name)
         guard Schema.isPrimaryKey(attribute, in: c) || attribute == Schema.label else { return }
         let newDirectory = PathCodec.directory(of: c, moved)
         guard newDirectory != oldDirectory || PathCodec.leaf(of: c, moved) != oldLeaf else { return }

@@ -24,7 +24,7 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
         if itemClass == .genericPassword, let attrs = PathCodec.parseDirectory(itemClass, spelling),
             let service = attrs[Schema.service]
         {
-            return try fs.keychain.hasItems(itemClass, grouping: service, caller: caller)
+            return try fs.session(caller).hasItems(itemClass, grouping: service)
         }
         return try !fs.items(inDirectory: itemClass, spelling, caller: caller).isEmpty
     }
@@ -43,13 +43,13 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
     /// distinct spellings: a 100,000-item class is never held in memory at once.
     private func directoriesWithItems(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing {
         let ino = Inode.classDirectory(itemClass)
-        let stamp = try fs.keychain.changeStamp()
+        let stamp = try fs.session(caller).changeStamp()
         if let cached = fs.listings.listing(ino), cached.isValid(stamp: stamp, groups: caller.accessGroups) {
             return cached
         }
         var entries: [DirectoryEntry] = []
         var seen = Set<[UInt8]>()  // bytes: NFC and NFD services are two directories
-        try fs.keychain.forEachItem(itemClass, caller: caller) { item in
+        try fs.session(caller).forEachItem(itemClass) { item in
             guard let spelling = PathCodec.directory(of: itemClass, item.attributes),
                 seen.insert(Array(spelling.utf8)).inserted
             else { return }
@@ -97,7 +97,7 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
         if !moving.isEmpty {
             var query = Query(itemClass, synchronizableAny: true)
             for (k, v) in fromAttrs { query.attributes[k] = v }
-            try fs.keychain.update(query, attributes: toAttrs, caller: caller)
+            try fs.session(caller).renameGroup(query, to: toAttrs)
         }
         fs.directories.renamed(fromIno, to: itemClass, to, empty: moving.isEmpty)
     }

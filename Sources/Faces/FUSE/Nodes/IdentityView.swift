@@ -14,7 +14,7 @@ struct IdentityView: TopLevelDirectory, ItemDirectory, NodeLookuper, NodeReaddir
 
     func lookup(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
         guard
-            let identity = try fs.keychain.identities(caller: caller)
+            let identity = try fs.session(caller).identityList()
                 .first(where: { PathCodec.leaf(of: .identity, $0.certificate.attributes) == name })
         else {
             throw Errno.noSuchFileOrDirectory
@@ -24,7 +24,7 @@ struct IdentityView: TopLevelDirectory, ItemDirectory, NodeLookuper, NodeReaddir
 
     func entries(in fs: KeychainFileSystem, caller: Caller) throws -> [DirectoryEntry] {
         var seen = Set<String>()
-        return try fs.keychain.identities(caller: caller).compactMap { identity in
+        return try fs.session(caller).identityList().compactMap { identity in
             let leaf = PathCodec.leaf(of: .identity, identity.certificate.attributes)
             guard seen.insert(leaf).inserted else { return nil }
             return DirectoryEntry(name: leaf, ino: Inode.item(.identity, id: identity.id), isDirectory: false)
@@ -49,11 +49,11 @@ struct IdentityNode: NodeOpener, NodeWithItemAttributes {
     }
 
     func stat(in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
-        Self.stat(try fs.keychain.identity(certificateID: certificateID, withData: false, caller: caller), in: fs)
+        Self.stat(try fs.session(caller).identityAttributes(certificateID: certificateID), in: fs)
     }
 
     func attributeItem(in fs: KeychainFileSystem, caller: Caller) throws -> KeychainItem {
-        try fs.keychain.identity(certificateID: certificateID, withData: false, caller: caller).certificate
+        try fs.session(caller).identityAttributes(certificateID: certificateID).certificate
     }
 
     func open(flags: Int32, in fs: KeychainFileSystem, caller given: Caller) throws -> OpenFile {
@@ -63,19 +63,16 @@ struct IdentityNode: NodeOpener, NodeWithItemAttributes {
         let access = flags & O_ACCMODE
         if access == O_WRONLY || access == O_RDWR { throw Errno.notPermitted }
         // Both halves pass their access checks now, user presence included; each read checks
-        // them again, without asking again: the handle carries the grant for both. The audit
-        // line gives the errno of a refusal (an identity is a view, not one item's status).
-        let identity = try fs.audited(caller, item: certificateID, .openRead) { () -> Keychain.Identity in
-            // Reading both halves with their data is the access check; the ids granted below are
-            // the ones this read asked for.
-            do {
-                return try fs.keychain.identity(certificateID: certificateID, withData: true, caller: caller)
-            } catch let e as KeychainError {
-                throw ErrnoConversion.errno(for: e, during: "open of identity \(certificateID)")
-            }
+        // them again, without asking again: the handle carries the grant for both (the door's
+        // `openIdentity`, audited as one `open-read`). A refusal is answered by the errno of
+        // the status (an identity is a view, not one item).
+        let identity: Keychain.Identity
+        let granted: Caller
+        do {
+            (identity, granted) = try fs.session(caller).openIdentity(certificateID: certificateID)
+        } catch let e as KeychainError {
+            throw ErrnoConversion.errno(for: e, during: "open of identity \(certificateID)")
         }
-        var granted = caller.granting(presenceFor: identity.certificate.id).granting(presenceFor: identity.key.id)
-        granted.authenticationUI = .allow
         // The bundle is the handle's snapshot, in guarded memory (the handle is read-only); it
         // is revoked as an item handle is (Revocation.swift), by the key's protection class.
         let file = OpenFile(

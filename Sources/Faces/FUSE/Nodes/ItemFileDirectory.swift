@@ -58,13 +58,9 @@ extension ItemFileDirectory {
         // Committed without an fsync: nothing promised the empty item durable before this
         // handle's fsync or close, whose durable commit (of its bytes, or of the manifest alone
         // when it wrote none) makes it durable with them: one fsync per created file.
-        let item = try fs.audited(caller, item: nil, .create) {
-            try fs.keychain.add(itemClass, key, data: [], caller: caller, durable: false)
-        }
+        let (item, granted) = try fs.session(caller).create(itemClass, key, data: [], durable: false)
         fs.memoryFiles.markFresh(item.id)
         fs.directories.unmarkEmpty(ino)
-        var granted = caller.granting(presenceFor: item.id)
-        granted.authenticationUI = .allow
         let file = OpenFile(
             ino: Inode.item(itemClass, id: item.id), target: .item(itemClass, item.id), caller: granted,
             append: append, accessibility: item.accessibility, openedStat: fs.itemStat(item))
@@ -125,7 +121,7 @@ struct GroupDirectory: ItemFileDirectory {
     private func validListing(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing? {
         // The groups are compared first: the change stamp costs a store read.
         guard let cached = fs.listings.listing(ino), cached.groups == caller.accessGroups else { return nil }
-        guard cached.stamp == (try fs.keychain.changeStamp()) else {
+        guard cached.stamp == (try fs.session(caller).changeStamp()) else {
             fs.listings.evict(ino)
             return nil
         }
@@ -135,7 +131,7 @@ struct GroupDirectory: ItemFileDirectory {
     /// The directory's items as (name, inode), from the cache when nothing in the vault changed
     /// since it was made for these access groups.
     private func listing(in fs: KeychainFileSystem, caller: Caller) throws -> ListingCache.Listing {
-        let stamp = try fs.keychain.changeStamp()
+        let stamp = try fs.session(caller).changeStamp()
         let cached = fs.listings.listing(ino)
         if let cached, cached.isValid(stamp: stamp, groups: caller.accessGroups) { return cached }
         let entries = try fs.listItems(
@@ -161,7 +157,7 @@ struct FlatClassDirectory: TopLevelDirectory, ItemFileDirectory {
         var seen = Set<[UInt8]>()  // bytes: NFC and NFD labels are two names
         var out: [DirectoryEntry] = []
         // A page of rows at a time, each item's attributes dropped once its name is spelled.
-        try fs.keychain.forEachItem(itemClass, caller: caller) { item in
+        try fs.session(caller).forEachItem(itemClass) { item in
             let leaf = PathCodec.leaf(of: itemClass, item.attributes)
             if seen.insert(Array(leaf.utf8)).inserted {
                 out.append(DirectoryEntry(name: leaf, ino: Inode.item(itemClass, id: item.id), isDirectory: false))

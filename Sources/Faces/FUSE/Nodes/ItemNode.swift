@@ -22,8 +22,7 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
     /// the kernel's cache lifetime (`-o cache`, and never more than a second), the window in
     /// which the kernel's own caches show changes made elsewhere.
     func attributeItem(in fs: KeychainFileSystem, caller: Caller) throws -> KeychainItem {
-        try fs.keychain.item(
-            id: id, itemClass: itemClass, withData: false, caller: caller, recentWithin: fs.cacheSeconds)
+        try fs.session(caller).attributes(id: id, itemClass: itemClass, recentWithin: fs.cacheSeconds)
     }
 
     /// The access decision is taken here and bound to the handle: the item is visible to this
@@ -44,12 +43,9 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
         // query per durable `> file`, ~3 % of its CPU). Truncating an item that is empty
         // records the truncation too, committed only with the handle's writes
         // (`deferredTruncation`): two such writers leave one whole value, never a mix.
-        let stamp = writing && !truncating ? try? fs.keychain.changeStamp() : nil
-        let item = try fs.audited(caller, item: id, operation) {
-            try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller)
-        }
-        var granted = caller.granting(presenceFor: id)
-        granted.authenticationUI = .allow
+        let session = fs.session(caller)
+        let stamp = writing && !truncating ? try? session.changeStamp() : nil
+        let (item, granted) = try session.open(id: id, itemClass: itemClass, as: operation)
         let file = OpenFile(
             ino: ino, target: .item(itemClass, id), caller: granted, append: flags & O_APPEND != 0,
             accessibility: item.accessibility, openedStat: fs.itemStat(item))
@@ -71,19 +67,16 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
     }
 
     func unlink(in fs: KeychainFileSystem, caller: Caller) throws {
-        try fs.audited(caller, item: id, .delete) { _ = try fs.keychain.delete(query, caller: caller) }
+        try fs.session(caller).delete(query)
     }
 
     func truncate(to size: Int, in fs: KeychainFileSystem, caller: Caller) throws {
         try fs.commits.withLock(item: id) {
-            var data =
-                size == 0
-                ? []
-                : FileContent.of(
-                    itemClass,
-                    try fs.keychain.item(id: id, itemClass: itemClass, withData: true, caller: caller).data ?? [])
-            FileBytes.resize(&data, to: size)
-            try fs.keychain.update(query, attributes: [:], data: data, caller: caller)
+            try fs.session(caller).write(id: id, itemClass: itemClass, readFirst: size != 0) { current in
+                var data = size == 0 ? [] : FileContent.of(itemClass, current)
+                FileBytes.resize(&data, to: size)
+                return data
+            }
         }
     }
 }

@@ -14,7 +14,7 @@ extension KeychainFileSystem {
             query.attributes[grouping] = value
         }
         do {
-            return try keychain.copyMatching(query, caller: caller).filter {
+            return try session(caller).matching(query).filter {
                 PathCodec.directory(of: itemClass, $0.attributes).map { PathCodec.same($0, spelling) } ?? false
             }
         } catch KeychainStatus.itemNotFound { return [] }
@@ -50,7 +50,7 @@ extension KeychainFileSystem {
         let leaves = PathCodec.ListedLeaves(itemClass)
         // Each name spelled from the entry itself, as its chunk is decoded (its values decoded
         // only where the spelling needs them): no attribute set and no array of entries.
-        try keychain.forEachNameListEntry(itemClass, grouping: value, caller: caller) { entry in
+        try session(caller).forEachNameListEntry(itemClass, grouping: value) { entry in
             if !sameForAll {
                 guard let directory = PathCodec.directory(of: itemClass, entry), PathCodec.same(directory, spelling)
                 else { return }
@@ -67,8 +67,7 @@ extension KeychainFileSystem {
     func allItems(_ itemClass: ItemClass, caller: Caller) throws -> [KeychainItem] {
         guard itemClass != .identity else { return [] }
         do {
-            return try keychain.copyMatching(
-                Query(itemClass, matchLimit: .all, synchronizableAny: true), caller: caller)
+            return try session(caller).matching(Query(itemClass, matchLimit: .all, synchronizableAny: true))
         } catch KeychainStatus.itemNotFound { return [] }
     }
 
@@ -80,14 +79,12 @@ extension KeychainFileSystem {
             // A name in a group the caller is not in denotes nothing for it: ENOENT, like an
             // item that does not exist (never a permission error that would reveal it).
             if case .string(let group)? = key[Schema.accessGroup], !caller.canSee(accessGroup: group) {
-                access.audit?.record(caller, item: nil, .lookup, allowed: false, why: "not in access group")
+                session(caller).refused(nil, .lookup, why: "not in access group")
                 return nil
             }
             do {
-                return try keychain.copyMatching(
-                    Query(itemClass, key, matchLimit: .all, synchronizableAny: true), caller: caller
-                )
-                .first { PathCodec.same(PathCodec.leaf(of: itemClass, $0.attributes), name) }
+                return try session(caller).matching(Query(itemClass, key, matchLimit: .all, synchronizableAny: true))
+                    .first { PathCodec.same(PathCodec.leaf(of: itemClass, $0.attributes), name) }
             } catch KeychainStatus.itemNotFound { return nil }
         }
         guard PathCodec.isLongSpelling(name) else { return nil }

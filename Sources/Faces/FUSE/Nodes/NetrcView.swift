@@ -21,7 +21,8 @@ struct ViewsDirectory: TopLevelDirectory, NodeLookuper, NodeReaddirer {
 /// A generated file of `/views`: its content is made for each open (and stat), for the caller.
 protocol ViewFile: NodeOpener {
     var name: String { get }
-    func content(in fs: KeychainFileSystem, caller: Caller) -> [UInt8]
+    /// `opening`: for an open (the one audited read of the view), not a stat.
+    func content(in fs: KeychainFileSystem, caller: Caller, opening: Bool) -> [UInt8]
 }
 
 extension ViewFile {
@@ -29,7 +30,7 @@ extension ViewFile {
 
     func stat(in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
         NodeStat(
-            ino: ino, isDirectory: false, size: content(in: fs, caller: caller).count, modified: Date(),
+            ino: ino, isDirectory: false, size: content(in: fs, caller: caller, opening: false).count, modified: Date(),
             created: fs.mountTime)
     }
 
@@ -37,7 +38,7 @@ extension ViewFile {
     func open(flags: Int32, in fs: KeychainFileSystem, caller: Caller) throws -> OpenFile {
         let access = flags & O_ACCMODE
         if access == O_WRONLY || access == O_RDWR || flags & O_TRUNC != 0 { throw Errno.notPermitted }
-        let bytes = try fs.audited(caller, item: nil, .openRead) { content(in: fs, caller: caller) }
+        let bytes = content(in: fs, caller: caller, opening: true)
         return OpenFile(ino: ino, target: .generated(bytes), caller: caller, append: false)
     }
 }
@@ -58,31 +59,28 @@ struct NetrcFile: ViewFile {
     var ino: UInt64 { Inode.viewFile(0) }
     static let optIn = "netrc"
 
-    func content(in fs: KeychainFileSystem, caller: Caller) -> [UInt8] {
-        let items: [KeychainItem]
+    func content(in fs: KeychainFileSystem, caller: Caller, opening: Bool) -> [UInt8] {
+        let query = Query(
+            .internetPassword, [Schema.named("description"): .string(Self.optIn)], matchLimit: .all,
+            returnData: true, authenticationUI: .skip)
         do {
-            items = try fs.keychain.copyMatching(
-                Query(
-                    .internetPassword, [Schema.named("description"): .string(Self.optIn)], matchLimit: .all,
-                    returnData: true, authenticationUI: .skip),
-                caller: caller)
-        } catch KeychainStatus.itemNotFound {
-            return []
+            return try fs.session(caller).view(opening ? .openRead : nil, query, Self.entries)
         } catch let e as KeychainError {
             Log.warning("views/netrc is empty: \(e.message) (\(e.status.name))")
-            return []
         } catch {
             Log.warning("views/netrc is empty: \(error)")
-            return []
         }
+        return []
+    }
+
+    /// The entries of `items`, oldest first. The data is the password alone, as through every
+    /// face (git's extras are their own field, never part of it).
+    static func entries(_ items: [KeychainItem]) -> [UInt8] {
         var out: [UInt8] = []
         for item in items.sorted(by: { $0.id < $1.id }) {
-            let data = item.data ?? []
-            // An inet item's password ends at the first NUL (git's helper keeps fields after it).
-            let password = Array(data[..<(data.firstIndex(of: 0) ?? data.count)])
             let server = item.string(Schema.server) ?? ""
             let account = item.string(Schema.account) ?? ""
-            guard let entry = Self.entry(machine: server, login: account, password: password) else {
+            guard let entry = Self.entry(machine: server, login: account, password: item.data ?? []) else {
                 Log.warning("views/netrc leaves out \(item.summary): a value holds a line break or NUL or is not UTF-8")
                 continue
             }

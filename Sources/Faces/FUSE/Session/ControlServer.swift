@@ -18,16 +18,15 @@ import KeychainCrypto
 /// before it.
 public final class ControlServer: Sendable {
     public let path: String
-    let keychain: Keychain
-    let audit: AuditLog?
+    let access: AccessLayer
+    var audit: AuditLog? { access.audit }
     let uid: uid_t
     /// The listening socket: made in init, closed once by stop().
     private let listener: Int32
 
-    public init(path: String, keychain: Keychain, audit: AuditLog? = nil, uid: uid_t = getuid()) throws {
+    public init(path: String, access: AccessLayer, uid: uid_t = getuid()) throws {
         self.path = path
-        self.keychain = keychain
-        self.audit = audit
+        self.access = access
         self.uid = uid
         let dir = KeychainPaths.parent(of: path)
         try FileManager.default.createDirectory(
@@ -86,11 +85,13 @@ public final class ControlServer: Sendable {
         var byte: UInt8 = 0
         while read(client, &byte, 1) == 1 && byte != 10 && request.count < 64 { request.append(byte) }
         let command = String(decoding: request, as: UTF8.self)
+        let who = ProcessIdentity.of(tid: cred.pid)?.description ?? "pid \(cred.pid)"
+        let session = access.serviceSession(describedAs: who + " (control socket)", via: "control")
         do {
             switch command {
             case "status": break
             case "lock":
-                keychain.lock()
+                session.lock()
                 Log.info("locked by pid \(cred.pid)")
             case "unlock":
                 var secret = [UInt8]()
@@ -102,13 +103,13 @@ public final class ControlServer: Sendable {
                 }
                 Sodium.wipe(&chunk)
                 defer { Sodium.wipe(&secret) }
-                try keychain.unlock(passphrase: try SecureBytes(copying: secret))
+                try session.unlock(passphrase: try SecureBytes(copying: secret))
                 Log.info("unlocked by pid \(cred.pid)")
             default:
                 reply(client, "error \(KeychainStatus.param.rawValue) unknown request")
                 return
             }
-            reply(client, "ok " + Self.describe(keychain.lockState))
+            reply(client, "ok " + Self.describe(access.lockState))
         } catch let e as KeychainError {
             Log.info("unlock by pid \(cred.pid) failed: \(e.status.name)")
             reply(client, "error \(e.status.rawValue) \(e.message)")
@@ -165,12 +166,12 @@ public final class ControlServer: Sendable {
 
 /// `-o lock_after=SECONDS`: locks the keychain after that long without a filesystem request.
 public final class IdleLocker: Sendable {
-    let keychain: Keychain
+    let access: AccessLayer
     let seconds: Double
     private let lastActivity = Mutex(Date())
 
-    public init(keychain: Keychain, seconds: Double) {
-        self.keychain = keychain
+    public init(access: AccessLayer, seconds: Double) {
+        self.access = access
         self.seconds = seconds
     }
 
@@ -183,10 +184,10 @@ public final class IdleLocker: Sendable {
                 let idle = Date().timeIntervalSince(lastActivity.withLock { $0 })
                 // Idle since the last request *and* since the last unlock: an unlock after a
                 // long quiet spell must not be undone a second later.
-                if idle >= seconds, case .unlocked(let since) = keychain.lockState,
+                if idle >= seconds, case .unlocked(let since) = access.lockState,
                     Date().timeIntervalSince(since) >= seconds
                 {
-                    keychain.lock()
+                    access.serviceSession(describedAs: "keychainfs (idle \(Int(idle)) s)", via: "service").lock()
                     Log.info("locked after \(Int(idle)) s idle")
                 }
             }
