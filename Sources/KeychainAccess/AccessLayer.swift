@@ -21,9 +21,13 @@ public final class AccessLayer: Sendable {
         set { presenceVerifier.withLock { $0 = newValue } }
     }
 
+    /// The mount's `via=fuse vault=PATH`, spelled once: every open's audit line ends with it.
+    private let mountLine: String
+
     public init(keychain: Keychain, audit: AuditLog?) {
         self.keychain = keychain
         self.audit = audit
+        mountLine = VaultWord.line(via: "fuse", path: keychain.path)
     }
 
     /// The door for one request of a face this layer serves (the mount: `via` "fuse"): every
@@ -31,7 +35,9 @@ public final class AccessLayer: Sendable {
     public func session(
         _ caller: Caller, via: String = "fuse", lessened: String? = nil, names: AuditNames = .door
     ) -> KeychainSession {
-        KeychainSession(keychain: keychain, caller: caller, audit: audit, via: via, lessened: lessened, names: names)
+        KeychainSession(
+            keychain: keychain, caller: caller, audit: audit, via: via, lessened: lessened, names: names,
+            line: via == "fuse" ? mountLine : VaultWord.line(via: via, path: keychain.path))
     }
 
     /// The presence answers and identity confirmations of a face's scopes (ScopeLedger.swift).

@@ -92,11 +92,24 @@ public struct KeychainSession: KeychainDoor {
     /// The words the face's audit lines use for the door's verbs (`.door`: read, search, …;
     /// the Secret Service's `dbus-get-secret`, …).
     let names: AuditNames
+    /// `via=… vault=…`, the words every line of this session ends with (spelled once per face
+    /// and vault: `VaultWord`).
+    let line: String
 
     public init(
         keychain: Keychain, caller: Caller, audit: AuditLog?, via: String, lessened: String? = nil,
         names: AuditNames = .door
     ) {
+        self.init(
+            keychain: keychain, caller: caller, audit: audit, via: via, lessened: lessened, names: names,
+            line: VaultWord.line(via: via, path: keychain.path))
+    }
+
+    init(
+        keychain: Keychain, caller: Caller, audit: AuditLog?, via: String, lessened: String?, names: AuditNames,
+        line: String
+    ) {
+        self.line = line
         self.keychain = keychain
         self.caller = caller
         self.audit = audit
@@ -191,7 +204,6 @@ public struct KeychainSession: KeychainDoor {
     /// What follows the decision on its audit line: a face's own detail first (the ssh agent's
     /// `host=… forwarded=…`), then `via=`, `vault=` and a count.
     func detail(_ count: Int?, _ extra: String?) -> String {
-        let line = VaultWord.line(via: via, path: keychain.path)
         let counted = count.map { line + " count=\($0)" } ?? line
         return extra.map { $0 + " " + counted } ?? counted
     }

@@ -72,7 +72,7 @@ struct ItemNode: NodeOpener, NodeUnlinker, NodeTruncater, NodeWithItemAttributes
 
     func truncate(to size: Int, in fs: KeychainFileSystem, caller: Caller) throws {
         try fs.commits.withLock(item: id) {
-            try fs.session(caller).write(id: id, itemClass: itemClass, readFirst: size != 0) { current in
+            _ = try fs.session(caller).write(id: id, itemClass: itemClass, readFirst: size != 0) { current in
                 var data = size == 0 ? [] : FileContent.of(itemClass, current)
                 FileBytes.resize(&data, to: size)
                 return data
