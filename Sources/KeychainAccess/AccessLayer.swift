@@ -10,8 +10,8 @@ public final class AccessLayer: Sendable {
     let keychain: Keychain
     public let audit: AuditLog?
     private let presenceVerifier = Mutex<(any PresenceVerifier)?>(nil)
-    /// The policy as last read, and when.
-    private let policy = Mutex<(AccessPolicy, Date)?>(nil)
+    /// The policy as last read, when, and the vault's change stamp then.
+    private let policy = Mutex<(AccessPolicy, Date, [Int64]?)?>(nil)
     /// Callers identified once per thread lifetime, re-validated on each request (IdentityCache).
     public let identities = IdentityCache()
 
@@ -62,14 +62,30 @@ public final class AccessLayer: Sendable {
         keychain.onDamagedRow(observer)
     }
 
-    /// The policy, re-read at most once a second (a CLI change shows within a second).
+    /// The policy, re-read at most once a second (a CLI change shows within a second), and
+    /// only when the vault changed since it was read: a policy changes by a commit, and reading
+    /// it verifies its signature, which the first request after a quiet second paid every time
+    /// (a cold `stat` cost twice the floor's).
     func currentPolicy() throws -> AccessPolicy {
-        if let (p, at) = policy.withLock({ $0 }), Date().timeIntervalSince(at) < 1 { return p }
+        let now = Date()
+        guard let (p, at, stamp) = policy.withLock({ $0 }) else { return try readPolicy(at: now) }
+        if now.timeIntervalSince(at) < 1 { return p }
+        if let stamp, let current = try? keychain.changeStamp(), current == stamp {
+            policy.withLock { $0 = (p, now, stamp) }
+            return p
+        }
+        return try readPolicy(at: now)
+    }
+
+    private func readPolicy(at now: Date) throws -> AccessPolicy {
+        // The stamp first: a commit between the two leaves it behind, so the policy is read again.
+        let stamp = try? keychain.changeStamp()
         let p: AccessPolicy
         do { p = try keychain.accessPolicy() } catch KeychainStatus.interactionNotAllowed {
-            p = AccessPolicy()  // not unlocked yet: nothing is readable anyway
+            policy.withLock { $0 = (AccessPolicy(), now, nil) }
+            return AccessPolicy()  // not unlocked yet: nothing is readable anyway
         }
-        policy.withLock { $0 = (p, Date()) }
+        policy.withLock { $0 = (p, now, stamp) }
         return p
     }
 

@@ -30,6 +30,7 @@ extension KeychainFileSystem {
 
     /// Revokes the handles a lock leaves without their class key.
     func revokeAfterLock() {
+        directories.forgetSeen()
         for file in openFiles.itemHandles() {
             guard let accessibility = file.accessibility, !accessibility.readableWhileLocked else { continue }
             file.state.withLock { $0.revoke(.permissionDenied) }

@@ -14,8 +14,19 @@ struct GroupedClassDirectory: TopLevelDirectory, ItemDirectory, NodeLookuper, No
 
     func lookup(_ name: String, in fs: KeychainFileSystem, caller: Caller) throws -> NodeStat {
         if let ino = fs.directories.emptyDirectory(itemClass, name) { return fs.directoryStat(ino) }
+        // Found holding an item before, and nothing committed since: no index probe (a cold
+        // lookup touches the store's pages, keys and index; this, one table).
+        let session = fs.session(caller)
+        let stamp = try session.changeStamp()
+        if case .unlocked = fs.access.lockState,
+            let ino = fs.directories.seen(itemClass, name, stamp: stamp, groups: caller.accessGroups)
+        {
+            return fs.directoryStat(ino)
+        }
         guard try exists(name, in: fs, caller: caller) else { throw Errno.noSuchFileOrDirectory }
-        return fs.directoryStat(fs.directories.inode(itemClass, name))
+        let ino = fs.directories.inode(itemClass, name)
+        fs.directories.markSeen(ino, stamp: stamp, groups: caller.accessGroups)
+        return fs.directoryStat(ino)
     }
 
     /// A service directory exists when its service has an item the caller can see: one index

@@ -13,6 +13,9 @@ final class DirectoryTable: Sendable {
         var byInode: [UInt64: (ItemClass, String)] = [:]
         var next = Inode.firstDirectory
         var empty: Set<UInt64> = []
+        /// Directories a lookup found holding an item the caller's groups can see, and the
+        /// change stamp and groups it was found at (`seen(_:_:stamp:groups:)`).
+        var seen: [UInt64: (stamp: [Int64], groups: [String])] = [:]
 
         static func key(_ c: ItemClass, _ spelling: String) -> [UInt8] {
             Array(c.rawValue.utf8) + [UInt8(ascii: "/")] + Array(spelling.utf8)
@@ -33,6 +36,31 @@ final class DirectoryTable: Sendable {
 
     /// The inode of a directory, made on first use and stable for the life of the mount.
     func inode(_ c: ItemClass, _ spelling: String) -> UInt64 { state.withLock { $0.inode(c, spelling) } }
+
+    /// The inode of a directory a lookup found holding an item at this change stamp, for the
+    /// same access groups: it still holds one (no commit anywhere since, by any process), so a
+    /// lookup of it again (a cold `stat`, each name of a path) needs no index probe. Positive
+    /// answers only; forgotten at lock (`forgetSeen`), and the caller checks the lock state.
+    func seen(_ c: ItemClass, _ spelling: String, stamp: [Int64], groups: [String]) -> UInt64? {
+        state.withLock { s in
+            guard let ino = s.byKey[State.key(c, spelling)], let seen = s.seen[ino], seen.stamp == stamp,
+                seen.groups == groups
+            else { return nil }
+            return ino
+        }
+    }
+
+    /// Records that a lookup found `ino` holding an item at `stamp` for `groups` (at most 4,096
+    /// kept: past that the record starts again).
+    func markSeen(_ ino: UInt64, stamp: [Int64], groups: [String]) {
+        state.withLock { s in
+            if s.seen.count >= 4_096 { s.seen.removeAll(keepingCapacity: true) }
+            s.seen[ino] = (stamp, groups)
+        }
+    }
+
+    /// Forgets every lookup's finding (the keychain locked).
+    func forgetSeen() { state.withLock { $0.seen.removeAll() } }
 
     /// The class and spelling of a directory inode.
     func directory(_ ino: UInt64) -> (ItemClass, String)? { state.withLock { $0.byInode[ino] } }
