@@ -61,4 +61,67 @@ struct FormatFiveFixtureTests {
             try FormatFourFixture.expectNameLists(kc)
         }
     }
+
+    @Test(
+        "the first unlock migrates format 5 to 6: rows, index rows, buckets, name chunks and buckets, keys and policy byte for byte; only the manifest changes; verify is clean"
+    )
+    func migrates() throws {
+        for incremental in [false, true] {
+            try withTempDir { dir throws in
+                let (vault, deviceKey) = try FormatFiveFixture.copy(into: dir)
+                let before = try FormatFiveFixture.preserved(RawDB(vault))
+                let oldStored = try #require(try RawDB(vault).meta("manifest"))
+                #expect(oldStored.count == Manifest.encodedBytes)
+                let old = try #require(Manifest.decode(oldStored)).0
+                let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
+                // The full check (the CLI's default) and the incremental one (a mount, a one-shot
+                // command) both migrate: the Argon2id path does it before either check.
+                try kc.unlock(passphrase: try secure(FormatFiveFixture.passphrase), incrementalCheck: incremental)
+                let db = try RawDB(vault)
+                #expect(try db.meta("format") == le64(6))
+                // The store's schema is format 5's: format-5 code refuses the vault by its header
+                // ("vault format 6 is newer than this keychainfs supports (5)").
+                #expect(try db.query("PRAGMA user_version") == [[.integer(4)]])
+                #expect(try FormatFiveFixture.preserved(db) == before, "nothing but the manifest changed")
+                let stored = try #require(try db.meta("manifest"))
+                #expect(stored.count == Manifest.encodedBytesWithNames)
+                let manifest = try #require(Manifest.decode(stored)).0
+                #expect(manifest.counter == old.counter + 1 && manifest.count == 18 && manifest.highestID == 19)
+                let names = try #require(manifest.names)
+                // Format 5's top was the id buckets' and the lists' XORed together.
+                #expect(Manifest.xor(manifest.accumulator, names) == old.accumulator)
+                try FormatFourFixture.expectContents(kc)
+                try FormatFourFixture.expectNameLists(kc)
+                #expect(kc.waitForIntegrityCheck() == nil)
+                let report = try kc.verify(passphrase: try secure(FormatFiveFixture.passphrase))
+                #expect(report.isClean && report.format == 6, "\(report.failures) \(report.damaged)")
+
+                // Opened again (incrementally, as a mount does): not migrated again.
+                let again = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
+                try again.unlock(passphrase: try secure(FormatFiveFixture.passphrase), incrementalCheck: true)
+                #expect(again.waitForIntegrityCheck() == nil)
+                #expect(try RawDB(vault).meta("manifest") == stored)
+                try FormatFourFixture.expectNameLists(again)
+            }
+        }
+    }
+
+    @Test("a tampered format-5 vault is refused, not migrated: a name chunk deleted, or an item")
+    func damagedFixtureIsNotMigrated() throws {
+        for tamper in [
+            "DELETE FROM name_chunk WHERE (sidx, chunk) = (SELECT sidx, chunk FROM name_chunk ORDER BY sidx LIMIT 1)",
+            "DELETE FROM items WHERE id = 5",
+        ] {
+            try withTempDir { dir throws in
+                let (vault, deviceKey) = try FormatFiveFixture.copy(into: dir)
+                try RawDB(vault).exec(tamper)
+                let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
+                expectError(.decode, containing: ["integrity check failed", "not migrated"]) {
+                    try kc.unlock(passphrase: try secure(FormatFiveFixture.passphrase), incrementalCheck: true)
+                }
+                #expect(try RawDB(vault).meta("format") == le64(5))
+                #expect(try RawDB(vault).meta("manifest")?.count == Manifest.encodedBytes)
+            }
+        }
+    }
 }
