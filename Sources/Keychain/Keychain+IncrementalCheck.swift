@@ -8,7 +8,9 @@ import KeychainStore
 // mount and one-shot commands): the unlock checks the manifest's tag, the id bucket table, the
 // policy and the rollback mark; each bucket's rows are checked at the first read that needs them,
 // and a background pass checks the rest; the name lists' bucket table (format 6: its own
-// accumulator in the manifest) at the first listing, and by the background pass. docs/security.md, "Mounting", says why this is as safe as the full check.
+// accumulator in the manifest) at the first listing, and by the background pass.
+// docs/security.md, "Mounting" and "The name lists' accumulator (vault format 6)", says why this
+// is as safe as the full check.
 
 /// What this unlock has verified. Guarded by the keychain's `Mutex<State>`.
 struct IntegrityProgress {

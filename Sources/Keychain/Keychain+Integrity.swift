@@ -23,8 +23,8 @@ extension Keychain {
     /// one snapshot, and, unless `incremental`, every bucket's rows against the bucket table and
     /// the name lists' bucket table against its accumulator (the full check; `incremental` leaves
     /// each bucket for its first read or the background pass, and the name lists' table for the
-    /// first listing, Keychain+IncrementalCheck.swift). Returns the manifest and the authenticated header and
-    /// class keys. A mismatch says what does not match, in which buckets, and names the rows that
+    /// first listing, Keychain+IncrementalCheck.swift). Returns the manifest and the authenticated
+    /// header and class keys. A mismatch says what does not match, in which buckets, and names the rows that
     /// fail their own check. `first` sees the header and class keys of the same snapshot before
     /// the tag is checked (unlock opens the class keys there, so a damaged one is named as such).
     func verifyManifest(
@@ -144,8 +144,8 @@ extension Keychain {
     /// kept) and its bucket's entry XORed into the manifest's `names` (NameLists.swift); the
     /// master key is re-wrapped under the new format's associated data with the same KEK and
     /// salt, and the authenticated manifest is written. Rows, index rows, class keys and the
-    /// policy (and a format-5 vault's name lists and buckets) are kept byte for byte. Returns the new header (or the one another process
-    /// migrated to first).
+    /// policy (and a format-5 vault's name lists and buckets) are kept byte for byte. Returns the
+    /// new header (or the one another process migrated to first).
     func migrate(master: SecureBytes, kek: SecureBytes, metadataKey: SecureBytes, acceptRollback: Bool = false)
         throws -> VaultHeader
     {
