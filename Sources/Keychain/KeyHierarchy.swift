@@ -25,9 +25,15 @@ struct VaultHeader {
     /// name list per secondary-index value (the `name_chunk` and `name_bucket` tables, store
     /// schema 4, NameLists.swift), covered by the manifest, so a directory is listed without
     /// opening every item; older vaults get the lists at their first unlock, and format-4 code
-    /// refuses the vault as newer.
-    static let formatVersion: Int64 = 5
-    /// The first format whose manifest is authenticated (formats 2 to 4 share its layout).
+    /// refuses the vault as newer. 6: the name lists' bucket entries have an accumulator of
+    /// their own in the manifest (`Manifest.names`), beside the id buckets' top, so an unlock
+    /// checks the id buckets without folding every list's bucket (a one-shot read of a
+    /// 100,000-item vault), and a listing checks the lists' table when it needs it; format-5
+    /// vaults are split at their first unlock (nothing but the manifest changes), and format-5
+    /// code refuses the vault as newer.
+    static let formatVersion: Int64 = 6
+    /// The first format whose manifest is authenticated (formats 2 to 5 share its layout; format 6
+    /// adds the name lists' accumulator).
     static let authenticatedManifestFormat: Int64 = 2
     /// The first format with the attribute index.
     static let attributeIndexFormat: Int64 = 3
@@ -35,6 +41,8 @@ struct VaultHeader {
     static let bucketedManifestFormat: Int64 = 4
     /// The first format with the name lists.
     static let nameListFormat: Int64 = 5
+    /// The first format whose manifest holds the name lists' accumulator apart from the top.
+    static let nameAccumulatorFormat: Int64 = 6
 
     var format: Int64
     var vaultID: [UInt8]

@@ -5,9 +5,12 @@ import KeychainCrypto
 import KeychainStore
 
 // The incremental integrity check (vault format 4, `unlock(…, incremental: true)`, used by the
-// mount): the unlock checks the manifest's tag, the bucket table, the policy and the rollback
-// mark; each bucket's rows are checked at the first read that needs them, and a background pass
-// checks the rest. docs/security.md, "Mounting", says why this is as safe as the full check.
+// mount and one-shot commands): the unlock checks the manifest's tag, the id bucket table, the
+// policy and the rollback mark; each bucket's rows are checked at the first read that needs them,
+// and a background pass checks the rest; the name lists' bucket table (format 6: its own
+// accumulator in the manifest) at the first listing, and by the background pass.
+// docs/security.md, "Mounting" and "The name lists' accumulator (vault format 6)", says why this
+// is as safe as the full check.
 
 /// What this unlock has verified. Guarded by the keychain's `Mutex<State>`.
 struct IntegrityProgress {
@@ -23,6 +26,9 @@ struct IntegrityProgress {
     /// skips it (folding every bucket and every name list for each of a vault's buckets made a
     /// one-shot search of 100,000 items take 49 s).
     var tableVerifiedAt: [Int64]?
+    /// The same for the name lists' bucket table (format 6; one keyed hash per directory, so a
+    /// listing folds it once per state of the vault, not once per listing).
+    var namesVerifiedAt: [Int64]?
     /// The background pass of this unlock, while it runs.
     var pass: BackgroundPass?
     /// Told (once) about the failure, for the face's log.
@@ -77,6 +83,7 @@ extension Keychain {
             $0.integrity.verified = []
             $0.integrity.failure = nil
             $0.integrity.tableVerifiedAt = nil
+            $0.integrity.namesVerifiedAt = nil
             $0.integrity.pass = pass
         }
         guard let pass else { return }
@@ -90,7 +97,10 @@ extension Keychain {
                 state.withLock { if $0.integrity.pass === pass { $0.integrity.pass = nil } }
                 pass.finish()
             }
-            do { try verifyEveryBucket() } catch {
+            do {
+                try verifyEveryBucket()
+                try verifyNameTable()
+            } catch {
                 // Not a mismatch (a decode failure is recorded where it is found): the disk or a
                 // lock. Readers that need every bucket run the pass again themselves.
                 if (error as? KeychainError)?.status != .decode {
@@ -150,6 +160,28 @@ extension Keychain {
         state.withLock { $0.integrity.complete = true }
     }
 
+    /// The name lists' bucket table against its authenticated accumulator (format 6), as a
+    /// listing checks it: the background pass's last step, so a mount finds a tampered table
+    /// even if nothing is listed. A mismatch is recorded as the vault's failure.
+    private func verifyNameTable() throws {
+        do {
+            try readVerifyingTable(keys: try currentKeys(), names: true) { _, _, _ in }
+        } catch let e as KeychainError where e.status == .decode {
+            recordFailure(e)
+            throw e
+        }
+    }
+
+    /// Records the vault's first integrity failure and tells the observer.
+    private func recordFailure(_ e: KeychainError) {
+        let observer = state.withLock { s -> (@Sendable (String) -> Void)? in
+            guard s.integrity.failure == nil else { return nil }
+            s.integrity.failure = e.message
+            return s.integrity.observer
+        }
+        observer?(e.message + "; every read of this vault now fails (EIO)")
+    }
+
     /// One bucket against the authenticated manifest, in one snapshot: the tag, the rollback
     /// mark, the bucket table against the tag's top accumulator, then the bucket's rows and index
     /// rows against its stored value. A mismatch is recorded as the vault's failure.
@@ -170,21 +202,17 @@ extension Keychain {
                 )
             }
         } catch let e as KeychainError where e.status == .decode {
-            let observer = state.withLock { s -> (@Sendable (String) -> Void)? in
-                guard s.integrity.failure == nil else { return nil }
-                s.integrity.failure = e.message
-                return s.integrity.observer
-            }
-            observer?(e.message + "; every read of this vault now fails (EIO)")
+            recordFailure(e)
             throw e
         }
         state.withLock { _ = $0.integrity.verified.insert(bucket) }
     }
 
     /// `body` in one read snapshot whose authenticated top (tag, rollback mark) is verified and
-    /// whose bucket table matches it, with the verified manifest and the stored table.
+    /// whose bucket table matches it (and, `names`, the name lists' bucket table its accumulator:
+    /// a listing), with the verified manifest and the stored table.
     ///
-    /// The table (every id bucket and every name list folded: O(buckets + directories)) is
+    /// The table (every id bucket folded: O(buckets); the name lists' one per directory) is
     /// checked once per state of the vault, not once per snapshot: the store's change stamp read
     /// before and after a snapshot, unchanged, is that snapshot's (nothing committed in between),
     /// and the stamp at which the table last matched is kept. A snapshot at that stamp skips it;
@@ -192,22 +220,23 @@ extension Keychain {
     /// (Folding the table for each of a vault's 196 buckets made a one-shot search of 100,000
     /// items take 49 s.)
     func readVerifyingTable<R>(
-        keys: Keys, _ body: (any ItemStoreReader, Manifest, [Int64: ManifestBucket]) throws -> R
+        keys: Keys, names: Bool = false, _ body: (any ItemStoreReader, Manifest, [Int64: ManifestBucket]) throws -> R
     ) throws -> R {
         let seen = highestCounterSeen()
         while true {
             let before = try? store.changeStamp()
-            let verifiedAt = state.withLock { $0.integrity.tableVerifiedAt }
+            let (verifiedAt, namesAt) = state.withLock { ($0.integrity.tableVerifiedAt, $0.integrity.namesVerifiedAt) }
             let skipTable = before != nil && before == verifiedAt
+            let skipNames = !names || (before != nil && before == namesAt)
             let result = try storeCall {
                 try store.read { vault -> R in
                     let authenticated = try AuthenticatedState.read(from: vault)
                     let expected = try authenticated.verified(try vault.meta("manifest"), keys: keys.manifest)
                     try refuseRollback(expected.counter, seen: seen, accepting: false)
                     let stored = try ManifestBuckets.stored(vault)
-                    if !skipTable,
+                    if !(skipTable && skipNames),
                         let problem = try Manifest.bucketTableMismatch(
-                            vault, stored, expected: expected, key: keys.manifest.entry)
+                            vault, stored, expected: expected, key: keys.manifest.entry, names: !skipNames)
                     {
                         throw KeychainError(.decode, "vault integrity check failed: \(problem)")
                     }
@@ -215,11 +244,19 @@ extension Keychain {
                 }
             }
             let after = try? store.changeStamp()
-            if skipTable && before != after {
-                state.withLock { if $0.integrity.tableVerifiedAt == verifiedAt { $0.integrity.tableVerifiedAt = nil } }
+            if (skipTable || (names && skipNames)) && before != after {
+                state.withLock {
+                    if $0.integrity.tableVerifiedAt == verifiedAt { $0.integrity.tableVerifiedAt = nil }
+                    if $0.integrity.namesVerifiedAt == namesAt { $0.integrity.namesVerifiedAt = nil }
+                }
                 continue
             }
-            if !skipTable, let before, before == after { state.withLock { $0.integrity.tableVerifiedAt = before } }
+            if let before, before == after {
+                state.withLock {
+                    $0.integrity.tableVerifiedAt = before
+                    if names { $0.integrity.namesVerifiedAt = before }
+                }
+            }
             return result
         }
     }

@@ -20,10 +20,11 @@ extension Keychain {
     // MARK: Unlock-time check
 
     /// Authenticates the manifest and checks the bucket table and access policy against it, in
-    /// one snapshot, and, unless `incremental`, every bucket's rows against the bucket table (the
-    /// full check; `incremental` leaves each bucket for its first read or the background pass,
-    /// Keychain+IncrementalCheck.swift). Returns the manifest and the authenticated header and
-    /// class keys. A mismatch says what does not match, in which buckets, and names the rows that
+    /// one snapshot, and, unless `incremental`, every bucket's rows against the bucket table and
+    /// the name lists' bucket table against its accumulator (the full check; `incremental` leaves
+    /// each bucket for its first read or the background pass, and the name lists' table for the
+    /// first listing, Keychain+IncrementalCheck.swift). Returns the manifest and the authenticated
+    /// header and class keys. A mismatch says what does not match, in which buckets, and names the rows that
     /// fail their own check. `first` sees the header and class keys of the same snapshot before
     /// the tag is checked (unlock opens the class keys there, so a damaged one is named as such).
     func verifyManifest(
@@ -45,7 +46,9 @@ extension Keychain {
                             .decode, "vault integrity check failed: \(problem)\(which); \(Self.describe(damaged))")
                     }
                 }
-                if let problem = try Manifest.bucketTableMismatch(vault, stored, expected: expected, key: keys.entry) {
+                if let problem = try Manifest.bucketTableMismatch(
+                    vault, stored, expected: expected, key: keys.entry, names: !incremental)
+                {
                     throw KeychainError(.decode, "vault integrity check failed: \(problem)")
                 }
                 return (expected, state)
@@ -129,19 +132,20 @@ extension Keychain {
         rollbackMark.raise(to: counter)
     }
 
-    // MARK: Migration from formats 1 to 4
+    // MARK: Migration from formats 1 to 5
 
-    /// Format 1, 2, 3 or 4 → 5 in one write transaction. The stored manifest is checked as its own
+    /// Format 1, 2, 3, 4 or 5 → 6 in one write transaction. The stored manifest is checked as its own
     /// format checks it (format 1: count and accumulator; formats 2 and 3: tag, table, index,
     /// policy and the device's rollback mark), then the store gets the new tables
     /// (`upgradeSchema`); a format-1 or format-2 vault gets every password item's attribute-index
     /// tags (`buildAttributeIndex`); the manifest's buckets are tallied from the table and index
     /// and stored, and their entries make the new top accumulator (ManifestBuckets.swift); every
-    /// name list is built from the rows and its bucket's entry XORed into the top (NameLists.swift); the
+    /// name list is built from the rows (a format-5 vault's lists, verified with the rows, are
+    /// kept) and its bucket's entry XORed into the manifest's `names` (NameLists.swift); the
     /// master key is re-wrapped under the new format's associated data with the same KEK and
     /// salt, and the authenticated manifest is written. Rows, index rows, class keys and the
-    /// policy are kept byte for byte. Returns the new header (or the one another process
-    /// migrated to first).
+    /// policy (and a format-5 vault's name lists and buckets) are kept byte for byte. Returns the
+    /// new header (or the one another process migrated to first).
     func migrate(master: SecureBytes, kek: SecureBytes, metadataKey: SecureBytes, acceptRollback: Bool = false)
         throws -> VaultHeader
     {
@@ -155,10 +159,10 @@ extension Keychain {
                 var manifest =
                     try header.format == 1
                     ? formatOneManifest(vault, keys: keys, metadataKey: metadataKey)
-                    : header.format == VaultHeader.bucketedManifestFormat
+                    : header.format >= VaultHeader.bucketedManifestFormat
                         ? verifiedManifest(
                             vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback,
-                            tally: { try Manifest.bucketTally($0, key: keys.entry).0 })
+                            tally: { try Manifest.bucketTally($0, key: keys.entry, split: false).0 })
                         : verifiedManifest(
                             vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback,
                             tally: { try Manifest.tally($0, key: keys.entry) })
@@ -170,8 +174,11 @@ extension Keychain {
                 let buckets = try ManifestBuckets.tally(vault, key: keys.entry)
                 try ManifestBuckets.write(buckets, to: vault)
                 (manifest.accumulator, manifest.count) = ManifestBuckets.fold(buckets, key: keys.entry)
-                let names = try NameLists(vaultID: header.vaultID, keys: keys).rebuild(in: vault)
-                manifest.accumulator = Manifest.xor(manifest.accumulator, NameLists.fold(names, key: keys.entry))
+                let names =
+                    header.format >= VaultHeader.nameListFormat
+                    ? try NameLists.tally(vault, key: keys.entry)
+                    : try NameLists(vaultID: header.vaultID, keys: keys).rebuild(in: vault)
+                manifest.names = NameLists.fold(names, key: keys.entry)
                 header.format = VaultHeader.formatVersion
                 header.wrappedMaster = try master.withUnsafeBytes {
                     try AEAD.seal($0, associatedData: header.masterAssociatedData, key: kek)
@@ -207,10 +214,11 @@ extension Keychain {
         return manifest
     }
 
-    /// The manifest of a format-2, -3 or -4 vault, verified as unlock verified it in that format
+    /// The manifest of a format-2 to -5 vault, verified as unlock verified it in that format
     /// (the tag; the accumulator `tally` makes from every row and index row: flat in formats 2
     /// and 3, the buckets folded to the top in format 4, whose name-list tables are new and empty
-    /// here; the policy; the rollback mark), with the counter moved on by this write.
+    /// here, and in format 5 with every name list's chunks folded in too; the policy; the rollback
+    /// mark), with the counter moved on by this write.
     private func verifiedManifest(
         _ vault: any ItemStoreWriter, keys: ManifestKeys, metadataKey: SecureBytes, acceptRollback: Bool,
         tally: (any ItemStoreWriter) throws -> Manifest
@@ -229,35 +237,49 @@ extension Keychain {
 }
 
 extension Manifest {
-    /// Formats 4 and 5: the manifest of what the store holds now (counter 0) and its buckets:
-    /// count and top accumulator folded from the buckets tallied over every row and index row
-    /// (and, format 5, every name list's chunks), the highest id in either, and the policy's entry.
-    static func bucketTally(_ vault: any ItemStoreReader, key: SecureBytes) throws
+    /// Formats 4 to 6: the manifest of what the store holds now (counter 0) and its buckets:
+    /// count and top accumulator folded from the buckets tallied over every row and index row,
+    /// the name lists' accumulator from every list's chunks (`split`, format 6; else XORed into
+    /// the top, as formats 4 and 5 keep it), the highest id in either, and the policy's entry.
+    static func bucketTally(_ vault: any ItemStoreReader, key: SecureBytes, split: Bool = true) throws
         -> (Manifest, [Int64: ManifestBucket])
     {
         let buckets = try ManifestBuckets.tally(vault, key: key)
         var (accumulator, count) = ManifestBuckets.fold(buckets, key: key)
-        accumulator = xor(accumulator, NameLists.fold(try NameLists.tally(vault, key: key), key: key))
+        let names = NameLists.fold(try NameLists.tally(vault, key: key), key: key)
+        if !split { accumulator = xor(accumulator, names) }
         let found = Manifest(
             counter: 0, count: count, highestID: try vault.highestStoredID(), accumulator: accumulator,
-            policy: policyEntry(try vault.meta("access_policy"), key: key))
+            policy: policyEntry(try vault.meta("access_policy"), key: key), names: split ? names : nil)
         return (found, buckets)
     }
 
-    /// Formats 4 and 5, without reading a row: what differs between the stored bucket tables (id
-    /// buckets and name-list buckets, with the policy and the highest id stored) and the
-    /// authenticated manifest, in words; nil when they agree. One keyed hash per bucket.
+    /// Formats 4 to 6, without reading a row: what differs between the stored bucket tables (id
+    /// buckets, with the policy and the highest id stored; the name lists' buckets when `names`,
+    /// and always in format 5, where they share the top) and the authenticated manifest, in
+    /// words; nil when they agree. One keyed hash per bucket: the id buckets' table alone is a
+    /// few hundred at 100,000 items, the name lists' one per directory (100,000 there).
     static func bucketTableMismatch(
-        _ vault: any ItemStoreReader, _ stored: [Int64: ManifestBucket], expected: Manifest, key: SecureBytes
+        _ vault: any ItemStoreReader, _ stored: [Int64: ManifestBucket], expected: Manifest, key: SecureBytes,
+        names: Bool = true
     ) throws -> String? {
         var (accumulator, count) = ManifestBuckets.fold(stored, key: key)
-        accumulator = xor(accumulator, try NameLists.foldStored(vault, key: key))
+        var foundNames = expected.names
+        if expected.names == nil {
+            accumulator = xor(accumulator, try NameLists.foldStored(vault, key: key))
+        } else if names {
+            foundNames = try NameLists.foldStored(vault, key: key)
+        }
         let found = Manifest(
             counter: 0, count: count, highestID: try vault.highestStoredID(), accumulator: accumulator,
-            policy: policyEntry(try vault.meta("access_policy"), key: key))
+            policy: policyEntry(try vault.meta("access_policy"), key: key), names: foundNames)
         guard let problem = mismatch(found: found, expected: expected) else { return nil }
         guard found.highestID <= expected.highestID && Sodium.constantTimeEqual(found.policy, expected.policy) else {
             return problem
+        }
+        if found.count == expected.count && Sodium.constantTimeEqual(found.accumulator, expected.accumulator) {
+            return
+                "the name lists' bucket table does not match its authenticated accumulator: a list's bucket was deleted, added, altered or replayed from an older copy"
         }
         return
             "the manifest's bucket table does not match its authenticated manifest: a bucket was deleted, added, altered or replayed from an older copy"
@@ -288,7 +310,11 @@ extension Manifest {
                 "the item table does not match its authenticated manifest: row \(found.highestID) has an id that was never issued (a row was copied or inserted under a new id)"
         }
         if found.count == expected.count && Sodium.constantTimeEqual(found.accumulator, expected.accumulator) {
-            return nil
+            guard let names = expected.names, !Sodium.constantTimeEqual(found.names ?? Manifest.zeros, names) else {
+                return nil
+            }
+            return
+                "the name lists do not match their authenticated accumulator: a list's chunks were altered, deleted, added, swapped or replayed from an older copy"
         }
         let what = Manifest.whatDiffers(found: found.count, expected: expected.count)
         return

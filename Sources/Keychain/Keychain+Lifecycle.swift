@@ -156,9 +156,10 @@ extension Keychain {
         let seen = highestCounterSeen()
         var classKeys: [Accessibility: SecureBytes] = [:]
         var deviceMatches = false
-        // Brackets the snapshot (see verifyBucket): an incremental unlock checked the bucket
-        // table in it, and the first bucket's check need not fold it again.
-        let stampBefore = incremental ? try? store.changeStamp() : nil
+        // Brackets the snapshot (see readVerifyingTable): the unlock checked the bucket table in
+        // it (and, the full check, the name lists' table), and the first bucket's check (or
+        // listing) need not fold it again.
+        let stampBefore = try? store.changeStamp()
         let (manifest, authenticated) = try verifyManifest(
             keys: manifestKeys, metadataKey: metadata, incremental: incremental
         ) { state in
@@ -185,7 +186,10 @@ extension Keychain {
         rollbackMark.makeDurable()
         startIntegrityProgress(complete: !incremental)
         if let stampBefore, stampBefore == (try? store.changeStamp()) {
-            state.withLock { $0.integrity.tableVerifiedAt = stampBefore }
+            state.withLock {
+                $0.integrity.tableVerifiedAt = stampBefore
+                if !incremental { $0.integrity.namesVerifiedAt = stampBefore }
+            }
         }
     }
 

@@ -9,8 +9,9 @@ import KeychainStore
 extension Keychain {
     /// The entries (id and name attributes) of the items of `itemClass` whose grouping attribute
     /// (service, server) is `value`, in every access group of the caller, in id order. Checked in
-    /// one snapshot: the manifest's tag, the rollback mark, the bucket tables against the tag's
-    /// top accumulator, and each list's chunks against its bucket; then each chunk opened with the
+    /// one snapshot: the manifest's tag, the rollback mark, the id bucket table against the tag's
+    /// top accumulator and the name lists' bucket table against its own (format 6; once per state
+    /// of the vault), and each list's chunks against its bucket; then each chunk opened with the
     /// AD of its place. A list that does not match is errSecDecode naming the list's bucket only
     /// (nothing read from a chunk); it fails this listing, not the vault's other reads, whose
     /// rows are checked by their own buckets.
@@ -40,7 +41,7 @@ extension Keychain {
         }
         let lists = NameLists(vaultID: vaultID, keys: keys.manifest)
         let indexes = groups.map { secondaryIndex(itemClass, group: $0, value, keys: keys) }
-        let sealed = try readVerifyingTable(keys: keys) { vault, _, _ in
+        let sealed = try readVerifyingTable(keys: keys, names: true) { vault, _, _ in
             try indexes.map { sidx in
                 let chunks = try vault.nameChunks(secondaryIndex: sidx)
                 let found = NameLists.tally(chunks, sidx, key: keys.manifest.entry)

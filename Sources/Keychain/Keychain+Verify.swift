@@ -71,11 +71,14 @@ extension Keychain {
                     classKeys = try Self.openClassKeys(state, master: master, device: deviceMatches ? device : nil)
                 } catch let e as KeychainError { report.failures.append(e.message) }
                 report.classKeysOpened = classKeys.count
-                // Format 4: the buckets tallied from the table; formats 1 to 3: the flat accumulator.
+                // Formats 4 to 6: the buckets tallied from the table (format 6: the name lists' accumulator
+                // apart); formats 1 to 3: the flat accumulator.
                 let bucketed = state.header.format >= VaultHeader.bucketedManifestFormat
                 let (found, buckets) =
                     bucketed
-                    ? try Manifest.bucketTally(vault, key: manifestKeys.entry)
+                    ? try Manifest.bucketTally(
+                        vault, key: manifestKeys.entry,
+                        split: state.header.format >= VaultHeader.nameAccumulatorFormat)
                     : (try Manifest.tally(vault, key: manifestKeys.entry), [:])
                 if let problem = try manifestProblem(vault, state, found: found, keys: manifestKeys, into: &report) {
                     let which = ManifestBuckets.differing(found: buckets, stored: try ManifestBuckets.stored(vault))
@@ -85,6 +88,16 @@ extension Keychain {
                 {
                     report.failures.append(
                         "vault integrity check failed: the manifest's bucket table does not match the item table in \(which)"
+                    )
+                }
+                // A list's stored bucket against its chunks (the tally above covers the chunks, not
+                // the bucket rows an unlock folds).
+                if state.header.format >= VaultHeader.nameListFormat,
+                    let which = NameLists.differing(
+                        found: try NameLists.tally(vault, key: manifestKeys.entry), stored: try NameLists.stored(vault))
+                {
+                    report.failures.append(
+                        "vault integrity check failed: the name lists' bucket table does not match their chunks in \(which)"
                     )
                 }
                 if let blob = try vault.meta("access_policy") {

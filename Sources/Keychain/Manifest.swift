@@ -2,15 +2,20 @@ import Foundation
 import KeychainCrypto
 import KeychainStore
 
-/// The authenticated manifest (vault formats 2 to 4). Stored as the meta blob `manifest`:
+/// The authenticated manifest (vault formats 2 to 6). Stored as the meta blob `manifest`:
 ///
-///     counter ‖ count ‖ highestID ‖ accumulator ‖ policy ‖ tag        (8+8+8+32+32+32 bytes)
+///     counter ‖ count ‖ highestID ‖ accumulator ‖ policy ‖ tag            (8+8+8+32+32+32 bytes)
+///     counter ‖ count ‖ highestID ‖ accumulator ‖ policy ‖ names ‖ tag    (format 6: +32 bytes)
 ///
 /// - `accumulator`: the XOR of `entry(row)` over every row, a keyed BLAKE2b of the row's id,
 ///   version and every stored column (MSet-XOR-Hash; updatable in O(1) per change), and from
 ///   format 3 of `tagEntry` over every attribute-index row (item id, tag); from format 4 the
 ///   XOR of the keyed entries of the manifest's buckets instead, each bucket the XOR of its own
-///   rows' and index rows' entries (ManifestBuckets.swift), and `count` their sum;
+///   rows' and index rows' entries (ManifestBuckets.swift), and `count` their sum; in format 5
+///   also the XOR of the name lists' bucket entries (NameLists.swift);
+/// - `names` (format 6): the XOR of the name lists' bucket entries, apart from `accumulator`, so
+///   the id buckets are checked against the tag without folding every list's bucket (an unlock),
+///   and the lists' buckets only when a listing needs them;
 /// - `policy`: the keyed entry of the stored access policy (zeros when there is none);
 /// - `counter`: incremented by every write transaction (rollback detection);
 /// - `highestID`: the highest item id ever issued, so ids are never reused even if SQLite's
@@ -29,23 +34,32 @@ struct Manifest: Equatable {
     var highestID: Int64
     var accumulator: [UInt8]
     var policy: [UInt8]
+    /// Format 6: the name lists' accumulator; nil in the manifests of formats 2 to 5.
+    var names: [UInt8]? = nil
 
     static let zeros = [UInt8](repeating: 0, count: 32)
-    static let empty = Manifest(counter: 0, count: 0, highestID: 0, accumulator: zeros, policy: zeros)
+    /// An empty vault's manifest in today's format.
+    static let empty = Manifest(counter: 0, count: 0, highestID: 0, accumulator: zeros, policy: zeros, names: zeros)
     static let tagBytes = 32
     static let encodedBytes = 24 + 32 + 32 + tagBytes
+    /// Format 6's, with the name lists' accumulator.
+    static let encodedBytesWithNames = encodedBytes + 32
 
     /// Everything but the tag.
-    var body: [UInt8] { Framing.int(counter) + Framing.int(count) + Framing.int(highestID) + accumulator + policy }
+    var body: [UInt8] {
+        Framing.int(counter) + Framing.int(count) + Framing.int(highestID) + accumulator + policy + (names ?? [])
+    }
 
-    /// The manifest and its tag, if `stored` has the right shape (nothing is verified here).
+    /// The manifest and its tag, if `stored` has one of the two shapes (nothing is verified here;
+    /// `AuthenticatedState.verified` checks the shape is the header's format's).
     static func decode(_ stored: [UInt8]) -> (Manifest, tag: [UInt8])? {
-        guard stored.count == encodedBytes else { return nil }
+        guard stored.count == encodedBytes || stored.count == encodedBytesWithNames else { return nil }
         func int(_ at: Int) -> Int64 { stored[at..<(at + 8)].reversed().reduce(Int64(0)) { ($0 << 8) | Int64($1) } }
+        let withNames = stored.count == encodedBytesWithNames
         let manifest = Manifest(
             counter: int(0), count: int(8), highestID: int(16), accumulator: Array(stored[24..<56]),
-            policy: Array(stored[56..<88]))
-        return (manifest, Array(stored[88...]))
+            policy: Array(stored[56..<88]), names: withNames ? Array(stored[88..<120]) : nil)
+        return (manifest, Array(stored[(withNames ? 120 : 88)...]))
     }
 
     /// The row's entry: keyed BLAKE2b over the domain, the id, the version and a digest of every
@@ -159,7 +173,9 @@ struct AuthenticatedState {
 
     /// The stored manifest, if its tag verifies over it and this state.
     func verified(_ stored: [UInt8]?, keys: ManifestKeys) throws -> Manifest {
-        guard let stored, let (manifest, tag) = Manifest.decode(stored) else {
+        guard let stored, let (manifest, tag) = Manifest.decode(stored),
+            (manifest.names != nil) == (header.format >= VaultHeader.nameAccumulatorFormat)
+        else {
             throw KeychainError(.decode, "vault integrity check failed: the manifest is missing or malformed")
         }
         guard Sodium.constantTimeEqual(tag, self.tag(manifest, keys: keys)) else {

@@ -16,10 +16,11 @@ import KeychainStore
 ///   attribute values and nothing else) with an AD binding the table, vault id, class,
 ///   secondary index, chunk key and format, so no chunk opens anywhere but where it was written;
 /// - each list has a bucket (`name_bucket`): the XOR of its chunks' keyed entries and their
-///   count; each bucket's keyed entry is XORed into the manifest's top accumulator beside the
-///   id buckets' (ManifestBuckets.swift), so the authenticated tag covers every chunk, and a
-///   listing checks its own list's chunks against its bucket in the snapshot where it checks
-///   the tag over the bucket tables (`Keychain.nameList`).
+///   count; each bucket's keyed entry is XORed into the manifest's name-list accumulator
+///   (`Manifest.names`, format 6; format 5 XORed them into the top beside the id buckets'), so
+///   the authenticated tag covers every chunk, and a listing checks its own list's chunks
+///   against its bucket in the snapshot where it checks the lists' bucket table against the
+///   tag (`Keychain.nameList`).
 ///
 /// The lists are kept by the writer every write transaction goes through (ManifestedWriter):
 /// an insert, a delete, or a replace that changes the row's class, primary or secondary index
@@ -107,8 +108,8 @@ struct NameLists {
             ]), key: key)
     }
 
-    /// The XOR of every list bucket's entry: what the name lists add to the top accumulator.
-    /// The same fold over the stored buckets, read one by one.
+    /// The XOR of every list bucket's entry: the manifest's `names` (format 5: what the name
+    /// lists added to the top accumulator). The same fold over the stored buckets, read one by one.
     static func foldStored(_ vault: any ItemStoreReader, key: SecureBytes) throws -> [UInt8] {
         var top = ManifestBucket()
         try vault.forEachNameBucket { sidx, accumulator, count in
@@ -239,10 +240,11 @@ struct NameLists {
                     bucket.count += 1
                 }
             }
-            var top = ManifestBucket(accumulator: manifest.accumulator)
+            // Format 6: the lists' own accumulator (a commit runs on today's format only).
+            var top = ManifestBucket(accumulator: manifest.names ?? Manifest.zeros)
             top.xor(Self.bucketEntry(sidx, old, key: keys.entry))
             top.xor(Self.bucketEntry(sidx, bucket, key: keys.entry))
-            manifest.accumulator = top.accumulator
+            manifest.names = top.accumulator
             try vault.setNameBucket(secondaryIndex: sidx, bucket.isEmpty ? nil : (bucket.accumulator, bucket.count))
         }
     }

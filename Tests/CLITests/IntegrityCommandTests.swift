@@ -30,7 +30,7 @@ extension Sandbox {
 
 @Suite("Integrity commands")
 struct IntegrityCommandTests {
-    @Test("the format-1 fixture through today's CLI: the same dump and policy as format 1 printed, then format 5")
+    @Test("the format-1 fixture through today's CLI: the same dump and policy as format 1 printed, then format 6")
     func fixtureThroughCLI() throws {
         _ = try requireBinary()
         let box = try Sandbox()
@@ -48,7 +48,7 @@ struct IntegrityCommandTests {
         #expect(groups.stdout == fileBytes(formatOneFixture + "/access-groups.txt"))
         let verify = try box.run(["verify"] + unlock)
         expectSuccess(verify)
-        #expect(verify.stdoutString.contains("format 5, commit 1\nitems: 11 (cert 2, genp 6, inet 2, keys 1)"))
+        #expect(verify.stdoutString.contains("format 6, commit 1\nitems: 11 (cert 2, genp 6, inet 2, keys 1)"))
         #expect(verify.stdoutString.contains("class keys: 7 open"))
         // Without the device key (another machine), -d still dumps every item, naming the
         // ones whose data cannot be read here.
@@ -91,7 +91,7 @@ struct IntegrityCommandTests {
         let backup = box.root + "/backup.vault"
         let r = try box.run(["backup", "--vault", box.vault, backup])
         expectSuccess(r)
-        #expect(r.stdoutString.hasPrefix("backed up 1 items (format 5, commit "))
+        #expect(r.stdoutString.hasPrefix("backed up 1 items (format 6, commit "))
         #expect(fileMode(backup) == 0o600)
         let before = fileBytes(backup)
         let again = try box.run(["backup", "--vault", box.vault, backup])

@@ -4,7 +4,9 @@ import Testing
 // Directory listings made from the sealed name lists (vault format 5), through a real mount:
 // they follow every write (through the mount and from another process, the CLI) at once, each
 // access group lists its own items only, and a name-list chunk tampered with in the file fails
-// the listing (EIO) while reads of items go on, and `keychainfs verify` reports it.
+// the listing (EIO) while reads of items go on, and `keychainfs verify` reports it; a list's
+// bucket tampered with (format 6: checked at the first listing, not at the mount's unlock) fails
+// every listing, then every read once the background pass finds it.
 
 @Suite("name lists through the mount (vault format 5)")
 struct NameListMountTests {
@@ -181,6 +183,31 @@ struct NameListMountTests {
                 let verify = try box.cli(["verify"] + box.unlockArgs)
                 #expect(verify.status != 0, "\(name): verify \(verify.summary)")
             }
+        }
+    }
+
+    @Test(
+        "a list's bucket altered in the file before the mount (format 6): the mount goes live, every listing fails EIO, then the background pass fails every read"
+    )
+    func tamperedListBucket() throws {
+        try withMount(
+            "tamper-bucket",
+            setup: { box in
+                try box.importGeneric((0..<1_000).map { ("big", "acct\($0)", "secret-\($0)") })
+                let tamper = try box.py(
+                    "import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1])\n"
+                        + "db.execute(\"UPDATE name_bucket SET count = count + 1\")\ndb.commit()\n", [box.vault])
+                try #require(tamper.status == 0, "tamper: \(tamper.summary)")
+            }
+        ) { box in
+            let ls = try Self.ls(box, box.mnt + "/genp/big")
+            #expect(ls.status != 0 && ls.stderr.contains("Input/output error"), "ls \(ls.summary)")
+            for _ in 0..<100 where !box.daemonLog.contains("every read of this vault now fails") { usleep(100_000) }
+            #expect(
+                box.daemonLog.contains("the name lists' bucket table does not match"), "\(box.daemonLog.suffix(600))")
+            #expect(box.daemonLog.contains("every read of this vault now fails"), "\(box.daemonLog.suffix(600))")
+            let cat = try box.sh("cat '\(box.mnt)/genp/big/acct7'")
+            #expect(cat.status != 0 && !cat.stdout.contains("secret-7"), "cat \(cat.summary)")
         }
     }
 }

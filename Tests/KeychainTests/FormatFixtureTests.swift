@@ -95,7 +95,7 @@ struct FormatFixtureTests {
                 "SELECT name, value FROM meta WHERE name IN ('access_policy', 'kdf_salt', 'vault_id') ORDER BY name")
     }
 
-    @Test("the first unlock migrates the fixture to format 5 in one transaction, losing nothing")
+    @Test("the first unlock migrates the fixture to format 6 in one transaction, losing nothing")
     func migratesFixture() throws {
         try withTempDir { dir throws in
             let (vault, deviceKey) = try FormatOneFixture.copy(into: dir)
@@ -105,9 +105,10 @@ struct FormatFixtureTests {
             try kc.unlock(passphrase: try secure(FormatOneFixture.passphrase))
             try FormatOneFixture.expectContents(kc)
             let db = try RawDB(vault)
-            // Format-1 code reads this field and refuses anything above 1 as "newer".
-            #expect(try db.meta("format") == le64(5))
-            #expect(try db.meta("manifest")?.count == 120)
+            // Format-1 code reads this field and refuses anything above 1 as "newer". The manifest:
+            // format 6's 152 bytes (the name lists' accumulator beside the top).
+            #expect(try db.meta("format") == le64(6))
+            #expect(try db.meta("manifest")?.count == 152)
             #expect(try Self.preserved(db) == before)
             // Opened again: verified, not migrated again; writes go on with ids never reused
             // (the fixture's last id, 12, was deleted).

@@ -6,7 +6,7 @@ import Testing
 
 // The format-3 fixture (Tests/Fixtures/format3): a vault made by commit ec33941's CLI and
 // Secret Service provider (secret-tool on a private bus), with the attribute index and the flat
-// manifest accumulator of format 3. Its first unlock by today's code migrates it to format 5
+// manifest accumulator of format 3. Its first unlock by today's code migrates it to format 6
 // (the manifest's buckets and the name lists), in one transaction, changing no item or index row.
 
 enum FormatThreeFixture {
@@ -80,9 +80,9 @@ struct FormatThreeFixtureTests {
             try kc.unlock(passphrase: try secure(FormatThreeFixture.passphrase))
 
             let db = try RawDB(vault)
-            #expect(try db.meta("format") == le64(5))
+            #expect(try db.meta("format") == le64(6))
             // Format-3 code (store schema 2) refuses user_version 4 as newer, and its header check
-            // refuses format 5 ("vault format 5 is newer than this keychainfs supports (3)").
+            // refuses format 6 ("vault format 6 is newer than this keychainfs supports (3)").
             #expect(try db.query("PRAGMA user_version") == [[.integer(4)]])
             #expect(
                 try FormatThreeFixture.preserved(db) == before, "no item row, index row, class key or policy changed")
@@ -94,7 +94,7 @@ struct FormatThreeFixtureTests {
             #expect(manifest.count == 11 && manifest.counter == oldCounter + 1)
             try FormatThreeFixture.expectContents(kc)
             let report = try kc.verify(passphrase: try secure(FormatThreeFixture.passphrase))
-            #expect(report.isClean && report.format == 5, "\(report.failures) \(report.damaged)")
+            #expect(report.isClean && report.format == 6, "\(report.failures) \(report.damaged)")
 
             // Opened again: verified (fully and incrementally), not migrated again; a write
             // moves the bucket and the top together.
