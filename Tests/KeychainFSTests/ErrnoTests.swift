@@ -3,6 +3,7 @@
 #endif
 import Foundation
 import Keychain
+import KeychainFS
 import Testing
 
 // The one conversion of keychain statuses to what the faces report (Sources/Keychain/
@@ -124,5 +125,25 @@ struct ErrnoTests {
         }
         let codes = Self.table.map(\.exit)
         #expect(Set(codes).count == codes.count, "two statuses share an exit code")
+    }
+
+    // The FUSE face's own table (ErrnoConversion.swift), status by status.
+    @Test("errno table for the filesystem front end")
+    func errnoTable() {
+        let expected: [(KeychainStatus, Int32)] = [
+            (.success, 0), (.itemNotFound, ENOENT), (.noSuchKeychain, ENOENT), (.duplicateItem, EEXIST),
+            (.duplicateKeychain, EEXIST),
+            (.param, EINVAL), (.noSuchClass, EINVAL), (.noSuchAttr, ENODATA),
+            (.interactionNotAllowed, EACCES), (.authFailed, EACCES), (.missingEntitlement, EACCES),
+            (.writePermission, EACCES), (.interactionRequired, EAGAIN), (.userCanceled, ECANCELED),
+            (.readOnlyAttr, EPERM), (.readOnly, EPERM), (.dataNotAvailable, EPERM), (.dataTooLarge, EFBIG),
+            (.decode, EIO),
+            (.unimplemented, EOPNOTSUPP), (.allocate, ENOMEM), (.notAvailable, EAGAIN), (.io, EIO),
+        ]
+        for (status, errnoValue) in expected {
+            #expect(status.errno == errnoValue, "\(status)")
+        }
+        #expect(Set(expected.map { $0.0 }).count == KeychainStatus.known.count, "every status has an errno")
+        #expect(KeychainStatus(rawValue: -12345).errno == EIO)
     }
 }

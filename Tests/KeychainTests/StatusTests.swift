@@ -55,24 +55,6 @@ struct StatusTests {
         #expect(KeychainStatus(rawValue: -256).exitCode == 1, "a low byte of 0 is not success")
     }
 
-    @Test("errno table for the filesystem front end")
-    func errnoTable() {
-        let expected: [(KeychainStatus, Int32)] = [
-            (.success, 0), (.itemNotFound, ENOENT), (.noSuchKeychain, ENOENT), (.duplicateItem, EEXIST),
-            (.param, EINVAL), (.noSuchClass, EINVAL), (.noSuchAttr, ENODATA),
-            (.interactionNotAllowed, EACCES), (.authFailed, EACCES), (.missingEntitlement, EACCES),
-            (.writePermission, EACCES), (.interactionRequired, EAGAIN), (.userCanceled, ECANCELED),
-            (.readOnlyAttr, EPERM), (.readOnly, EPERM), (.dataNotAvailable, EPERM), (.dataTooLarge, EFBIG),
-            (.decode, EIO),
-            (.unimplemented, EOPNOTSUPP), (.allocate, ENOMEM), (.notAvailable, EAGAIN), (.io, EIO),
-        ]
-        for (status, errnoValue) in expected {
-            #expect(status.errno == errnoValue, "\(status)")
-        }
-        #expect(Set(expected.map { $0.0 }).count == Self.apple.count, "every status has an errno")
-        #expect(KeychainStatus(rawValue: -12345).errno == EIO)
-    }
-
     @Test("KeychainError matches its status in catch patterns and never carries another")
     func errorMatching() {
         let error: any Error = KeychainError(.itemNotFound, "genp svce=\"x\" not found")

@@ -61,4 +61,22 @@ struct ArchitectureRuleTests {
             #expect(!code.contains("KeychainSession("), "\(path) makes a KeychainSession")
         }
     }
+
+    /// Each face keeps its own error table (issue 26, point 1): the core and the door name no
+    /// D-Bus error, and the errno table is the FUSE face's.
+    @Test("the D-Bus error names and the errno table are the faces' own, not the core's")
+    func errorTablesAreTheFaces() {
+        for (path, text) in Self.swiftFiles() where path.hasPrefix("Keychain/") || path.hasPrefix("KeychainAccess/") {
+            #expect(!text.contains(".Error."), "\(path) names a D-Bus error")
+            #expect(!text.contains("var errno: Int32"), "\(path) maps statuses to errno")
+        }
+        let faces = Self.swiftFiles().filter { $0.path.hasPrefix("Faces/") }
+        #expect(
+            faces.contains { $0.path.hasSuffix("SecretService/ErrorTable.swift") && $0.text.contains("Error.IsLocked") }
+        )
+        #expect(
+            faces.contains {
+                $0.path.hasSuffix("FUSE/Session/ErrnoConversion.swift") && $0.text.contains("var errno: Int32")
+            })
+    }
 }

@@ -1,10 +1,13 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
 import Keychain
 import KeychainAccess
 import SystemPackage
 
 /// The one place where a failure of the FUSE face becomes the errno the kernel is answered
 /// with. Nodes throw what they have: an `Errno` of their own (EISDIR, EXDEV…) or the core's
-/// `KeychainError`, whose status maps through the table in StatusMapping.swift. Anything else
+/// `KeychainError`, whose status maps through the table below. Anything else
 /// is a bug: it is logged with the operation that met it, then answered EIO.
 public enum ErrnoConversion {
     /// The errno for `error`, met while serving `operation` (an operation name and inode, never
@@ -31,4 +34,29 @@ public enum ErrnoConversion {
 extension Errno {
     /// The errno a keychain status answers at the file level (docs/errors.md).
     public init(_ status: KeychainStatus) { self.init(rawValue: status.errno) }
+}
+
+/// The FUSE face's error table: what each keychain status answers at the file level
+/// (docs/errors.md; a test keeps the two equal).
+extension KeychainStatus {
+    /// The errno a filesystem call returns for this status.
+    public var errno: Int32 {
+        switch self {
+        case .success: 0
+        case .itemNotFound, .noSuchKeychain: ENOENT
+        case .duplicateItem, .duplicateKeychain: EEXIST
+        case .param, .noSuchClass: EINVAL
+        case .noSuchAttr: ENODATA
+        case .interactionNotAllowed, .authFailed, .missingEntitlement, .writePermission: EACCES
+        case .interactionRequired: EAGAIN
+        case .userCanceled: ECANCELED
+        case .readOnlyAttr, .readOnly, .dataNotAvailable: EPERM
+        case .dataTooLarge: EFBIG
+        case .decode: EIO
+        case .unimplemented: EOPNOTSUPP
+        case .allocate: ENOMEM
+        case .notAvailable: EAGAIN
+        default: EIO
+        }
+    }
 }
