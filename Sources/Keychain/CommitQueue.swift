@@ -157,6 +157,7 @@ extension Keychain {
     /// own, or the whole transaction's) is left in the member.
     private func commitBatch(_ batch: [CommitQueue.Member], keys: ManifestKeys) {
         let durable = batch.contains { $0.durable }
+        var committedChanges: [ItemChange] = []
         do {
             let counter = try storeCall {
                 try store.write(durable: durable) { vault -> Int64? in
@@ -189,13 +190,18 @@ extension Keychain {
                     next.counter = durable ? manifest.counter + 1 : manifest.counter
                     let after = writer.authenticatedStateChanged ? try AuthenticatedState.read(from: vault) : before
                     try vault.setMeta("manifest", after.encode(next, keys: keys))
+                    committedChanges = writer.changes
                     return next.counter
                 }
             }
             if let counter {
                 // Batches commit one at a time (one leader), so this is the vault's last commit.
-                state.withLock { $0.undurableCommits = !durable }
+                let observers = state.withLock { s in
+                    s.undurableCommits = !durable
+                    return s.commitObservers
+                }
                 if durable { noteCounter(counter) }
+                if !committedChanges.isEmpty { for observer in observers { observer(committedChanges) } }
             }
         } catch {
             // The transaction itself failed (verification, the disk): nothing of it committed.

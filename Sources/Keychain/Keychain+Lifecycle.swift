@@ -240,6 +240,14 @@ extension Keychain {
         state.withLock { $0.lockObservers.append(observer) }
     }
 
+    /// Calls `observer` after every commit of this process that changed items, with the
+    /// changes, on the committing thread, after the commit and before its writers return: so a
+    /// face that shows the vault (the mount) has dropped what it showed before any writer's
+    /// caller can look again. An observer must be quick and must not write to the vault.
+    public func onCommit(_ observer: @escaping @Sendable ([ItemChange]) -> Void) {
+        state.withLock { $0.commitObservers.append(observer) }
+    }
+
     public var lockState: LockState { state.withLock { $0.lockState } }
 
     /// Changes the passphrase (and optionally the KDF parameters). Only the master-key wrap

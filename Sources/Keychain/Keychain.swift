@@ -62,6 +62,8 @@ public final class Keychain: Sendable {
         var damagedRowObserver: (@Sendable (DamagedRow) -> Void)?
         /// Told after each lock (see `onLock`).
         var lockObservers: [@Sendable () -> Void] = []
+        /// Told after each commit, with its changes (see `onCommit`).
+        var commitObservers: [@Sendable ([ItemChange]) -> Void] = []
         /// Which of the manifest's buckets this unlock has verified (Keychain+IncrementalCheck.swift).
         var integrity = IntegrityProgress()
         /// Whether this process's last commit was not durable (CommitQueue, `makeCommitsDurable`).

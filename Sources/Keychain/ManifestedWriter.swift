@@ -96,8 +96,17 @@ final class ManifestedWriter: ItemStoreWriter {
     /// `sqlite_sequence` can never make an id be issued twice.
     func nextItemID() throws -> Int64 { max(try inner.nextItemID(), manifest.highestID + 1) }
 
+    /// The item changes made through this writer so far (the commit's, once it commits).
+    private(set) var changes: [ItemChange] = []
+
+    private func changed(_ row: StoredItem, id: Int64, _ kind: ItemChange.Kind) {
+        guard let itemClass = ItemClass(rawValue: row.itemClass) else { return }
+        changes.append(ItemChange(itemClass: itemClass, id: id, kind: kind))
+    }
+
     func insert(_ item: StoredItem, id: Int64) throws {
         try inner.insert(item, id: id)
+        changed(item, id: id, .added)
         var row = item
         row.id = id
         manifest.count += 1
@@ -126,9 +135,11 @@ final class ManifestedWriter: ItemStoreWriter {
         // The name is spelled from the primary key, which the primary index hashes (with the
         // class and group, which the indexes hash too): a replace that keeps the class and both
         // indexes (a secret rewritten) changes no name list and opens nothing.
-        if old.itemClass != item.itemClass || old.primaryIndex != item.primaryIndex
+        let renamed =
+            old.itemClass != item.itemClass || old.primaryIndex != item.primaryIndex
             || old.secondaryIndex != item.secondaryIndex
-        {
+        changed(item, id: item.id, renamed ? .renamed : .changed)
+        if renamed {
             removeName(old)
             if let (itemClass, entry) = try nameLists.entry(of: item) {
                 names.add(entry, to: item.secondaryIndex, itemClass)
@@ -147,6 +158,7 @@ final class ManifestedWriter: ItemStoreWriter {
         guard let old = try inner.item(id: id, withData: true) else { return }
         let oldTags = try inner.attributeTags(itemID: id)
         try inner.delete(id: id)
+        changed(old, id: id, .removed)
         manifest.count -= 1
         buckets.count(id, -1)
         buckets.toggle(id, Manifest.entry(old, key: key))
@@ -160,12 +172,14 @@ final class ManifestedWriter: ItemStoreWriter {
     func savepoint<R>(_ body: () throws -> R) throws -> R {
         let (savedManifest, savedBuckets, savedChanged) = (manifest, buckets, authenticatedStateChanged)
         let savedNames = names
+        let savedChanges = changes.count
         do {
             return try inner.savepoint(body)
         } catch {
             manifest = savedManifest
             buckets = savedBuckets
             names = savedNames
+            changes.removeSubrange(savedChanges...)
             authenticatedStateChanged = savedChanged
             throw error
         }

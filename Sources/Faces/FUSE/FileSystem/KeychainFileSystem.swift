@@ -74,6 +74,7 @@ public final class KeychainFileSystem: Sendable {
         self.access = access
         access.onDamagedRow { Log.warning("skipped a damaged row: \($0)") }
         access.onLock { [weak self] in self?.revokeAfterLock() }
+        access.onCommit { [weak self] in self?.committed($0) }
     }
 
     /// The door for one request's caller (KeychainSession+Mount.swift: the mount's verbs).
