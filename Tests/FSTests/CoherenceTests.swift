@@ -16,7 +16,9 @@ struct CoherenceTests {
         return stat(path, &st) == 0 ? Int(st.st_size) : nil
     }
 
-    @Test("stat right after a CLI update shows the new size, here and from another process")
+    @Test(
+        "stat right after a CLI update shows the new size, here and from another process; right after a CLI delete, ENOENT"
+    )
     func statAfterCLIUpdate() throws {
         try withMount(setup: { try $0.addGeneric("coh", "acct", "short") }) { box in
             let file = box.mnt + "/genp/coh/acct"
@@ -32,6 +34,12 @@ struct CoherenceTests {
                 #expect(other.stdout == "\(secret.utf8.count)\n", "round \(round): stat in another process")
                 #expect(try box.run("/bin/cat", [file]).stdout == secret)
             }
+            // Deleted by the CLI: the next stat (its attributes dropped, the daemon asked) is ENOENT.
+            #expect(Self.size(file) != nil)
+            let delete = try box.cli(["delete-generic-password"] + box.unlockArgs + ["-s", "coh", "-a", "acct"])
+            try #require(delete.status == 0, "delete: \(delete.summary)")
+            #expect(Self.size(file) == nil && errno == ENOENT, "stat right after the delete")
+            #expect(try box.run("/usr/bin/stat", ["-c", "%s", file]).status != 0)
         }
     }
 }
