@@ -44,6 +44,20 @@ struct IdentityTests {
             }, body)
     }
 
+    /// A mounted sandbox whose service hosts the ssh agent (its socket `agent`), with a key pair
+    /// in group `g` and the two builds of the client.
+    func withGroupedKey(
+        _ body: (TestSandbox, _ agent: String, _ allowed: String, _ attacker: String) throws -> Void
+    ) throws {
+        try withGroup(
+            setup: { box in
+                let key = try box.cli(
+                    ["create-keypair", "-a", "ed25519", "-l", "grouped-key", "--access-group", "g"] + box.unlockArgs)
+                try #require(key.status == 0, "create-keypair: \(key.summary)")
+                return ["ssh_agent_socket=\(box.root)/agent.sock"]
+            }, { box, allowed, attacker in try body(box, box.root + "/agent.sock", allowed, attacker) })
+    }
+
     @Test("the allowed program reads at once; the attacker's own program finds nothing")
     func allowedAndNot() throws {
         try withGroupedItem { box, allowed, attacker in
@@ -112,13 +126,7 @@ struct IdentityTests {
     /// that survived the exec has (PeerProcess+OwnEnd.swift).
     @Test("ssh agent: a request sent, then exec of the allowed program before the agent accepts, never wins")
     func agentSendThenExec() throws {
-        try withGroup(setup: { box in
-            let key = try box.cli(
-                ["create-keypair", "-a", "ed25519", "-l", "grouped-key", "--access-group", "g"] + box.unlockArgs)
-            try #require(key.status == 0, "create-keypair: \(key.summary)")
-            return ["ssh_agent_socket=\(box.root)/agent.sock"]
-        }) { box, allowed, attacker in
-            let agent = box.root + "/agent.sock"
+        try withGroupedKey { box, agent, allowed, attacker in
             let service = try #require(box.daemonPid, "no service pid")
             defer { kill(service, SIGCONT) }
             // The service stopped until the exec is done: the exec comes before the accept.
@@ -141,13 +149,7 @@ struct IdentityTests {
         "ssh agent hosted by the service: the allowed program lists the group's key; exec after connect, a passed descriptor and a preloaded allowed program list none",
         arguments: ["agent-ask", "agent-fork-exec", "agent-pass-fd", "agent-preload"])
     func agent(mode: String) throws {
-        try withGroup(setup: { box in
-            let key = try box.cli(
-                ["create-keypair", "-a", "ed25519", "-l", "grouped-key", "--access-group", "g"] + box.unlockArgs)
-            try #require(key.status == 0, "create-keypair: \(key.summary)")
-            return ["ssh_agent_socket=\(box.root)/agent.sock"]
-        }) { box, allowed, attacker in
-            let agent = box.root + "/agent.sock"
+        try withGroupedKey { box, agent, allowed, attacker in
             let r: RunResult
             switch mode {
             case "agent-ask": r = try box.run(allowed, [agent, "agent-ask"])
