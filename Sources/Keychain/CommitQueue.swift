@@ -36,6 +36,8 @@ final class CommitQueue: Sendable {
         // the semaphore orders every access.
         let keys: ManifestKeys
         let durable: Bool
+        /// The face whose request this is (`Caller.origin`), put on the changes it commits.
+        let origin: String
         /// The member's body; dropped as soon as it has run (or its batch failed), because the
         /// caller's closure must not outlive the call (`withoutActuallyEscaping` checks).
         var run: ((any ItemStoreWriter) throws -> Void)?
@@ -44,9 +46,13 @@ final class CommitQueue: Sendable {
         var leads = false
         let done = DispatchSemaphore(value: 0)
 
-        init(keys: ManifestKeys, durable: Bool = true, run: @escaping (any ItemStoreWriter) throws -> Void) {
+        init(
+            keys: ManifestKeys, durable: Bool = true, origin: String = "",
+            run: @escaping (any ItemStoreWriter) throws -> Void
+        ) {
             self.keys = keys
             self.durable = durable
+            self.origin = origin
             self.run = run
         }
     }
@@ -125,12 +131,17 @@ extension Keychain {
     /// `commitBatch`), grouped with the write transactions of other threads that arrive
     /// meanwhile (CommitQueue). Returns once the commit holding its change is durable.
     /// `durable: false`: see CommitQueue (returns once it is committed, not once it is durable).
-    func writeTransaction<R>(keys: ManifestKeys, durable: Bool = true, _ body: (any ItemStoreWriter) throws -> R)
+    /// `origin`: the face the change is made through (`Caller.origin`), for `ItemChange.origin`.
+    func writeTransaction<R>(
+        keys: ManifestKeys, durable: Bool = true, origin: String = "", _ body: (any ItemStoreWriter) throws -> R
+    )
         throws -> R
     {
         let result = CommitResult<R>()
         return try withoutActuallyEscaping(body) { body in
-            let member = CommitQueue.Member(keys: keys, durable: durable) { writer in result.value = try body(writer) }
+            let member = CommitQueue.Member(keys: keys, durable: durable, origin: origin) { writer in
+                result.value = try body(writer)
+            }
             if !commitQueue.enqueue(member) {
                 member.done.wait()
                 if !member.leads {
@@ -175,6 +186,7 @@ extension Keychain {
                         guard let run = member.run else { continue }
                         member.run = nil
                         do {
+                            writer.origin = member.origin
                             try writer.savepoint { try run(writer) }
                             committed += 1
                         } catch let stop as PresenceNeeded {

@@ -1,6 +1,9 @@
+import KeychainStore
+
 /// A committed change to one item, as the core's write transaction saw it (issue 30: one change
 /// stream in the core). Handed to `Keychain.onCommit` observers after the commit that holds it,
-/// before its writer is told it committed; never a name, an attribute or a secret.
+/// before its writer is told it committed; never a name, an attribute or a secret in clear: its
+/// names are opened on demand, with the vault's metadata key (`Keychain.names(of:)`).
 public struct ItemChange: Sendable, Equatable {
     public enum Kind: Sendable, Equatable {
         /// A new item.
@@ -13,13 +16,66 @@ public struct ItemChange: Sendable, Equatable {
         case removed
     }
 
+    /// The stored rows (ciphertext) before and after the change, from which its names are
+    /// opened when an observer needs them: the row before is gone once the change committed.
+    final class Rows: Sendable {
+        let before: StoredItem?
+        let after: StoredItem?
+        init(before: StoredItem?, after: StoredItem?) {
+            self.before = before
+            self.after = after
+        }
+    }
+
     public let itemClass: ItemClass
     public let id: Int64
     public let kind: Kind
+    /// The face the change was made through (`Caller.origin`: `fuse`, `api`, `dbus`, …); empty
+    /// for the core's own work.
+    public let origin: String
+    let rows: Rows?
 
-    public init(itemClass: ItemClass, id: Int64, kind: Kind) {
+    public init(itemClass: ItemClass, id: Int64, kind: Kind, origin: String = "") {
+        self.init(itemClass: itemClass, id: id, kind: kind, origin: origin, rows: nil)
+    }
+
+    init(itemClass: ItemClass, id: Int64, kind: Kind, origin: String, rows: Rows?) {
         self.itemClass = itemClass
         self.id = id
         self.kind = kind
+        self.origin = origin
+        self.rows = rows
+    }
+
+    public static func == (a: ItemChange, b: ItemChange) -> Bool {
+        a.itemClass == b.itemClass && a.id == b.id && a.kind == b.kind && a.origin == b.origin
+    }
+
+    /// A change's names: the name-list entries (id, access group, grouping value and the
+    /// attributes a file name is spelled from) of the item before and after it. `before` for a
+    /// renamed or removed item, `after` for an added, changed or renamed one; nil for a class
+    /// without name lists, or when the rows were not kept.
+    public struct Names: Sendable {
+        public let before: NameListEntry?
+        public let after: NameListEntry?
+    }
+}
+
+extension Keychain {
+    /// Opens the names of a committed change with the vault's metadata key (held while the
+    /// vault is open, locked or not), for an observer that shows changes by name (the mount's
+    /// replay to its watchers, a change feed filtered by access group). Never a secret.
+    public func names(of change: ItemChange) -> ItemChange.Names {
+        guard let rows = change.rows, NameLists.listedClasses.contains(change.itemClass),
+            let metadata = try? currentKeys().metadata
+        else { return ItemChange.Names(before: nil, after: nil) }
+        func entry(_ row: StoredItem?) -> NameListEntry? {
+            guard let row,
+                let attributes = try? Self.openAttributes(
+                    row, itemClass: change.itemClass, vaultID: vaultID, metadataKey: metadata)
+            else { return nil }
+            return NameListEntry(id: change.id, change.itemClass, attributes: attributes)
+        }
+        return ItemChange.Names(before: entry(rows.before), after: entry(rows.after))
     }
 }

@@ -34,7 +34,7 @@ extension Keychain {
         let protection = Self.accessibility(of: attributes)
         let classKey = try self.classKey(protection, keys: keys, for: Self.describe(itemClass, attributes))
 
-        return try writeTransaction(keys: keys.manifest, durable: durable) { vault in
+        return try writeTransaction(keys: keys.manifest, durable: durable, origin: call.caller.origin) { vault in
             let id = try vault.nextItemID()
             let row = try seal(
                 id: id, itemClass: itemClass, attributes: attributes, data: data, version: 1,

@@ -37,7 +37,7 @@ extension Keychain {
                     e.status, "\(e.message) (item \(index + 1) of \(items.count) in the batch; none was added)")
             }
         }
-        return try writeTransaction(keys: keys.manifest) { vault in
+        return try writeTransaction(keys: keys.manifest, origin: call.caller.origin) { vault in
             try prepared.enumerated().map { index, item in
                 let id = try vault.nextItemID()
                 let row = try seal(
@@ -110,7 +110,7 @@ extension Keychain {
         refusals stop: [(index: Int, error: KeychainError)], updateExisting: Bool, call: CallContext, keys: Keys,
         progress: ((Int) -> Void)?, found: inout [(index: Int, error: KeychainError)]
     ) throws -> [Bool] {
-        try writeTransaction(keys: keys.manifest) { vault in
+        try writeTransaction(keys: keys.manifest, origin: call.caller.origin) { vault in
             var refused = stop
             var added: [Bool] = []
             added.reserveCapacity(prepared.count)

@@ -167,7 +167,7 @@ extension Keychain {
     /// left as it is and reported; nothing else about any item changes (not even its
     /// modification date). Returns the keys it could not fill in, with why.
     func fillSSHHalves(ids: Set<Int64>, caller: Caller, keys: Keys) throws -> [(id: Int64, why: String)] {
-        try writeTransaction(keys: keys.manifest) { vault in
+        try writeTransaction(keys: keys.manifest, origin: caller.origin) { vault in
             var skipped: [(id: Int64, why: String)] = []
             for id in ids.sorted() {
                 guard let row = try vault.item(id: id, withData: true), row.itemClass == ItemClass.key.rawValue else {

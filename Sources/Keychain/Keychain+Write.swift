@@ -167,11 +167,11 @@ extension Keychain {
         // asked for them outside any transaction, and the update runs again. An item that
         // still needs presence then changed meanwhile: errSecInteractionRequired, as before.
         do {
-            return try writeTransaction(keys: keys.manifest, apply)
+            return try writeTransaction(keys: keys.manifest, origin: caller.origin, apply)
         } catch let stop as PresenceNeeded {
             try askPresence(stop.items)
             presenceAsked = true
-            return try writeTransaction(keys: keys.manifest, apply)
+            return try writeTransaction(keys: keys.manifest, origin: caller.origin, apply)
         }
     }
 
@@ -191,7 +191,7 @@ extension Keychain {
         let call = callContext(callerArgument)
         let caller = call.caller
         let keys = try call.unlockedKeys()
-        try writeTransaction(keys: keys.manifest) { vault in
+        try writeTransaction(keys: keys.manifest, origin: caller.origin) { vault in
             var one = source
             one.matchLimit = .all
             let found = try matches(one, caller: caller, keys: keys, withData: false, in: vault)
@@ -247,7 +247,7 @@ extension Keychain {
                 caller: caller, ui: caller.authenticationUI)
             granted = granted.granting(presenceFor: row.id)
         }
-        try writeTransaction(keys: keys.manifest) { vault in
+        try writeTransaction(keys: keys.manifest, origin: caller.origin) { vault in
             let found = try matches(one, caller: caller, keys: keys, withData: true, in: vault)
             guard found.count == 1, let (row, attributes) = found.first else {
                 throw KeychainError(
@@ -281,7 +281,7 @@ extension Keychain {
         let keys = try call.unlockedKeys()
         var all = query
         all.matchLimit = .all
-        return try writeTransaction(keys: keys.manifest) { vault in
+        return try writeTransaction(keys: keys.manifest, origin: caller.origin) { vault in
             let found = try matches(all, caller: caller, keys: keys, withData: false, in: vault)
             guard !found.isEmpty else { throw KeychainError(.itemNotFound, "\(Self.describe(query)) not found") }
             for (row, _) in found {

@@ -98,10 +98,16 @@ final class ManifestedWriter: ItemStoreWriter {
 
     /// The item changes made through this writer so far (the commit's, once it commits).
     private(set) var changes: [ItemChange] = []
+    /// The face of the member now running (`CommitQueue.Member.origin`).
+    var origin = ""
 
-    private func changed(_ row: StoredItem, id: Int64, _ kind: ItemChange.Kind) {
+    private func changed(_ row: StoredItem, id: Int64, _ kind: ItemChange.Kind, before: StoredItem? = nil) {
         guard let itemClass = ItemClass(rawValue: row.itemClass) else { return }
-        changes.append(ItemChange(itemClass: itemClass, id: id, kind: kind))
+        let after = kind == .removed ? nil : row
+        changes.append(
+            ItemChange(
+                itemClass: itemClass, id: id, kind: kind, origin: origin,
+                rows: .init(before: kind == .removed ? row : before, after: after)))
     }
 
     func insert(_ item: StoredItem, id: Int64) throws {
@@ -138,7 +144,7 @@ final class ManifestedWriter: ItemStoreWriter {
         let renamed =
             old.itemClass != item.itemClass || old.primaryIndex != item.primaryIndex
             || old.secondaryIndex != item.secondaryIndex
-        changed(item, id: item.id, renamed ? .renamed : .changed)
+        changed(item, id: item.id, renamed ? .renamed : .changed, before: renamed ? old : nil)
         if renamed {
             removeName(old)
             if let (itemClass, entry) = try nameLists.entry(of: item) {

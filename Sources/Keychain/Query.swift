@@ -154,6 +154,10 @@ public struct Caller: Sendable {
     /// into (the Secret Service on a bus that gives no process handle), and no prompt has
     /// confirmed it yet: a face serves it nothing that rests on its executable's identity.
     public internal(set) var identityUnconfirmed = false
+    /// Which face made the request (the session's `via`: `fuse`, `api`, `dbus`, `ssh`, `cli`),
+    /// carried onto the changes it commits (`ItemChange.origin`) so that a face can tell its own
+    /// changes from the others'; empty for the core's own work. Decides nothing.
+    public internal(set) var origin = ""
 
     @_spi(CallerRule) public init(
         accessGroups: [String] = [Caller.defaultAccessGroup], presence: (any PresenceVerifier)? = nil,
@@ -203,6 +207,13 @@ public struct Caller: Sendable {
         var copy = self
         copy.accessGroups = groups
         copy.presenceGrants.formUnion(granted)
+        return copy
+    }
+
+    /// The same caller, its changes marked as made through `face` (a session's `via`).
+    @_spi(CallerRule) public func originating(_ face: String) -> Caller {
+        var copy = self
+        copy.origin = face
         return copy
     }
 

@@ -61,6 +61,10 @@ public final class AccessLayer: Sendable {
     /// the writers return (`Keychain.onCommit`): the mount drops what the kernel holds of them.
     public func onCommit(_ observer: @escaping @Sendable ([ItemChange]) -> Void) { keychain.onCommit(observer) }
 
+    /// A committed change's names before and after it (`Keychain.names(of:)`): what an observer
+    /// that shows changes by name spells them from. Never a secret.
+    public func names(of change: ItemChange) -> ItemChange.Names { keychain.names(of: change) }
+
     /// Called for each row the core skipped as damaged (for the daemon log: never a secret).
     public func onDamagedRow(_ observer: @escaping @Sendable (DamagedRow) -> Void) {
         keychain.onDamagedRow(observer)

@@ -1,5 +1,5 @@
 import Foundation
-import Keychain
+@_spi(CallerRule) import Keychain
 import KeychainCrypto
 import Synchronization
 
@@ -111,7 +111,8 @@ public struct KeychainSession: KeychainDoor {
     ) {
         self.line = line
         self.keychain = keychain
-        self.caller = caller
+        // Its changes carry the face they were made through (ItemChange.origin).
+        self.caller = caller.origin == via ? caller : caller.originating(via)
         self.audit = audit
         self.via = via
         self.lessened = lessened
