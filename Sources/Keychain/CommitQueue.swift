@@ -42,6 +42,8 @@ final class CommitQueue: Sendable {
         /// caller's closure must not outlive the call (`withoutActuallyEscaping` checks).
         var run: ((any ItemStoreWriter) throws -> Void)?
         var error: (any Error)?
+        /// The item changes its body made, once its batch committed (`ItemChange`).
+        var changes: [ItemChange] = []
         /// Set when the member is woken to lead the next batch rather than because it is done.
         var leads = false
         let done = DispatchSemaphore(value: 0)
@@ -146,6 +148,7 @@ extension Keychain {
                 member.done.wait()
                 if !member.leads {
                     if let error = member.error { throw error }
+                    writerReturns(member)
                     return result.value!
                 }
             }
@@ -156,8 +159,16 @@ extension Keychain {
             for other in batch where other !== member { other.done.signal() }
             next?.done.signal()
             if let error = member.error { throw error }
+            writerReturns(member)
             return result.value!
         }
+    }
+
+    /// The `beforeWriterReturns` observers, on the member's own thread, with its own changes.
+    private func writerReturns(_ member: CommitQueue.Member) {
+        guard !member.changes.isEmpty else { return }
+        let observers = state.withLock { $0.returnObservers }
+        for observer in observers { observer(member.changes) }
     }
 
     /// Commits a batch in one transaction: the stored manifest is authenticated first (a
@@ -187,7 +198,9 @@ extension Keychain {
                         member.run = nil
                         do {
                             writer.origin = member.origin
+                            let first = writer.changes.count
                             try writer.savepoint { try run(writer) }
+                            member.changes = Array(writer.changes[first...])
                             committed += 1
                         } catch let stop as PresenceNeeded {
                             // Not a failure: the member's update asks presence and runs again.

@@ -33,17 +33,22 @@ public struct ItemChange: Sendable, Equatable {
     /// The face the change was made through (`Caller.origin`: `fuse`, `api`, `dbus`, …); empty
     /// for the core's own work.
     public let origin: String
+    /// Its data was written (an added item; a changed or renamed one whose data was sealed
+    /// again), as against its attributes alone: what a watcher hears as IN_MODIFY rather than
+    /// IN_ATTRIB.
+    public let dataChanged: Bool
     let rows: Rows?
 
-    public init(itemClass: ItemClass, id: Int64, kind: Kind, origin: String = "") {
-        self.init(itemClass: itemClass, id: id, kind: kind, origin: origin, rows: nil)
+    public init(itemClass: ItemClass, id: Int64, kind: Kind, origin: String = "", dataChanged: Bool = false) {
+        self.init(itemClass: itemClass, id: id, kind: kind, origin: origin, dataChanged: dataChanged, rows: nil)
     }
 
-    init(itemClass: ItemClass, id: Int64, kind: Kind, origin: String, rows: Rows?) {
+    init(itemClass: ItemClass, id: Int64, kind: Kind, origin: String, dataChanged: Bool, rows: Rows?) {
         self.itemClass = itemClass
         self.id = id
         self.kind = kind
         self.origin = origin
+        self.dataChanged = dataChanged
         self.rows = rows
     }
 
@@ -53,8 +58,8 @@ public struct ItemChange: Sendable, Equatable {
 
     /// A change's names: the name-list entries (id, access group, grouping value and the
     /// attributes a file name is spelled from) of the item before and after it. `before` for a
-    /// renamed or removed item, `after` for an added, changed or renamed one; nil for a class
-    /// without name lists, or when the rows were not kept.
+    /// changed, renamed or removed item, `after` for an added, changed or renamed one; nil for a
+    /// class without name lists, or when the rows were not kept.
     public struct Names: Sendable {
         public let before: NameListEntry?
         public let after: NameListEntry?

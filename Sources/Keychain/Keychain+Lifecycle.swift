@@ -248,6 +248,15 @@ extension Keychain {
         state.withLock { $0.commitObservers.append(observer) }
     }
 
+    /// Calls `observer` on each writer's own thread, with the changes its own write made, after
+    /// its commit and every `onCommit` observer of it, just before the write returns: where a
+    /// face may wait (bounded) for what it does about a change to be done before the writer's
+    /// caller is answered (the mount's replay to its watchers). Not called for a write that
+    /// changed no item. The writer's thread holds no lock of the core there.
+    public func beforeWriterReturns(_ observer: @escaping @Sendable ([ItemChange]) -> Void) {
+        state.withLock { $0.returnObservers.append(observer) }
+    }
+
     public var lockState: LockState { state.withLock { $0.lockState } }
 
     /// Changes the passphrase (and optionally the KDF parameters). Only the master-key wrap

@@ -64,6 +64,7 @@ public final class Keychain: Sendable {
         var lockObservers: [@Sendable () -> Void] = []
         /// Told after each commit, with its changes (see `onCommit`).
         var commitObservers: [@Sendable ([ItemChange]) -> Void] = []
+        var returnObservers: [@Sendable ([ItemChange]) -> Void] = []
         /// Which of the manifest's buckets this unlock has verified (Keychain+IncrementalCheck.swift).
         var integrity = IntegrityProgress()
         /// Whether this process's last commit was not durable (CommitQueue, `makeCommitsDurable`).

@@ -104,9 +104,11 @@ final class ManifestedWriter: ItemStoreWriter {
     private func changed(_ row: StoredItem, id: Int64, _ kind: ItemChange.Kind, before: StoredItem? = nil) {
         guard let itemClass = ItemClass(rawValue: row.itemClass) else { return }
         let after = kind == .removed ? nil : row
+        let dataChanged =
+            kind == .added || (kind != .removed && before.map { $0.dataGeneration != row.dataGeneration } == true)
         changes.append(
             ItemChange(
-                itemClass: itemClass, id: id, kind: kind, origin: origin,
+                itemClass: itemClass, id: id, kind: kind, origin: origin, dataChanged: dataChanged,
                 rows: .init(before: kind == .removed ? row : before, after: after)))
     }
 
@@ -144,7 +146,7 @@ final class ManifestedWriter: ItemStoreWriter {
         let renamed =
             old.itemClass != item.itemClass || old.primaryIndex != item.primaryIndex
             || old.secondaryIndex != item.secondaryIndex
-        changed(item, id: item.id, renamed ? .renamed : .changed, before: renamed ? old : nil)
+        changed(item, id: item.id, renamed ? .renamed : .changed, before: old)
         if renamed {
             removeName(old)
             if let (itemClass, entry) = try nameLists.entry(of: item) {

@@ -26,15 +26,29 @@ struct ItemChangeTests {
             #expect(changes.map(\.kind) == [.added, .changed, .renamed, .removed])
             #expect(changes.allSatisfy { $0.id == item.id && $0.itemClass == .genericPassword })
             #expect(changes.map(\.origin) == ["api", "", "fuse", "api"])
+            #expect(changes.map(\.dataChanged) == [true, true, false, false])
             func account(_ entry: NameListEntry?) -> String? {
                 guard case .string(let s)? = entry?[Schema.account] else { return nil }
                 return s
             }
             let names = changes.map { kc.names(of: $0) }
-            #expect(names.map { account($0.before) } == [nil, nil, "alice", "bob"])
+            #expect(names.map { account($0.before) } == [nil, "alice", "alice", "bob"])
             #expect(names.map { account($0.after) } == ["alice", "alice", "bob", nil])
             #expect(names.allSatisfy { ($0.before ?? $0.after)?.groupingValue == .string("svc") })
             #expect(names.allSatisfy { ($0.before ?? $0.after)?.accessGroup == Caller.defaultAccessGroup })
+        }
+    }
+
+    @Test("each writer hears its own changes on its own thread before it returns")
+    func writerHearsItsOwnChanges() throws {
+        try withVault { v throws in
+            let kc = v.keychain
+            let heard = Mutex<[(Int64, ItemChange.Kind)]>([])
+            kc.beforeWriterReturns { changes in heard.withLock { $0 += changes.map { ($0.id, $0.kind) } } }
+            let item = try kc.add(.genericPassword, genp("svc", "carol"), data: bytes("x"))
+            #expect(heard.withLock { $0.map(\.0) } == [item.id])
+            _ = try kc.delete(Query(.genericPassword, genp("svc", "carol")))
+            #expect(heard.withLock { $0.map(\.1) } == [.added, .removed])
         }
     }
 
