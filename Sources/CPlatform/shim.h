@@ -21,6 +21,9 @@ static inline int kcfs_get_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0, 
 static const short kcfs_posix_spawn_setsid = 0x80;
 /* O_PATH is guarded by _GNU_SOURCE in glibc's <fcntl.h>, so Swift may not see it. */
 static const int kcfs_o_path = 010000000;
+/* utimensat's UTIME_NOW and UTIME_OMIT: macros of <sys/stat.h> Swift does not import. */
+static const long kcfs_utime_now = ((1l << 30) - 1l);
+static const long kcfs_utime_omit = ((1l << 30) - 2l);
 /* Whether `fd` is on pidfs (Linux 6.9+), where every process (every struct pid) has an inode
    number from a 64-bit counter that is never reused while the system runs: then a pidfd's
    inode tells its process from every other that had or will have its pid. Older kernels give
@@ -39,6 +42,8 @@ static inline int kcfs_pidfd_open(pid_t pid, unsigned int flags) { return (int)s
 /* mallopt's option numbers are macros in <malloc.h>, which Swift's Glibc module leaves out. */
 static inline int kcfs_malloc_arena_max(int arenas) { return mallopt(M_ARENA_MAX, arenas); }
 /* The calling thread's niceness (Linux: setpriority on a thread id sets that thread's alone). */
+/* The calling thread's id: what the kernel puts in a FUSE request's pid. */
+static inline int kcfs_gettid(void) { return (int)syscall(SYS_gettid); }
 static inline int kcfs_set_thread_niceness(int nice) { return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice); }
 #include <sys/socket.h>
 #include <poll.h>

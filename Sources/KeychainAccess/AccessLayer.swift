@@ -40,6 +40,17 @@ public final class AccessLayer: Sendable {
             line: via == "fuse" ? mountLine : VaultWord.line(via: via, path: keychain.path))
     }
 
+    /// The door for what every process of the user may see: the `default` access group (every
+    /// process is in it, whatever the policy), no prompt, and nothing it does is audited as a
+    /// decision (it reads attributes only). The mount's replay of a change to its watchers
+    /// (issue 30) reads through it, so it can show nothing some process may not see.
+    public func everyoneSession() -> KeychainSession {
+        session(
+            Caller(
+                accessGroups: [Caller.defaultAccessGroup], authenticationUI: .fail,
+                processDescription: "keychainfs (replay)"))
+    }
+
     /// The presence answers and identity confirmations of a face's scopes (ScopeLedger.swift).
     public func makeScopeLedger() -> ScopeLedger { ScopeLedger(keychain: keychain) }
 
@@ -60,6 +71,12 @@ public final class AccessLayer: Sendable {
     /// Called after every commit of this process that changed items, with the changes, before
     /// the writers return (`Keychain.onCommit`): the mount drops what the kernel holds of them.
     public func onCommit(_ observer: @escaping @Sendable ([ItemChange]) -> Void) { keychain.onCommit(observer) }
+
+    /// Called on each writer's own thread with its own changes, just before it returns
+    /// (`Keychain.beforeWriterReturns`): where a face may wait, bounded, for what it does about them.
+    public func beforeWriterReturns(_ observer: @escaping @Sendable ([ItemChange]) -> Void) {
+        keychain.beforeWriterReturns(observer)
+    }
 
     /// A committed change's names before and after it (`Keychain.names(of:)`): what an observer
     /// that shows changes by name spells them from. Never a secret.

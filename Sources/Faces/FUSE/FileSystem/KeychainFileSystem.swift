@@ -28,6 +28,7 @@ public final class KeychainFileSystem: Sendable {
 
     private struct Hooks {
         var invalidate: (@Sendable (Invalidation) -> Void)?
+        var replayer: ChangeReplayer?
         var controlSocketPath: String?
         var cacheSeconds: Double = 1.0
     }
@@ -37,6 +38,12 @@ public final class KeychainFileSystem: Sendable {
     public var invalidate: (@Sendable (Invalidation) -> Void)? {
         get { hooks.withLock { $0.invalidate } }
         set { hooks.withLock { $0.invalidate = newValue } }
+    }
+
+    /// The replay of changes made elsewhere to the mount's watchers, while the mount is served.
+    var replayer: ChangeReplayer? {
+        get { hooks.withLock { $0.replayer } }
+        set { hooks.withLock { $0.replayer = newValue } }
     }
 
     /// Where the control socket is: the root's `user.keychainfs.control` xattr, so that
@@ -75,6 +82,7 @@ public final class KeychainFileSystem: Sendable {
         access.onDamagedRow { Log.warning("skipped a damaged row: \($0)") }
         access.onLock { [weak self] in self?.revokeAfterLock() }
         access.onCommit { [weak self] in self?.committed($0) }
+        access.beforeWriterReturns { [weak self] in self?.beforeWriterReturns($0) }
     }
 
     /// The door for one request's caller (KeychainSession+Mount.swift: the mount's verbs).

@@ -49,6 +49,16 @@ extension KeychainFileSystem {
         for change in changes where change.itemClass != .identity && change.kind != .added {
             notify(.attributes(Inode.item(change.itemClass, id: change.id)))
         }
+        // Names, and the watchers' events: replayed through the mount (ReplayPlan.swift).
+        replayer?.enqueue(changes.filter { $0.origin != "fuse" })
+    }
+
+    /// A writer of changes made elsewhere waits for their replay before its caller is answered
+    /// (bounded: ChangeReplayer.writerWait), so that caller's next call finds the mount's names
+    /// as they now are.
+    func beforeWriterReturns(_ changes: [ItemChange]) {
+        guard changes.contains(where: { $0.origin != "fuse" }), let replayer else { return }
+        replayer.waitForReplays()
     }
 
     /// A change through this mount touched item `ino` (committed bytes, attributes, a rename

@@ -21,6 +21,7 @@ extension FuseSession {
             }
         }
         ops.lookup = { req, parent, name in
+            if FuseSession.replayLookup(req, parent, name) { return }
             FuseSession.serve(req, "lookup", parent) { s in
                 let n: String
                 do { n = try FuseSession.name(name) } catch Errno.fileNameTooLong { throw Errno.fileNameTooLong } catch
@@ -34,6 +35,7 @@ extension FuseSession {
         ops.forget = { req, _, _ in fuse_reply_none(req) }
         ops.forget_multi = { req, _, _ in fuse_reply_none(req) }
         ops.getattr = { req, ino, fi in
+            if FuseSession.replayAttributes(req, ino) { return }
             FuseSession.serve(req, "getattr", ino) { s in
                 let node = try s.fs.getattr(ino, handle: fi.map { $0.pointee.fh }, caller: try s.caller(req))
                 var st = s.stat(node)
@@ -41,6 +43,7 @@ extension FuseSession {
             }
         }
         ops.setattr = { req, ino, attr, toSet, fi in
+            if FuseSession.replayAttributes(req, ino) { return }
             FuseSession.serve(req, "setattr", ino) { s in
                 let caller = try s.caller(req)
                 if toSet & FUSE_SET_ATTR_SIZE != 0, let attr {
@@ -55,6 +58,7 @@ extension FuseSession {
             }
         }
         ops.mkdir = { req, parent, name, _ in
+            if FuseSession.replayMake(req) { return }
             FuseSession.serve(req, "mkdir", parent) { s in
                 var e = s.entry(
                     try s.fs.mkdir(parent: parent, name: try FuseSession.name(name), caller: try s.caller(req)))
@@ -66,6 +70,7 @@ extension FuseSession {
         ops.symlink = { req, _, parent, _ in FuseSession.serve(req, "symlink", parent) { _ in throw Errno.notPermitted }
         }
         ops.mknod = { req, parent, name, mode, _ in
+            if FuseSession.replayMake(req) { return }
             FuseSession.serve(req, "mknod", parent) { s in
                 // mknod(S_IFREG) (mode & S_IFMT == S_IFREG) is another way to make an empty regular file, as on ext4.
                 guard mode & 0o170000 == 0o100000 else { throw Errno.notPermitted }
@@ -80,12 +85,14 @@ extension FuseSession {
             }
         }
         ops.rmdir = { req, parent, name in
+            if FuseSession.replayDone(req) { return }
             FuseSession.serve(req, "rmdir", parent) { s in
                 try s.fs.rmdir(parent: parent, name: try FuseSession.name(name), caller: try s.caller(req))
                 fuse_reply_err(req, 0)
             }
         }
         ops.unlink = { req, parent, name in
+            if FuseSession.replayDone(req) { return }
             FuseSession.serve(req, "unlink", parent) { s in
                 try s.fs.unlink(
                     parent: parent, name: try FuseSession.name(name), caller: try s.caller(req, identify: true))
@@ -93,6 +100,7 @@ extension FuseSession {
             }
         }
         ops.rename = { req, parent, name, newParent, newName, flags in
+            if FuseSession.replayDone(req) { return }
             FuseSession.serve(req, "rename", parent) { s in
                 try s.fs.rename(
                     parent: parent, name: try FuseSession.name(name), newParent: newParent,
@@ -113,6 +121,7 @@ extension FuseSession {
             }
         }
         ops.open = { req, ino, fi in
+            if FuseSession.replayOpen(req, fi) { return }
             FuseSession.serve(req, "open", ino) { s in
                 guard let fi else { throw Errno.invalidArgument }
                 let flags = fi.pointee.flags
@@ -144,6 +153,7 @@ extension FuseSession {
             }
         }
         ops.flush = { req, ino, fi in
+            if FuseSession.replayHandle(req, fi) { return }
             FuseSession.serve(req, "flush", ino) { s in
                 guard let fi else { throw Errno.badFileDescriptor }
                 try s.fs.commit(handle: fi.pointee.fh, flushOwner: fi.pointee.lock_owner)
@@ -151,6 +161,7 @@ extension FuseSession {
             }
         }
         ops.fsync = { req, ino, _, fi in
+            if FuseSession.replayHandle(req, fi) { return }
             FuseSession.serve(req, "fsync", ino) { s in
                 guard let fi else { throw Errno.badFileDescriptor }
                 try s.fs.commit(handle: fi.pointee.fh)
@@ -158,6 +169,7 @@ extension FuseSession {
             }
         }
         ops.release = { req, _, fi in
+            if FuseSession.replayHandle(req, fi) { return }
             let s = FuseSession.session(req)
             if let fi { s.fs.release(handle: fi.pointee.fh) }
             fuse_reply_err(req, 0)
@@ -205,6 +217,7 @@ extension FuseSession {
             fuse_reply_statfs(req, &st)
         }
         ops.getxattr = { req, ino, name, size in
+            if FuseSession.replayNoAttributes(req, listing: false) { return }
             FuseSession.serve(req, "getxattr", ino) { s in
                 let value = try s.fs.getxattr(ino, name: try FuseSession.name(name), caller: try s.caller(req))
                 if size == 0 {
@@ -219,6 +232,7 @@ extension FuseSession {
             }
         }
         ops.listxattr = { req, ino, size in
+            if FuseSession.replayNoAttributes(req, listing: true) { return }
             FuseSession.serve(req, "listxattr", ino) { s in
                 var bytes = [UInt8]()
                 for name in try s.fs.listxattr(ino, caller: try s.caller(req)) { bytes += Array(name.utf8) + [0] }
@@ -249,6 +263,7 @@ extension FuseSession {
             }
         }
         ops.access = { req, ino, _ in
+            if FuseSession.replayDone(req) { return }
             FuseSession.serve(req, "access", ino) { s in
                 _ = try s.caller(req)
                 fuse_reply_err(req, 0)

@@ -27,11 +27,14 @@ public final class FuseSession: Sendable {
     }
     private let state = Mutex(State())
     private let invalidations = DispatchQueue(label: "keychainfs.invalidate")
+    /// The thread that replays changes made elsewhere to the mount's watchers (ChangeReplayer).
+    let replayer: ChangeReplayer
 
     public init(fs: KeychainFileSystem, mountpoint: String, options: MountOptions) {
         self.fs = fs
         self.mountpoint = mountpoint
         self.options = options
+        replayer = ChangeReplayer(fs: fs, mountpoint: mountpoint)
         fs.cacheSeconds = options.cacheSeconds
     }
 
@@ -95,12 +98,18 @@ public final class FuseSession: Sendable {
         }
         state.withLock { $0.session = SessionHandle(pointer: se) }
         fs.invalidate = { [weak self] what in self?.invalidate(what) }
+        fs.replayer = replayer
     }
 
     /// Serves requests until unmounted or signalled (SIGTERM, SIGINT, SIGHUP), then unmounts.
     public func run() -> Int32 {
         guard let se = state.withLock({ $0.session })?.pointer else { return 1 }
+        replayer.start()
         let rc = kcfs_session_loop_mt_bounded(se, Self.maxWorkers, Self.maxIdleWorkers)
+        // Pending replays are dropped and their writers released at once; a call in progress
+        // fails as the mount goes.
+        fs.replayer = nil
+        replayer.stop()
         fs.invalidate = nil
         state.withLock { $0.session = nil }
         fuse_session_unmount(se)
