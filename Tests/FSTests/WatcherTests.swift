@@ -13,48 +13,6 @@ import TestSupport
 /// make no audit line.
 @Suite("inotify watchers of the mount hear changes made elsewhere (issue 30)")
 struct WatcherTests {
-    /// `inotifywait -m -r` on `directory`, one `EVENTS PATH` line per event; returns once its
-    /// watches are established.
-    static func watch(_ box: TestSandbox, _ directory: String) throws -> Spawned {
-        let watcher = try box.spawn(
-            "/usr/bin/inotifywait", ["-m", "-r", "--format", "%e %w%f", directory])
-        let deadline = Date().addingTimeInterval(10)
-        while !watcher.stderrSoFar.contains("Watches established") {
-            guard Date() < deadline, watcher.isRunning else {
-                throw HarnessError("inotifywait did not start: \(watcher.stderrSoFar)")
-            }
-            usleep(10_000)
-        }
-        return watcher
-    }
-
-    /// Waits up to 2 s for an event line `EVENTS PATH` naming every event of `events` on `path`,
-    /// after the first `skip` lines; returns the index after it.
-    @discardableResult
-    static func expectEvent(
-        _ watcher: Spawned, _ events: [String], _ path: String, after skip: Int = 0,
-        sourceLocation: SourceLocation = #_sourceLocation
-    ) -> Int {
-        let deadline = Date().addingTimeInterval(2)
-        while true {
-            let lines = watcher.stdoutSoFar.split(separator: "\n").map(String.init)
-            for (index, line) in lines.enumerated().dropFirst(skip) {
-                guard let space = line.firstIndex(of: " ") else { continue }
-                let names = Set(line[..<space].split(separator: ",").map(String.init))
-                if String(line[line.index(after: space)...]) == path && Set(events).isSubset(of: names) {
-                    return index + 1
-                }
-            }
-            if Date() >= deadline {
-                Issue.record(
-                    "no \(events) on \(path) within 2 s; heard:\n\(lines.joined(separator: "\n"))",
-                    sourceLocation: sourceLocation)
-                return skip
-            }
-            usleep(5_000)
-        }
-    }
-
     @Test(
         "a CLI add, data update and delete through the service: IN_CREATE, IN_MODIFY and IN_CLOSE_WRITE, IN_DELETE, each followed at once by the new state"
     )
@@ -62,20 +20,20 @@ struct WatcherTests {
         try withMount(setup: { try $0.addGeneric("w", "first", "one") }) { box in
             let genp = box.mnt + "/genp"
             _ = try box.run("/bin/ls", ["-R", genp])
-            let watcher = try Self.watch(box, genp)
+            let watcher = try InotifyWatch.start(box, genp)
             defer { kill(watcher.pid, SIGTERM); _ = try? watcher.wait(timeout: 5) }
             let file = genp + "/w/alice"
 
             let add = try box.cli(["add-generic-password"] + box.unlockArgs + ["-s", "w", "-a", "alice", "-w", "s1"])
             try #require(add.status == 0, "add: \(add.summary)")
-            var seen = Self.expectEvent(watcher, ["CREATE"], file)
+            var seen = InotifyWatch.expectEvent(watcher, ["CREATE"], file)
             #expect(try box.run("/bin/cat", [file]).stdout == "s1", "cat right after the add")
 
             let update = try box.cli(
                 ["add-generic-password", "-U"] + box.unlockArgs + ["-s", "w", "-a", "alice", "-w", "second"])
             try #require(update.status == 0, "update: \(update.summary)")
-            seen = Self.expectEvent(watcher, ["MODIFY"], file, after: seen)
-            Self.expectEvent(watcher, ["CLOSE_WRITE"], file, after: seen)
+            seen = InotifyWatch.expectEvent(watcher, ["MODIFY"], file, after: seen)
+            InotifyWatch.expectEvent(watcher, ["CLOSE_WRITE"], file, after: seen)
             #expect(try box.run("/bin/cat", [file]).stdout == "second", "cat right after the update")
             var st = stat()
             #expect(stat(file, &st) == 0 && st.st_size == 6, "stat right after the update")
@@ -86,19 +44,19 @@ struct WatcherTests {
             let fresh = try box.cli(
                 ["add-generic-password"] + box.unlockArgs + ["-s", "fresh", "-a", "bob", "-w", "b"])
             try #require(fresh.status == 0, "add: \(fresh.summary)")
-            seen = Self.expectEvent(watcher, ["CREATE", "ISDIR"], genp + "/fresh", after: seen)
+            seen = InotifyWatch.expectEvent(watcher, ["CREATE", "ISDIR"], genp + "/fresh", after: seen)
             #expect(try box.run("/bin/ls", [genp + "/fresh"]).stdout == "bob\n")
 
             let delete = try box.cli(["delete-generic-password"] + box.unlockArgs + ["-s", "w", "-a", "alice"])
             try #require(delete.status == 0, "delete: \(delete.summary)")
-            Self.expectEvent(watcher, ["DELETE"], file, after: seen)
+            InotifyWatch.expectEvent(watcher, ["DELETE"], file, after: seen)
             #expect(stat(file, &st) != 0 && errno == ENOENT, "stat right after the delete")
             #expect(try box.run("/bin/ls", [genp + "/w"]).stdout == "first\n", "ls right after the delete")
 
             // The last item of a service gone: its directory goes too.
             let last = try box.cli(["delete-generic-password"] + box.unlockArgs + ["-s", "fresh", "-a", "bob"])
             try #require(last.status == 0, "delete: \(last.summary)")
-            Self.expectEvent(watcher, ["DELETE", "ISDIR"], genp + "/fresh", after: seen)
+            InotifyWatch.expectEvent(watcher, ["DELETE", "ISDIR"], genp + "/fresh", after: seen)
             #expect(try box.run("/bin/ls", [genp]).stdout == "w\n", "ls of /genp right after")
 
             // The CLI's operations are audited once, through the API; the replays make no line.
