@@ -124,7 +124,13 @@ struct Unmount: ParsableCommand {
     func run() throws {
         let path = absolutePath(mountpoint)
         guard MountTable.isKeychainMount(path) else { throw CLIError.failure("\(path) is not a keychainfs mount") }
-        if MountTable.fusermount(["-u", path]) == 0 { return }
+        // A call in flight on the mount makes it busy for that moment, the daemon's replay of a
+        // change made elsewhere to the mount's watchers too (docs/paths.md): tried again briefly.
+        for attempt in 0..<10 {
+            if attempt > 0 { usleep(20_000) }
+            if MountTable.fusermount(["-u", path]) == 0 { return }
+            guard !MountTable.isStale(path), MountTable.isKeychainMount(path) else { break }
+        }
         // A killed daemon leaves a mount that only a lazy unmount clears.
         if MountTable.isStale(path) && MountTable.fusermount(["-u", "-z", path]) == 0 { return }
         throw CLIError.failure("cannot unmount \(path): it is busy (a process has a file or directory open there)")

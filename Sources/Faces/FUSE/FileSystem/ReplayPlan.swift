@@ -64,7 +64,9 @@ extension KeychainFileSystem {
 
     /// The calls that replay `change`, with what the daemon answers during each; none for the
     /// mount's own changes, classes without name lists, and items some process may not see.
-    func replaySteps(for change: ItemChange) -> [ReplayStep] {
+    /// `present`: the directories (`genp/<service>`) this replay found or made present to every
+    /// process, so that a batch of adds in one directory asks the store once.
+    func replaySteps(for change: ItemChange, present: inout Set<String>) -> [ReplayStep] {
         guard change.origin != "fuse", change.itemClass == .genericPassword || change.itemClass == .internetPassword
         else { return [] }
         let names = access.names(of: change)
@@ -95,14 +97,20 @@ extension KeychainFileSystem {
             ]
         }
         func makeDirectoryIfNew(_ p: Place) {
-            guard !directoryHoldsOthers(p.itemClass, p.directory, except: change.id) else { return }
+            guard present.insert(p.directoryPath).inserted,
+                !directoryHoldsOthers(p.itemClass, p.directory, except: change.id)
+            else { return }
             var answers = lookups(p, leaf: nil)
             answers[.init(parent: Inode.classDirectory(p.itemClass), name: p.directory)] = .some(nil)
             steps.append(
                 ReplayStep(call: .makeDirectory(p.directoryPath), names: answers, node: directoryStat(p.directoryIno)))
         }
         func removeDirectoryIfEmptied(_ p: Place) {
-            guard !directoryHoldsOthers(p.itemClass, p.directory, except: change.id) else { return }
+            guard !directoryHoldsOthers(p.itemClass, p.directory, except: change.id) else {
+                present.insert(p.directoryPath)
+                return
+            }
+            present.remove(p.directoryPath)
             var answers = lookups(p, leaf: nil)
             answers[.init(parent: p.directoryIno, name: p.leaf)] = .some(nil)
             steps.append(

@@ -133,20 +133,18 @@ final class ChangeReplayer: Sendable {
     }
 
     private func replay(_ changes: [ItemChange]) {
-        var root: Int32 = -1
-        defer { if root >= 0 { close(root) } }
+        var present = Set<String>()
         for change in changes {
             if queue.withLock({ $0.stopped }) { return }
-            let steps = fs.replaySteps(for: change)
-            guard !steps.isEmpty else { continue }
-            if root < 0 {
-                root = Self.openMountRoot(mountpoint)
+            for step in fs.replaySteps(for: change, present: &present) {
+                // The root is held for one call only: a mount with a descriptor open on it is
+                // busy, and `keychainfs unmount` (fusermount3 -u) must not find it so.
+                let root = Self.openMountRoot(mountpoint)
                 guard root >= 0 else { return }
-            }
-            for step in steps {
                 current.withLock { $0 = step }
                 let failed = Self.perform(step.call, root: root)
                 current.withLock { $0 = nil }
+                close(root)
                 if failed != 0 { Log.debug("a change's replay to the mount's watchers failed: errno \(failed)") }
             }
         }
