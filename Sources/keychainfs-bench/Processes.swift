@@ -17,7 +17,7 @@ enum Spawn {
     /// reader's session is scheduled against that reader differently, and costs a different
     /// CPU per request, than the one users run (docs/benchmarks.md, "How it measures").
     static func start(
-        _ path: String, _ args: [String], stdout: String?, stderr: String?,
+        _ path: String, _ args: [String], stdin: String = "/dev/null", stdout: String?, stderr: String?,
         fds: [(Int32, Int32)] = [], environment: [String]? = nil, newSession: Bool = false
     ) throws -> pid_t {
         var attributes = posix_spawnattr_t()
@@ -27,7 +27,7 @@ enum Spawn {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 0, stdin, O_RDONLY, 0)
         if let stdout { posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_APPEND, 0o600) }
         if let stderr { posix_spawn_file_actions_addopen(&actions, 2, stderr, O_WRONLY | O_CREAT | O_APPEND, 0o600) }
         for (source, target) in fds { posix_spawn_file_actions_adddup2(&actions, source, target) }
@@ -72,6 +72,11 @@ enum Spawn {
             if Clock.now() > deadline { return nil }
             Clock.sleep(0.01)
         }
+    }
+
+    /// Runs a command to completion, stdin from a file, output discarded; returns its status.
+    static func run(_ path: String, _ args: [String], stdin: String, environment: [String]) throws -> Int32 {
+        wait(try start(path, args, stdin: stdin, stdout: "/dev/null", stderr: "/dev/null", environment: environment))
     }
 
     /// Runs a command to completion with output discarded; returns (status, seconds).

@@ -8,7 +8,7 @@ import KeychainStore
 struct HelpRequested: Error {}
 
 struct Options {
-    enum Command: String { case core, fs, all, faces, agent, creates }
+    enum Command: String { case core, fs, all, faces, agent, creates, notify }
     var command: Command = .all
     var sizes: [Int] = [1_000, 100_000]
     var cpu = 0
@@ -25,6 +25,9 @@ struct Options {
     /// `faces`: calls per face through the service, and through a direct open (Argon2id each).
     var calls = 200
     var directCalls = 10
+    /// `notify`: changes made, and the idle time the daemon's wake-ups are counted over.
+    var changes = 1_000
+    var idleSeconds = 60.0
     /// git's contrib/credential/libsecret/git-credential-libsecret.c, built at run time (Debian's
     /// git package ships it; the project does not carry git's source).
     var gitLibsecretSource: String? = {
@@ -40,6 +43,7 @@ struct Options {
                                       [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
                keychainfs-bench agent [--calls N] [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
                keychainfs-bench creates [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
+               keychainfs-bench notify [--changes N] [--idle SECONDS] [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
 
           core   the keychain core: add, find, update ops/s, unlock time, bytes per item,
                  against raw SQLite and libsodium baselines measured in the same run
@@ -56,6 +60,10 @@ struct Options {
           creates  new files through the mount against overwrites: closes/s and the daemon's
                  CPU per close, one writer and 8, with and without fsync; the daemon's
                  fdatasync calls per create (strace -c -f -p). Not part of `all`
+          notify  --changes updates of one item by the CLI through a mount's service (default
+                 1000): command start → a watcher's IN_CLOSE_WRITE (p50, p99), events heard
+                 before their command returned, stale reads right after; the daemon's wake-ups
+                 over --idle seconds of nothing changing (default 60). Not part of `all`
 
           --items   vault sizes, comma-separated, each ≥ 1000 (k suffix allowed: 1k,100k);
                     default 1000,100000. The 10,000-entry directory exists from 11,000 items.
@@ -133,6 +141,16 @@ struct Options {
                 let path = try next()
                 guard access(path, R_OK) == 0 else { throw BenchError("--git-libsecret-source \(path): not readable") }
                 o.gitLibsecretSource = path
+            case "--changes":
+                guard let n = Int(try next()), n >= 1, n <= 100_000 else {
+                    throw BenchError("--changes takes a count from 1 to 100000")
+                }
+                o.changes = n
+            case "--idle":
+                guard let n = Double(try next()), n >= 0, n <= 3_600 else {
+                    throw BenchError("--idle takes seconds from 0 to 3600")
+                }
+                o.idleSeconds = n
             case "--builtin-daemon":
                 o.keychainfs = nil
             case "--baseline-keychainfs":
@@ -220,6 +238,7 @@ enum Runner {
         }
         if o.command == .agent { return try AgentBench.run(o, directory: root) }
         if o.command == .creates { return try CreateBench.run(o, directory: root) }
+        if o.command == .notify { return try NotifyBench.run(o, directory: root) }
 
         Out.progress("crypto baseline")
         let crypto = try CryptoBaseline.measure()

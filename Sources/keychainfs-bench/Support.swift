@@ -221,6 +221,21 @@ enum ProcStatus {
         return nil
     }
 
+    /// Context switches of every thread of a process (voluntary and not): its wake-ups.
+    static func contextSwitches(pid: pid_t) -> Int {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        var total = 0
+        for tid in tasks {
+            guard let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/status", encoding: .utf8) else {
+                continue
+            }
+            for line in text.split(separator: "\n") where line.contains("ctxt_switches:") {
+                total += Int(line.split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
+            }
+        }
+        return total
+    }
+
     /// A `kB` field of /proc/<pid>/status, in bytes.
     static func kilobytes(_ name: String, pid: pid_t) -> Double {
         guard let v = field(name, pid: pid), let kb = Double(v.split(separator: " ").first ?? "") else { return .nan }
