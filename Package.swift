@@ -135,8 +135,8 @@ let package = Package(
         .executableTarget(
             name: "keychainfs-bench",
             dependencies: [
-                "Keychain", "KeychainAccess", "KeychainFS", "KeychainCrypto", "KeychainStore", "CSQLite", "CFuse",
-                "CPlatform",
+                "Keychain", "KeychainAccess", "KeychainAPI", "KeychainFS", "KeychainCrypto", "KeychainStore", "CSQLite",
+                "CFuse", "CPlatform",
             ]),
         // Test plumbing shared by every test target: the binary under test, one posix_spawn
         // runner, the mount table, a sandbox per test with `withMount`, the python prelude.

@@ -1,4 +1,6 @@
 import Foundation
+import Keychain
+import KeychainAPI
 import Synchronization
 
 /// Change notification (issue 30's benchmark): a change committed by another process (the CLI,
@@ -7,7 +9,8 @@ import Synchronization
 ///   heard as one IN_CLOSE_WRITE (the replay's `close`), matched to its command in order;
 /// - from the command's start to the event, and the command's own time: the commit is between
 ///   the two, so the first is an upper bound of commit → event; and how many events came
-///   before their command returned (the writer waits for its replay);
+///   before their command returned (the writer waits for its replay). The same through the
+///   service's API socket from this process (no process start): the bound is then tight;
 /// - stale reads: the item read through the mount right after each command returned;
 /// - idle: the daemon's context switches (wake-ups, every thread) and CPU over `--idle` seconds
 ///   with nothing changing.
@@ -36,35 +39,27 @@ enum NotifyBench {
         defer { watcher.stop() }
         let environment = Daemon.cliEnvironment(state: state)
         let secretFile = directory + "/notify-secret"
-        var started: [UInt64] = [], returned: [UInt64] = []
-        var stale = 0, failed = 0
         Out.progress("notify: \(o.changes) updates through the CLI, each read back at once")
-        for i in 0..<o.changes {
-            let value = "ntf-" + String(format: "%08d", i)
+        let byCLI = try measure(o.changes, file: file, watcher: watcher) { value in
             // The secret on stdin, never in argv.
             guard FileManager.default.createFile(atPath: secretFile, contents: Data(value.utf8)) else {
                 throw BenchError("cannot write \(secretFile)")
             }
-            let t0 = Clock.now()
-            let status = try Spawn.run(
-                cli,
-                [
-                    "add-generic-password", "-U", "--vault", vault.path, "--passphrase-file", passphraseFile, "-s",
-                    service, "-a", account,
-                ], stdin: secretFile, environment: environment)
-            let t1 = Clock.now()
-            if status != 0 { failed += 1 }
-            started.append(t0)
-            returned.append(t1)
-            if (try? FSBench.readAll(file)) != Array(value.utf8) { stale += 1 }
+            let arguments = [
+                "add-generic-password", "-U", "--vault", vault.path, "--passphrase-file", passphraseFile, "-s",
+                service, "-a", account,
+            ]
+            return try Spawn.run(cli, arguments, stdin: secretFile, environment: environment) == 0
         }
-        let heard = watcher.waitFor(count: o.changes, seconds: 5)
-        var sinceStart = Samples(), command = Samples()
-        var beforeReturn = 0
-        for i in 0..<min(heard.count, started.count) {
-            sinceStart.add(Double(heard[i] &- started[i]) / 1e9)
-            command.add(Double(returned[i] &- started[i]) / 1e9)
-            if heard[i] <= returned[i] { beforeReturn += 1 }
+        Out.progress("notify: \(o.changes) updates through the service's API socket, each read back at once")
+        let runtime = ["XDG_RUNTIME_DIR": state + "/run"]
+        guard
+            let client = try ServiceClient.connect(
+                vault: vault.path, directory: ServiceLocator.directory(environment: runtime))
+        else { throw BenchError("the mount's service does not answer on its API socket") }
+        let attributes: Attributes = [Schema.service: .string(service), Schema.account: .string(account)]
+        let byAPI = try measure(o.changes, file: file, watcher: watcher) { value in
+            (try? client.addOrUpdate(.genericPassword, attributes, data: Array(value.utf8), extras: [])) != nil
         }
 
         Out.progress("notify: the daemon idle for \(Int(o.idleSeconds)) s")
@@ -72,28 +67,66 @@ enum NotifyBench {
         let (switches0, ticks0) = (ProcStatus.contextSwitches(pid: kc.pid), kc.cpuTicks)
         Clock.sleep(o.idleSeconds)
         let (switches1, ticks1) = (ProcStatus.contextSwitches(pid: kc.pid), kc.cpuTicks)
+        // Per thread: a thread that ended meanwhile took its count with it; a new one brings all of its own.
+        let wakeups = switches1.reduce(0) { $0 + $1.value - (switches0[$1.key] ?? 0) }
 
         Out.line()
-        Out.line("Change notification (keychainfs-bench notify): \(o.changes) updates of one item by the CLI")
-        Out.line("through the mount's service, a watcher (this process's inotify) on the item's directory")
-        Out.table([
-            ["row", "p50", "p99", "note"],
-            [
-                "command start → watcher's IN_CLOSE_WRITE", Fmt.duration(sinceStart.percentile(0.5)),
-                Fmt.duration(sinceStart.percentile(0.99)), "an upper bound of commit → event",
-            ],
-            [
-                "the command's own time", Fmt.duration(command.percentile(0.5)), Fmt.duration(command.percentile(0.99)),
-                "start → exit: process start, unlock-free door, commit, replay",
-            ],
-        ])
-        Out.line("  events heard: \(heard.count) of \(o.changes); before their command returned: \(beforeReturn)")
+        Out.line("Change notification (keychainfs-bench notify): \(o.changes) updates of one item, a watcher (this")
+        Out.line("process's inotify) on the item's directory, the item read through the mount right after each")
+        Out.table(
+            [["row", "p50", "p99", "heard", "before return", "stale reads", "failed"]] + byCLI.rows("CLI process")
+                + byAPI.rows("API socket, this process"))
+        Out.line("  start → event: from the update's start to the watcher's IN_CLOSE_WRITE, an upper bound of")
+        Out.line("  commit → event (the commit is between the update's start and its return)")
         Out.line(
-            "  stale reads (cat right after the command returned): \(stale) of \(o.changes); failed commands: \(failed)"
+            "  idle \(Int(o.idleSeconds)) s: \(wakeups) daemon context switches (every thread), \(ticks1 - ticks0) CPU ticks"
         )
-        Out.line(
-            "  idle \(Int(o.idleSeconds)) s: \(switches1 - switches0) daemon context switches (every thread), \(ticks1 - ticks0) CPU ticks"
-        )
+    }
+
+    struct Figures {
+        var sinceStart = Samples(), own = Samples()
+        var heard = 0, beforeReturn = 0, stale = 0, failed = 0, changes = 0
+
+        func rows(_ name: String) -> [[String]] {
+            [
+                [
+                    "\(name): start → event", Fmt.duration(sinceStart.percentile(0.5)),
+                    Fmt.duration(sinceStart.percentile(0.99)), "\(heard)/\(changes)", "\(beforeReturn)",
+                    "\(stale)", "\(failed)",
+                ],
+                [
+                    "\(name): the update's own time", Fmt.duration(own.percentile(0.5)),
+                    Fmt.duration(own.percentile(0.99)), "", "", "", "",
+                ],
+            ]
+        }
+    }
+
+    /// `count` updates by `update` (the value to store → success), each read back at once.
+    static func measure(_ count: Int, file: String, watcher: Watcher, _ update: (String) throws -> Bool) throws
+        -> Figures
+    {
+        var f = Figures()
+        f.changes = count
+        let first = watcher.count
+        var started: [UInt64] = [], returned: [UInt64] = []
+        for i in 0..<count {
+            let value = "ntf-" + String(format: "%08d", i)
+            let t0 = Clock.now()
+            let ok = try update(value)
+            returned.append(Clock.now())
+            started.append(t0)
+            if !ok { f.failed += 1 }
+            if (try? FSBench.readAll(file)) != Array(value.utf8) { f.stale += 1 }
+        }
+        let heard = Array(watcher.waitFor(count: first + count, seconds: 5).dropFirst(first))
+        f.heard = heard.count
+        for i in 0..<min(heard.count, started.count) {
+            f.sinceStart.add(Double(heard[i] &- started[i]) / 1e9)
+            f.own.add(Double(returned[i] &- started[i]) / 1e9)
+            if heard[i] <= returned[i] { f.beforeReturn += 1 }
+        }
+        return f
     }
 
     /// An inotify watch on one directory, recording when each IN_CLOSE_WRITE of `name` arrives.
@@ -133,6 +166,8 @@ enum NotifyBench {
             while times.withLock({ $0.count }) < count && Clock.now() < deadline { Clock.sleep(0.01) }
             return times.withLock { $0 }
         }
+
+        var count: Int { times.withLock { $0.count } }
 
         func stop() { close(fd) }
     }

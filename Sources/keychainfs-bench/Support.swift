@@ -221,19 +221,20 @@ enum ProcStatus {
         return nil
     }
 
-    /// Context switches of every thread of a process (voluntary and not): its wake-ups.
-    static func contextSwitches(pid: pid_t) -> Int {
+    /// Context switches (voluntary and not) of each thread of a process, by thread id.
+    static func contextSwitches(pid: pid_t) -> [String: Int] {
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-        var total = 0
+        var out: [String: Int] = [:]
         for tid in tasks {
             guard let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/status", encoding: .utf8) else {
                 continue
             }
             for line in text.split(separator: "\n") where line.contains("ctxt_switches:") {
-                total += Int(line.split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
+                out[tid, default: 0] +=
+                    Int(line.split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
             }
         }
-        return total
+        return out
     }
 
     /// A `kB` field of /proc/<pid>/status, in bytes.
