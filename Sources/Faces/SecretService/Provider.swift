@@ -66,6 +66,9 @@ public final class SecretServiceProvider: Sendable {
     /// that wakes the bus thread's poll for it.
     private let busWork = Mutex<[@Sendable (SecretServiceProvider) -> Void]>([])
     private let wake: (read: Int32, write: Int32)
+    /// Changes other faces and processes committed, waiting for the bus thread to signal them
+    /// (`ChangeSignals.swift`): the committing thread only appends here and wakes the bus thread.
+    let pendingChanges = Mutex<[ItemChange]>([])
 
     /// Open sessions, by number, with the unique bus name of the client that opened each (a
     /// session serves only its own client) and how it carries secrets.
@@ -115,6 +118,8 @@ public final class SecretServiceProvider: Sendable {
             }
         }
         wake = (fds[0], fds[1])
+        // Every commit of this process, whichever face made it: signalled on the bus thread.
+        access.onCommit { [weak self] in self?.committed($0) }
     }
 
     deinit {
@@ -232,6 +237,11 @@ public final class SecretServiceProvider: Sendable {
     /// Hands `work` to the bus thread and wakes it.
     func onBusThread(_ work: @escaping @Sendable (SecretServiceProvider) -> Void) {
         busWork.withLock { $0.append(work) }
+        wakeBusThread()
+    }
+
+    /// Wakes the bus thread's poll (the pipe is non-blocking: a full pipe is awake already).
+    func wakeBusThread() {
         var one: UInt8 = 1
         _ = write(wake.write, &one, 1)
     }
@@ -245,7 +255,12 @@ public final class SecretServiceProvider: Sendable {
             return w
         }
         for item in work { item(self) }
-        return !work.isEmpty
+        let changes = pendingChanges.withLock { p -> [ItemChange] in
+            defer { p.removeAll() }
+            return p
+        }
+        signalChanges(changes)
+        return !work.isEmpty || !changes.isEmpty
     }
 
     /// A client left the bus (NameOwnerChanged with no new owner): its sessions, prompts and
