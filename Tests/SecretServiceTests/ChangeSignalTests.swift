@@ -139,4 +139,76 @@ struct ChangeSignalTests {
                 "only the default item's Items change: \(monitor.text)")
         }
     }
+    @Test(
+        "an item moved out of default is ItemDeleted to clients, moved back ItemCreated; its change while in another group is not signalled"
+    )
+    func movedBetweenGroups() throws {
+        try withSandbox { box in
+            // mv moves the item into `team`; the CLI changes it there.
+            for program in ["/usr/bin/mv", try requireBinary()] {
+                let group = try box.cli(["access-group", "add"] + box.unlockArgs + ["team", program])
+                try #require(group.status == 0, "access-group add: \(group.summary)")
+            }
+            let (address, monitor) = try box.mountWithSignalMonitor()
+            let item = ["service", "mv-svc", "username", "mia"]
+            let add = try box.cliThroughService(
+                ["add-generic-password", "-s", "mv-svc", "-a", "mia", "-w", "m1", "--access-group", "default"])
+            try #require(add.status == 0, "add: \(add.summary)")
+            let created = monitor.next(after: 0, within: 2) { $0.member == "ItemCreated" }
+            let path = try #require(created?.object, "no ItemCreated within 2 s: \(monitor.text)")
+
+            let dir = box.mnt + "/genp/mv-svc"
+            var seen = monitor.signals.count
+            let out = try box.run("/usr/bin/mv", [dir + "/mia", dir + "/mia;accessGroup=team"], timeout: 15)
+            try #require(out.status == 0, "mv into team: \(out.summary)")
+            let deleted = monitor.next(after: seen, within: 2) { $0.object == path }
+            #expect(deleted?.member == "ItemDeleted", "\(monitor.text)")
+            #expect(try box.itemPath(address, item) == nil, "a client outside team still finds it")
+
+            let update = try box.cliThroughService([
+                "add-generic-password", "-U", "-s", "mv-svc", "-a", "mia", "-w", "m2",
+            ])
+            #expect(update.status == 0, "update in team: \(update.summary)")
+
+            seen = monitor.signals.count
+            let back = try box.run("/usr/bin/mv", [dir + "/mia;accessGroup=team", dir + "/mia"], timeout: 15)
+            try #require(back.status == 0, "mv back: \(back.summary)")
+            let again = monitor.next(after: seen, within: 2) { $0.object == path }
+            #expect(again?.member == "ItemCreated", "\(monitor.text)")
+            #expect(try box.secretTool(address, ["lookup"] + item).stdout == "m2")
+
+            usleep(500_000)
+            let mine = monitor.itemSignals.filter { $0.object == path }.map(\.member)
+            #expect(mine == ["ItemCreated", "ItemDeleted", "ItemCreated"], "\(monitor.text)")
+        }
+    }
+    @Test("a D-Bus client's own CreateItem, replace and Delete of an item in another group are not signalled either")
+    func ownChangesInAnotherGroup() throws {
+        try withSandbox { box in
+            // secret-tool is in `team` (its first group: its items go there), served on its pid.
+            let group = try box.cli(["access-group", "add"] + box.unlockArgs + ["team", "/usr/bin/secret-tool"])
+            try #require(group.status == 0, "access-group add: \(group.summary)")
+            let (address, monitor) = try box.mountWithSignalMonitor(options: ["secret_service_trust_pid"])
+            let item = ["service", "team-sig", "username", "tia"]
+            let store = try box.secretTool(address, ["store", "--label=Team"] + item, stdin: Array("t1".utf8))
+            try #require(store.status == 0, "secret-tool store: \(store.summary)")
+            #expect(try box.secretTool(address, ["lookup"] + item).stdout == "t1")
+            let outside = try box.cliThroughService(["find-generic-password", "-s", "team-sig"])
+            #expect(outside.status == 44, "the item is not in team: \(outside.summary)")
+            let replace = try box.secretTool(address, ["store", "--label=Team"] + item, stdin: Array("t2".utf8))
+            #expect(replace.status == 0, "secret-tool store again: \(replace.summary)")
+            #expect(try box.secretTool(address, ["lookup"] + item).stdout == "t2")
+            let clear = try box.secretTool(address, ["clear"] + item)
+            #expect(clear.status == 0, "secret-tool clear: \(clear.summary)")
+
+            let sentinel = try box.cliThroughService(["add-generic-password", "-s", "open-sig", "-a", "oz", "-w", "o"])
+            try #require(sentinel.status == 0, "add: \(sentinel.summary)")
+            let created = monitor.next(after: 0, within: 2) { $0.member == "ItemCreated" }
+            let path = try #require(created?.object, "no ItemCreated within 2 s: \(monitor.text)")
+            #expect(try box.itemPath(address, ["service", "open-sig", "username", "oz"]) == path)
+            usleep(500_000)
+            #expect(monitor.itemSignals.map(\.object) == [path], "only the default item: \(monitor.text)")
+            #expect(monitor.signals.filter { $0.member == "PropertiesChanged" }.count == 1, "\(monitor.text)")
+        }
+    }
 }

@@ -82,9 +82,11 @@ struct SignalMonitor {
 
 extension TestSandbox {
     /// The vault mounted with the Secret Service on a private bus, and a monitor of its signals.
-    func mountWithSignalMonitor(sourceLocation: SourceLocation = #_sourceLocation) throws -> (String, SignalMonitor) {
+    func mountWithSignalMonitor(options: [String] = [], sourceLocation: SourceLocation = #_sourceLocation) throws -> (
+        String, SignalMonitor
+    ) {
         let (_, address) = try startBus(sourceLocation: sourceLocation)
-        try mount(["secret_service_address=" + address.replacingOccurrences(of: ",", with: "\\,")])
+        try mount(["secret_service_address=" + address.replacingOccurrences(of: ",", with: "\\,")] + options)
         try #require(
             daemonLog.contains("secret service: serving org.freedesktop.secrets"), "\(daemonLog)",
             sourceLocation: sourceLocation)

@@ -27,6 +27,11 @@ extension SecretServiceProvider {
         if wasEmpty { wakeBusThread() }
     }
 
+    /// Whether a change the provider made to `item` is signalled (by the method that made it):
+    /// the same rule as for changes made elsewhere (`signal(for:names:)`), an item of the
+    /// `default` access group only.
+    static func isSignalled(_ item: KeychainItem) -> Bool { item.accessGroup == Caller.defaultAccessGroup }
+
     /// What a change is to a D-Bus client that may see the `default` access group: an item
     /// that appeared, changed or went away, or nothing (it was never in `default`).
     enum ChangeSignal: Equatable {

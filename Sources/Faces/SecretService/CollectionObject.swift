@@ -123,6 +123,8 @@ extension SecretServiceProvider {
         let replace = try call.reader.bool()
         let collection = collectionName(call)
         let path: String
+        // The session collection is everyone's; a vault item is signalled when every client may see it.
+        var signalled = true
         if collection == .session {
             let caller = try self.caller(of: call)
             let (n, _) = sessionCollection.withLock {
@@ -151,11 +153,13 @@ extension SecretServiceProvider {
                 }
             }()
             path = ObjectPath.item(created)
+            signalled = Self.isSignalled(created)
         }
         try reply(call) { w throws(BusError) in
             try w.objectPath(path)
             try w.objectPath("/")
         }
+        guard signalled else { return }
         let collectionPath = ObjectPath.collectionPath(collection)
         emit(collectionPath, Introspection.collection, "ItemCreated") { w throws(BusError) in try w.objectPath(path) }
         propertiesChanged(collectionPath, Introspection.collection, ["Items"])
