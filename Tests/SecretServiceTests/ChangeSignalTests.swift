@@ -211,4 +211,29 @@ struct ChangeSignalTests {
             #expect(monitor.signals.filter { $0.member == "PropertiesChanged" }.count == 1, "\(monitor.text)")
         }
     }
+    @Test(
+        "an import of 300 items through the service, one commit: 300 ItemCreated, each item once, and the collection's Items"
+    )
+    func importIsSignalledOncePerItem() throws {
+        try withSandbox { box in
+            let (address, monitor) = try box.mountWithSignalMonitor()
+            let file = box.w + "/items.csv"
+            let rows = (1...300).map { "bulk-sig,user\($0),pw\($0)" }
+            try ("title,account,password\n" + rows.joined(separator: "\n") + "\n").write(
+                toFile: file, atomically: true, encoding: .utf8)
+            let imported = try box.cliThroughService(
+                ["import-csv", "generic", file, "--columns", "title=title,account=account,password=password"])
+            try #require(imported.status == 0 && imported.stdout.contains("300 added"), "\(imported.summary)")
+            let all = waitUntil(5) { monitor.itemSignals.count >= 300 }
+            #expect(all, "\(monitor.itemSignals.count) of 300 within 5 s")
+            usleep(500_000)
+            let created = monitor.itemSignals.filter { $0.member == "ItemCreated" }.compactMap(\.object)
+            #expect(created.count == 300 && Set(created).count == 300, "\(created.count) signals")
+            #expect(monitor.itemSignals.count == 300, "only ItemCreated: \(monitor.itemSignals.count)")
+            let found = itemPaths(try box.secretTool(address, ["search", "--all", "service", "bulk-sig"]))
+            #expect(Set(found) == Set(created), "the signals name the items a search finds")
+            let items = monitor.signals.filter { $0.member == "PropertiesChanged" && $0.strings.contains("Items") }
+            #expect(!items.isEmpty, "no PropertiesChanged of Items")
+        }
+    }
 }
