@@ -64,7 +64,7 @@ struct ChangeSignalTests {
     }
 
     @Test(
-        "a create, a write and a rename through the mount are signalled once each; a CreateItem through the Secret Service once, not again by the change stream"
+        "a create, a write and a rename through the mount are signalled once each; a CreateItem through the Secret Service once, not again by the change stream, and a replace as ItemChanged"
     )
     func mountAndOwnChangesOnce() throws {
         try withSandbox { box in
@@ -94,12 +94,21 @@ struct ChangeSignalTests {
                 address, ["store", "--label=Own", "service", "own-sig", "username", "lou"], stdin: Array("own".utf8))
             try #require(store.status == 0, "secret-tool store: \(store.summary)")
             let own = try #require(try box.itemPath(address, ["service", "own-sig", "username", "lou"]))
-            #expect(monitor.next(after: seen, within: 2) { $0.object == own } != nil, "\(monitor.text)")
+            #expect(monitor.next(after: seen, within: 2) { $0.object == own }?.member == "ItemCreated")
+            // Stored again (libsecret's replace): the same item changed, ItemChanged once.
+            seen = monitor.signals.count
+            let again = try box.secretTool(
+                address, ["store", "--label=Own", "service", "own-sig", "username", "lou"], stdin: Array("own2".utf8))
+            try #require(again.status == 0, "secret-tool store again: \(again.summary)")
+            #expect(monitor.next(after: seen, within: 2) { $0.object == own }?.member == "ItemChanged")
+            #expect(try box.secretTool(address, ["lookup", "service", "own-sig", "username", "lou"]).stdout == "own2")
 
             usleep(500_000)
             let created1 = monitor.itemSignals.filter { $0.member == "ItemCreated" }.compactMap(\.object)
             #expect(created1 == [path, own], "one ItemCreated per created item: \(monitor.text)")
-            #expect(monitor.itemSignals.filter { $0.object == own }.count == 1, "\(monitor.text)")
+            #expect(
+                monitor.itemSignals.filter { $0.object == own }.map(\.member) == ["ItemCreated", "ItemChanged"],
+                "\(monitor.text)")
             #expect(monitor.itemSignals.filter { $0.member == "ItemDeleted" }.isEmpty, "\(monitor.text)")
         }
     }
