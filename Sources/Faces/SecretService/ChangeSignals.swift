@@ -21,8 +21,9 @@ extension SecretServiceProvider {
         let shown = changes.filter { $0.origin != Self.ownOrigin && ObjectPath.itemClasses.contains($0.itemClass) }
         guard !shown.isEmpty else { return }
         let wasEmpty = pendingChanges.withLock { p -> Bool in
-            defer { p.append(contentsOf: shown) }
-            return p.isEmpty
+            guard !p.busEnded else { return false }
+            defer { p.changes.append(contentsOf: shown) }
+            return p.changes.isEmpty
         }
         if wasEmpty { wakeBusThread() }
     }

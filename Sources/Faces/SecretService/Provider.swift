@@ -67,8 +67,13 @@ public final class SecretServiceProvider: Sendable {
     private let busWork = Mutex<[@Sendable (SecretServiceProvider) -> Void]>([])
     private let wake: (read: Int32, write: Int32)
     /// Changes other faces and processes committed, waiting for the bus thread to signal them
-    /// (`ChangeSignals.swift`): the committing thread only appends here and wakes the bus thread.
-    let pendingChanges = Mutex<[ItemChange]>([])
+    /// (`ChangeSignals.swift`): the committing thread only appends here and wakes the bus thread;
+    /// once the bus loop has ended nothing is kept (the mount goes on without the bus).
+    let pendingChanges = Mutex(PendingChanges())
+    struct PendingChanges {
+        var changes: [ItemChange] = []
+        var busEnded = false
+    }
 
     /// Open sessions, by number, with the unique bus name of the client that opened each (a
     /// session serves only its own client) and how it carries secrets.
@@ -205,6 +210,12 @@ public final class SecretServiceProvider: Sendable {
         guard let pointer = bus.withLock({ $0?.pointer }) else {
             throw ProviderStartError(message: "not connected")
         }
+        defer {
+            pendingChanges.withLock {
+                $0.busEnded = true
+                $0.changes.removeAll()
+            }
+        }
         while true {
             let r = sd_bus_process(pointer, nil)
             if r < 0 {
@@ -256,8 +267,8 @@ public final class SecretServiceProvider: Sendable {
         }
         for item in work { item(self) }
         let changes = pendingChanges.withLock { p -> [ItemChange] in
-            defer { p.removeAll() }
-            return p
+            defer { p.changes.removeAll() }
+            return p.changes
         }
         signalChanges(changes)
         return !work.isEmpty || !changes.isEmpty
