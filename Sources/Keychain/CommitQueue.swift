@@ -226,6 +226,9 @@ extension Keychain {
                     return s.commitObservers
                 }
                 if durable { noteCounter(counter) }
+                // The ssh agent's listings are kept under the change stamp, which this commit
+                // changed; a change of a key drops them at once, before the writer returns.
+                if committedChanges.contains(where: { $0.itemClass == .key }) { sshListings.removeAll() }
                 if !committedChanges.isEmpty { for observer in observers { observer(committedChanges) } }
             }
         } catch {

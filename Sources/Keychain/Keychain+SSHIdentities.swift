@@ -77,6 +77,9 @@ final class SSHListings: Sendable {
         entries.withLock { $0[groups] }.flatMap { $0.stamp == stamp ? $0 : nil }
     }
 
+    /// Forgets every listing (a key was committed: `commitBatch`).
+    func removeAll() { entries.withLock { $0.removeAll() } }
+
     func keep(_ groups: [String], _ entry: Entry) {
         entries.withLock {
             if $0.count >= 16 { $0.removeAll() }

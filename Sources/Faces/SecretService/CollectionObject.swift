@@ -123,27 +123,32 @@ extension SecretServiceProvider {
         let replace = try call.reader.bool()
         let collection = collectionName(call)
         let path: String
+        // The session collection is everyone's; a vault item is signalled when every client may see it.
+        var signalled = true
+        // `replace` that found the item changed it: the same object path, ItemChanged.
+        var replaced = false
         if collection == .session {
             let caller = try self.caller(of: call)
-            let (n, _) = sessionCollection.withLock {
+            let (n, created) = sessionCollection.withLock {
                 $0.create(
                     label: label, attributes: attributes, secret: value, contentType: contentType, replace: replace)
             }
             audit(caller, nil, .dbusCreate, true, "session collection item \(n)")
             path = ObjectPath.sessionItemPath(n)
+            replaced = !created
         } else {
             defer { Sodium.wipe(&value) }
             let caller = try self.caller(of: call)
             // Through the door: each attempt is a decision of its own (a duplicate is audited as the
             // answer it is, then the next copy's create).
             let door = session(caller)
-            let created = try { () throws -> KeychainItem in
+            let (created, added) = try { () throws -> (KeychainItem, Bool) in
                 var copy = 1
                 while true {
                     let (itemClass, mapped) = try SecretServiceMapping.newItem(
                         attributes: attributes, label: label, contentType: contentType, copy: copy)
-                    if replace { return try door.addOrUpdate(itemClass, mapped, data: value).item }
-                    do { return try door.add(itemClass, mapped, data: value) } catch let e
+                    if replace { return try door.addOrUpdate(itemClass, mapped, data: value) }
+                    do { return (try door.add(itemClass, mapped, data: value), true) } catch let e
                         as KeychainError where e.status == .duplicateItem && copy < Self.maxCopies
                     {
                         copy += 1
@@ -151,14 +156,23 @@ extension SecretServiceProvider {
                 }
             }()
             path = ObjectPath.item(created)
+            signalled = Self.isSignalled(created)
+            replaced = !added
         }
         try reply(call) { w throws(BusError) in
             try w.objectPath(path)
             try w.objectPath("/")
         }
+        guard signalled else { return }
         let collectionPath = ObjectPath.collectionPath(collection)
-        emit(collectionPath, Introspection.collection, "ItemCreated") { w throws(BusError) in try w.objectPath(path) }
-        propertiesChanged(collectionPath, Introspection.collection, ["Items"])
+        emit(collectionPath, Introspection.collection, replaced ? "ItemChanged" : "ItemCreated") {
+            w throws(BusError) in try w.objectPath(path)
+        }
+        if replaced {
+            propertiesChanged(path, Introspection.item, ["Attributes", "Label", "Modified"])
+        } else {
+            propertiesChanged(collectionPath, Introspection.collection, ["Items"])
+        }
     }
 
     /// How many items CreateItem without `replace` makes with one primary key.

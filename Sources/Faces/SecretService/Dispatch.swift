@@ -158,8 +158,8 @@ extension SecretServiceProvider {
     /// org.freedesktop.DBus.Properties.PropertiesChanged naming the properties that changed,
     /// with no values: what a property says depends on who asks (the access groups, the
     /// presence a client gave), and a signal goes to every client.
-    func propertiesChanged(_ path: String, _ interface: String, _ names: [String]) {
-        emit(path, Introspection.properties, "PropertiesChanged") { w throws(BusError) in
+    func propertiesChanged(_ path: String, _ interface: String, _ names: [String], to destination: String? = nil) {
+        emit(path, Introspection.properties, "PropertiesChanged", to: destination) { w throws(BusError) in
             try w.string(interface)
             try w.open("a", "{sv}")
             try w.close()
@@ -169,11 +169,18 @@ extension SecretServiceProvider {
         }
     }
 
-    func emit(_ path: String, _ interface: String, _ member: String, _ body: (MessageWriter) throws(BusError) -> Void) {
+    /// A signal on `path`: to every client of the bus, or, with a `destination` (a unique bus
+    /// name), to that client only (the bus delivers it there whatever the other clients' match
+    /// rules): what only one client may know, as what its prompt unlocked.
+    func emit(
+        _ path: String, _ interface: String, _ member: String, to destination: String? = nil,
+        _ body: (MessageWriter) throws(BusError) -> Void
+    ) {
         guard let pointer = bus.withLock({ $0?.pointer }) else { return }
         var signal: OpaquePointer?
         guard sd_bus_message_new_signal(pointer, &signal, path, interface, member) >= 0, let signal else { return }
         defer { sd_bus_message_unref(signal) }
+        if let destination, sd_bus_message_set_destination(signal, destination) < 0 { return }
         guard (try? body(MessageWriter(message: signal))) != nil else { return }
         _ = sd_bus_send(pointer, signal, nil)
     }

@@ -82,6 +82,7 @@ extension SecretServiceProvider {
         _ = try session(caller, update: .dbusSetProperty).update(
             Query(itemClass, synchronizableAny: true, persistentReference: id), attributes: changes, data: nil)
         try reply(call) { _ throws(BusError) in }
+        guard Self.isSignalled(item) else { return }
         emit(ObjectPath.collectionPath, Introspection.collection, "ItemChanged") { w throws(BusError) in
             try w.objectPath(ObjectPath.item(item))
         }
@@ -122,6 +123,7 @@ extension SecretServiceProvider {
             Query(itemClass, synchronizableAny: true, persistentReference: id),
             attributes: SecretServiceMapping.isKept(item) ? changes : [:], data: value)
         try reply(call) { _ throws(BusError) in }
+        guard Self.isSignalled(item) else { return }
         emit(ObjectPath.collectionPath, Introspection.collection, "ItemChanged") { w throws(BusError) in
             try w.objectPath(ObjectPath.item(item))
         }
@@ -145,6 +147,7 @@ extension SecretServiceProvider {
         try requireIdentity(item, caller)
         _ = try session(caller).delete(Query(itemClass, synchronizableAny: true, persistentReference: id))
         try reply(call) { w throws(BusError) in try w.objectPath("/") }
+        guard Self.isSignalled(item) else { return }
         emit(ObjectPath.collectionPath, Introspection.collection, "ItemDeleted") { w throws(BusError) in
             try w.objectPath(ObjectPath.item(item))
         }

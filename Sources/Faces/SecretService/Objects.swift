@@ -79,7 +79,10 @@ enum ObjectPath: Equatable {
     }
 
     static func collectionPath(_ name: CollectionName) -> String { "\(root)/collection/\(name.rawValue)" }
-    static func item(_ item: KeychainItem) -> String { "\(collectionPath)/\(item.itemClass.rawValue)\(item.id)" }
+    static func item(_ item: KeychainItem) -> String { itemPath(item.itemClass, item.id) }
+    static func itemPath(_ itemClass: ItemClass, _ id: Int64) -> String {
+        "\(collectionPath)/\(itemClass.rawValue)\(id)"
+    }
     static func sessionItemPath(_ n: Int) -> String { "\(sessionCollectionPath)/\(n)" }
     static func session(_ n: Int) -> String { "\(root)/session/\(n)" }
     static func prompt(_ n: Int) -> String { "\(root)/prompt/\(n)" }

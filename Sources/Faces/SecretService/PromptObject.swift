@@ -37,13 +37,14 @@ extension SecretServiceProvider {
             if member == "Prompt" {
                 Log.info("secret service: \(Self.maxRunningPrompts) prompts are up; prompt \(n) completes dismissed")
             }
-            completed(n, dismissed: true, unlocked: [])
+            completed(n, owner: started.pending.owner, dismissed: true, unlocked: [])
             return
         }
         Thread.detachNewThread { [self] in
             defer { prompts.withLock { $0.running -= 1 } }
             let (dismissed, unlocked) = run(started.pending)
-            onBusThread { $0.completed(n, dismissed: dismissed, unlocked: unlocked) }
+            let owner = started.pending.owner
+            onBusThread { $0.completed(n, owner: owner, dismissed: dismissed, unlocked: unlocked) }
         }
     }
 
@@ -115,15 +116,22 @@ extension SecretServiceProvider {
         }
     }
 
-    /// Prompt.Completed, and PropertiesChanged for what it unlocked (on the bus thread).
-    func completed(_ n: Int, dismissed: Bool, unlocked: [String]) {
-        emit(ObjectPath.prompt(n), Introspection.prompt, "Completed") { w throws(BusError) in
+    /// Prompt.Completed, and PropertiesChanged for what it unlocked (on the bus thread). Both
+    /// go to the prompt's client only (`owner`), but the collection's `Locked` (the keychain
+    /// unlocked for everyone): the objects are the items that client asked for, which may be of
+    /// an access group other clients are not in (their paths must not reach them), and an item
+    /// a presence or identity prompt unlocked is unlocked for that client alone.
+    func completed(_ n: Int, owner: String, dismissed: Bool, unlocked: [String]) {
+        emit(ObjectPath.prompt(n), Introspection.prompt, "Completed", to: owner) { w throws(BusError) in
             try w.bool(dismissed)
             try w.variant("ao") { () throws(BusError) in try w.objectPaths(unlocked) }
         }
         for path in unlocked {
-            let interface = ObjectPath.collectionPaths.contains(path) ? Introspection.collection : Introspection.item
-            propertiesChanged(path, interface, ["Locked"])
+            if ObjectPath.collectionPaths.contains(path) {
+                propertiesChanged(path, Introspection.collection, ["Locked"])
+            } else {
+                propertiesChanged(path, Introspection.item, ["Locked"], to: owner)
+            }
         }
     }
 }

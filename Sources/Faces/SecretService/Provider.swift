@@ -66,6 +66,14 @@ public final class SecretServiceProvider: Sendable {
     /// that wakes the bus thread's poll for it.
     private let busWork = Mutex<[@Sendable (SecretServiceProvider) -> Void]>([])
     private let wake: (read: Int32, write: Int32)
+    /// Changes other faces and processes committed, waiting for the bus thread to signal them
+    /// (`ChangeSignals.swift`): the committing thread only appends here and wakes the bus thread;
+    /// once the bus loop has ended nothing is kept (the mount goes on without the bus).
+    let pendingChanges = Mutex(PendingChanges())
+    struct PendingChanges {
+        var changes: [ItemChange] = []
+        var busEnded = false
+    }
 
     /// Open sessions, by number, with the unique bus name of the client that opened each (a
     /// session serves only its own client) and how it carries secrets.
@@ -115,6 +123,8 @@ public final class SecretServiceProvider: Sendable {
             }
         }
         wake = (fds[0], fds[1])
+        // Every commit of this process, whichever face made it: signalled on the bus thread.
+        access.onCommit { [weak self] in self?.committed($0) }
     }
 
     deinit {
@@ -200,6 +210,12 @@ public final class SecretServiceProvider: Sendable {
         guard let pointer = bus.withLock({ $0?.pointer }) else {
             throw ProviderStartError(message: "not connected")
         }
+        defer {
+            pendingChanges.withLock {
+                $0.busEnded = true
+                $0.changes.removeAll()
+            }
+        }
         while true {
             let r = sd_bus_process(pointer, nil)
             if r < 0 {
@@ -232,6 +248,11 @@ public final class SecretServiceProvider: Sendable {
     /// Hands `work` to the bus thread and wakes it.
     func onBusThread(_ work: @escaping @Sendable (SecretServiceProvider) -> Void) {
         busWork.withLock { $0.append(work) }
+        wakeBusThread()
+    }
+
+    /// Wakes the bus thread's poll (the pipe is non-blocking: a full pipe is awake already).
+    func wakeBusThread() {
         var one: UInt8 = 1
         _ = write(wake.write, &one, 1)
     }
@@ -245,7 +266,12 @@ public final class SecretServiceProvider: Sendable {
             return w
         }
         for item in work { item(self) }
-        return !work.isEmpty
+        let changes = pendingChanges.withLock { p -> [ItemChange] in
+            defer { p.changes.removeAll() }
+            return p.changes
+        }
+        signalChanges(changes)
+        return !work.isEmpty || !changes.isEmpty
     }
 
     /// A client left the bus (NameOwnerChanged with no new owner): its sessions, prompts and
