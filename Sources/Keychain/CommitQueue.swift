@@ -198,6 +198,7 @@ extension Keychain {
                     }
                     // Every member failed: their savepoints left nothing to commit.
                     guard committed > 0 else { return nil }
+                    try writer.logChanges()
                     var next = try writer.finishedManifest()
                     next.counter = durable ? manifest.counter + 1 : manifest.counter
                     let after = writer.authenticatedStateChanged ? try AuthenticatedState.read(from: vault) : before
