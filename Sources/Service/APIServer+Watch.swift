@@ -12,8 +12,8 @@ import Synchronization
 #endif
 
 /// Wakes the API's `watch` connections (issue 30): each registers a non-blocking pipe, and a
-/// commit of this process (`AccessLayer.onCommit`) or of another (`VaultWatch`: the vault's WAL
-/// written) writes one byte to each. The committing thread never blocks (a full pipe already
+/// commit (`AccessLayer.onCommit`: this process's, and another process's once the host follows
+/// them, `Keychain.followOtherProcesses`) writes one byte to each. The committing thread never blocks (a full pipe already
 /// holds a wake-up); each connection's own thread reads the change log after the last change it
 /// sent, so what it streams is what the log holds, in order, once.
 final class ChangeFeed: Sendable {
@@ -67,9 +67,6 @@ extension APIServer {
         }
         guard let wake = feed.register() else { return fail(.io, "cannot start a watch: no pipe") }
         defer { feed.unregister(wake) }
-        // Commits of other processes (a command that opened the vault itself): the vault's
-        // files written. Made before the log is first read, so no commit falls in between.
-        let vaultWatch = follow ? try? VaultWatch(vault: keychain.path) : nil
         Log.info("api: watch by \(peer.identity.description) from \(since.map(String.init) ?? "now")")
         var after: Int64
         do { after = try since ?? keychain.lastLoggedChange() } catch let e as KeychainError {
@@ -99,14 +96,12 @@ extension APIServer {
             var fds = [
                 pollfd(fd: client, events: Int16(POLLIN), revents: 0),
                 pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
-                pollfd(fd: vaultWatch?.fd ?? -1, events: Int16(POLLIN), revents: 0),
             ]
-            while poll(&fds, 3, -1) < 0 && errno == EINTR {}
+            while poll(&fds, 2, -1) < 0 && errno == EINTR {}
             // The client says nothing more on a watch: anything (its close) ends it.
             if fds[0].revents != 0 { return }
             var drain = [UInt8](repeating: 0, count: 64)
             while read(wake.read, &drain, drain.count) > 0 {}
-            _ = vaultWatch?.drain()
         }
     }
 

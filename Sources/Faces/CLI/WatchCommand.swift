@@ -69,8 +69,7 @@ struct Watch: ParsableCommand {
         let caller = try vault.holderCaller(keychain)
         let follow = once ? nil : try VaultWatch(vault: vault.path)
         var after = try from ?? keychain.lastLoggedChange()
-        var first = true
-        while true {
+        func printNew() throws {
             var page: ChangeLogPage
             repeat {
                 page = try keychain.changeLog(after: after, limit: 500)
@@ -79,12 +78,18 @@ struct Watch: ParsableCommand {
                 }
                 after = page.changes.last?.seq ?? max(after, 0)
             } while page.changes.count == 500
-            if first {
-                started(after)
-                first = false
+        }
+        try printNew()
+        started(after)
+        guard let follow else { return }
+        var stamp: [Int64]?
+        while follow.wait() {
+            var failure: (any Error)?
+            keychain.afterVaultWrite(&stamp) {
+                guard failure == nil else { return }
+                do { try printNew() } catch { failure = error }
             }
-            guard let follow else { return }
-            _ = follow.wait()
+            if let failure { throw failure }
         }
     }
 

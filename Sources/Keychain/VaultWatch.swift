@@ -1,5 +1,4 @@
 import Foundation
-import Keychain
 
 #if canImport(Glibc)
     import Glibc
@@ -64,5 +63,29 @@ public final class VaultWatch: @unchecked Sendable {
             if fds.count > 1 && fds[1].revents != 0 { return false }
             if drain() { return true }
         }
+    }
+}
+
+extension Keychain {
+    /// After `VaultWatch` saw the vault's files written: runs `body` (a read of the change log
+    /// after what it has handled) once a commit is visible to this process's reads, and once
+    /// more 50 ms later. SQLite writes a commit's frames to the WAL (the write inotify reports)
+    /// before it publishes the commit in the WAL index (a shared mapping, which raises no
+    /// event), so the store's change stamp is read every millisecond, up to 200 ms, until it
+    /// moves from `seen`; the second read catches a commit published after another one moved
+    /// the stamp (this process's own). Only after a write: nothing runs while the vault is idle.
+    public func afterVaultWrite(_ seen: inout [Int64]?, _ body: () -> Void) {
+        for _ in 0..<200 {
+            let now = try? changeStamp()
+            if now != seen {
+                seen = now
+                break
+            }
+            usleep(1_000)
+        }
+        body()
+        usleep(50_000)
+        seen = (try? changeStamp()) ?? seen
+        body()
     }
 }
