@@ -87,6 +87,29 @@ public enum ChangeLog {
     }
 }
 
+extension ChangeLog {
+    /// Every row's box opened with `old` and sealed with `new` (a master-key rotation, in its
+    /// transaction), numbers and columns kept; a row that does not open stops the rotation.
+    static func reseal(in vault: any ItemStoreWriter, vaultID: [UInt8], from old: SecureBytes, to new: SecureBytes)
+        throws
+    {
+        let rows = try vault.loggedChanges(after: Int64.min, limit: Int(retained) * 2)
+        guard !rows.isEmpty else { return }
+        var resealed: [StoredChange] = []
+        for var row in rows {
+            let ad = associatedData(
+                vaultID: vaultID, seq: row.seq, itemClass: row.itemClass, id: row.itemID, operation: row.operation)
+            guard let plain = try? AEAD.open(row.sealed, associatedData: ad, key: old) else {
+                throw KeychainError(.decode, "change-log row \(row.seq) is damaged: nothing was rotated")
+            }
+            row.sealed = try AEAD.seal(plain, associatedData: ad, key: new)
+            resealed.append(row)
+        }
+        try vault.pruneChanges(through: Int64.max)
+        for row in resealed { try vault.appendChange(row) }
+    }
+}
+
 /// A change as the log holds it, its names opened: what `keychainfs watch` shows.
 public struct LoggedChange: Sendable, Equatable {
     public let seq: Int64

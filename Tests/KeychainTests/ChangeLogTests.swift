@@ -98,6 +98,22 @@ struct ChangeLogTests {
         }
     }
 
+    @Test("a master-key rotation seals the log anew: the same rows, readable with the new keys, numbered on")
+    func rotationKeepsTheLog() throws {
+        try withVault { v throws in
+            let kc = v.keychain
+            _ = try kc.add(.genericPassword, genp("svc", "before-rotation"), data: bytes("s"))
+            let sealed = try v.raw().query("SELECT sealed FROM change_log")
+            try kc.rotateMasterKey(old: try secure(testPassphrase), new: try secure("rotated passphrase"))
+            #expect(try v.raw().query("SELECT sealed FROM change_log") != sealed, "sealed anew")
+            _ = try kc.add(.genericPassword, genp("svc", "after-rotation"), data: bytes("s"))
+            let again = try v.openUnlocked(passphrase: "rotated passphrase")
+            let page = try again.changeLog(after: 0)
+            #expect(page.changes.map(\.seq) == [1, 2])
+            #expect(page.changes.map { Self.account($0.after) } == ["before-rotation", "after-rotation"])
+        }
+    }
+
     @Test("a caller sees a change only in its groups: a rename across groups is an add or a delete to one side")
     func visibility() {
         let a: Attributes = [
