@@ -1,5 +1,4 @@
 import Foundation
-import CSQLite
 
 /// One row of the change log (vault format 7, the core's ChangeLog.swift): its sequence number,
 /// the item's class and id, the operation's code, and the sealed names (never a name in clear).
@@ -41,13 +40,15 @@ extension Statements {
         try connection.run("DELETE FROM change_log WHERE seq <= ?", [.integer(seq)])
     }
 
+    /// Two probes of the primary key's ends: one `min(seq), max(seq)` statement scans the table
+    /// (SQLite takes an end of the index only for a lone min or max), and every commit asks.
     func changeLogBounds() throws -> (first: Int64, last: Int64)? {
         guard try hasTable("change_log") else { return nil }
-        var bounds: (Int64, Int64)?
-        try connection.run("SELECT min(seq), max(seq) FROM change_log WHERE seq IS NOT NULL") { row in
-            if sqlite3_column_type(row.stmt, 0) != SQLITE_NULL { bounds = (row.int(0), row.int(1)) }
-        }
-        return bounds
+        var first: Int64?, last: Int64?
+        try connection.run("SELECT seq FROM change_log ORDER BY seq LIMIT 1") { first = $0.int(0) }
+        try connection.run("SELECT seq FROM change_log ORDER BY seq DESC LIMIT 1") { last = $0.int(0) }
+        guard let first, let last else { return nil }
+        return (first, last)
     }
 
     func loggedChanges(after seq: Int64, limit: Int) throws -> [StoredChange] {
