@@ -110,6 +110,27 @@ extension ChangeLog {
     }
 }
 
+extension ChangeLog {
+    /// `verify`'s check of the log: its rows numbered without a gap, each box opening under its
+    /// own numbers; nil when they do, else what is wrong (the log is not in the manifest: this is
+    /// the only check of it besides every reader's).
+    static func problem(in vault: any ItemStoreReader, vaultID: [UInt8], metadataKey: SecureBytes) throws -> String? {
+        var previous: Int64?
+        for row in try vault.loggedChanges(after: Int64.min, limit: Int(retained) * 2) {
+            if let previous, row.seq != previous + 1 {
+                return "the change log has a gap before row \(row.seq): a row was deleted"
+            }
+            previous = row.seq
+            let ad = associatedData(
+                vaultID: vaultID, seq: row.seq, itemClass: row.itemClass, id: row.itemID, operation: row.operation)
+            guard (try? AEAD.open(row.sealed, associatedData: ad, key: metadataKey)) != nil else {
+                return "change-log row \(row.seq) does not authenticate: it was altered or moved"
+            }
+        }
+        return nil
+    }
+}
+
 /// A change as the log holds it, its names opened: what `keychainfs watch` shows.
 public struct LoggedChange: Sendable, Equatable {
     public let seq: Int64

@@ -79,7 +79,7 @@ struct ChangeLogTests {
         }
     }
 
-    @Test("a row deleted, altered or moved to another sequence number is refused as tampering")
+    @Test("a row deleted, altered or moved to another sequence number is refused as tampering, and verify says so")
     func tamperedRowsAreRefused() throws {
         for tamper in [
             "DELETE FROM change_log WHERE seq = 2",
@@ -92,8 +92,15 @@ struct ChangeLogTests {
                 for account in ["a", "b", "c"] {
                     _ = try kc.add(.genericPassword, genp("svc", account), data: bytes("s"))
                 }
+                #expect(try kc.verify(passphrase: try secure(testPassphrase)).isClean)
                 try v.raw().exec(tamper)
                 expectError(.decode) { try kc.changeLog(after: 0) }
+                let report = try kc.verify(passphrase: try secure(testPassphrase))
+                let failure = report.failures.first ?? ""
+                #expect(
+                    report.failures.count == 1
+                        && (failure.contains("change-log row") || failure.contains("change log has a gap")),
+                    "\(report.failures)")
             }
         }
     }
