@@ -97,10 +97,14 @@ final class ManifestedWriter: ItemStoreWriter {
     func logChanges() throws {
         guard !changes.isEmpty else { return }
         var seq = try inner.changeLogBounds()?.last ?? 0
+        // A commit of more changes than the log keeps (an import) writes only the rows that
+        // stay: the others would be pruned in this same transaction.
+        let firstKept = seq + Int64(changes.count) - ChangeLog.retained + 1
         for index in changes.indices {
             seq += 1
             let change = changes[index]
             changes[index].seq = seq
+            guard seq >= firstKept else { continue }
             func names(_ row: StoredItem?) throws -> Attributes? {
                 guard let row else { return nil }
                 let attributes = try Keychain.openAttributes(
