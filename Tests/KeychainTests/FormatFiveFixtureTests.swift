@@ -63,7 +63,7 @@ struct FormatFiveFixtureTests {
     }
 
     @Test(
-        "the first unlock migrates format 5 to 6: rows, index rows, buckets, name chunks and buckets, keys and policy byte for byte; only the manifest changes; verify is clean"
+        "the first unlock migrates format 5 to 7: rows, index rows, buckets, name chunks and buckets, keys and policy byte for byte; only the manifest changes; verify is clean"
     )
     func migrates() throws {
         for incremental in [false, true] {

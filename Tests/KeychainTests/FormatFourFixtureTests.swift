@@ -122,7 +122,7 @@ struct FormatFourFixtureTests {
     }
 
     @Test(
-        "the first unlock migrates format 4 to 6: rows, index rows, buckets, keys and policy byte for byte; every listing as before; verify is clean"
+        "the first unlock migrates format 4 to 7: rows, index rows, buckets, keys and policy byte for byte; every listing as before; verify is clean"
     )
     func migrates() throws {
         try withTempDir { dir throws in
