@@ -105,15 +105,18 @@ final class ManifestedWriter: ItemStoreWriter {
             let change = changes[index]
             changes[index].seq = seq
             guard seq >= firstKept else { continue }
-            func names(_ row: StoredItem?) throws -> Attributes? {
-                guard let row else { return nil }
-                let attributes = try Keychain.openAttributes(
-                    row, itemClass: change.itemClass, vaultID: vaultID, metadataKey: metadataKey)
+            // A row of another class (never made today) or one whose attributes do not open (a
+            // damaged row deleted) is logged without its names: the change is shown to no one,
+            // and the write it records is never refused for it.
+            func names(_ row: StoredItem?) -> Attributes? {
+                guard let row, row.itemClass == change.itemClass.rawValue,
+                    let attributes = try? Keychain.openAttributes(
+                        row, itemClass: change.itemClass, vaultID: vaultID, metadataKey: metadataKey)
+                else { return nil }
                 return ChangeLog.names(attributes, of: change.itemClass)
             }
             let operation = ChangeLog.code(change.kind)
-            let plain = ChangeLog.encode(
-                before: try names(change.rows?.before), after: try names(change.rows?.after))
+            let plain = ChangeLog.encode(before: names(change.rows?.before), after: names(change.rows?.after))
             let sealed = try AEAD.seal(
                 plain,
                 associatedData: ChangeLog.associatedData(
