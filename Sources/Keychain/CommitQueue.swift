@@ -180,6 +180,7 @@ extension Keychain {
     private func commitBatch(_ batch: [CommitQueue.Member], keys: ManifestKeys) {
         let durable = batch.contains { $0.durable }
         var committedChanges: [ItemChange] = []
+        var ownSeqs: [Int64] = []
         do {
             let counter = try storeCall {
                 try store.write(durable: durable) { vault -> Int64? in
@@ -211,6 +212,13 @@ extension Keychain {
                     }
                     // Every member failed: their savepoints left nothing to commit.
                     guard committed > 0 else { return nil }
+                    try writer.logChanges()
+                    // Before the commit: the follower of other processes' commits reads committed
+                    // rows only, so it finds these marked as this process's (ForeignCommits.swift).
+                    if foreignCommits.isFollowing {
+                        ownSeqs = writer.changes.map(\.seq)
+                        foreignCommits.markOwn(ownSeqs)
+                    }
                     var next = try writer.finishedManifest()
                     next.counter = durable ? manifest.counter + 1 : manifest.counter
                     let after = writer.authenticatedStateChanged ? try AuthenticatedState.read(from: vault) : before
@@ -233,6 +241,7 @@ extension Keychain {
             }
         } catch {
             // The transaction itself failed (verification, the disk): nothing of it committed.
+            foreignCommits.unmarkOwn(ownSeqs)
             for member in batch where member.error == nil { member.error = error }
         }
         for member in batch { member.run = nil }

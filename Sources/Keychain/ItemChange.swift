@@ -38,6 +38,9 @@ public struct ItemChange: Sendable, Equatable {
     /// IN_ATTRIB.
     public let dataChanged: Bool
     let rows: Rows?
+    /// Its sequence number in the vault's change log (ChangeLog.swift), set when the commit
+    /// wrote its row; 0 for a change not logged.
+    public internal(set) var seq: Int64 = 0
 
     public init(itemClass: ItemClass, id: Int64, kind: Kind, origin: String = "", dataChanged: Bool = false) {
         self.init(itemClass: itemClass, id: id, kind: kind, origin: origin, dataChanged: dataChanged, rows: nil)

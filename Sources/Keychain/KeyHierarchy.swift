@@ -30,8 +30,11 @@ struct VaultHeader {
     /// checks the id buckets without folding every list's bucket (a one-shot read of a
     /// 100,000-item vault), and a listing checks the lists' table when it needs it; format-5
     /// vaults are split at their first unlock (nothing but the manifest changes), and format-5
-    /// code refuses the vault as newer.
-    static let formatVersion: Int64 = 6
+    /// code refuses the vault as newer. 7: a change log (the `change_log` table, store schema 5,
+    /// ChangeLog.swift), one sealed row per committed item change, written in the change's
+    /// transaction; format-6 vaults get the empty table at their first unlock (nothing else
+    /// changes but the manifest's tag), and format-6 code refuses the vault as newer.
+    static let formatVersion: Int64 = 7
     /// The first format whose manifest is authenticated (formats 2 to 5 share its layout; format 6
     /// adds the name lists' accumulator).
     static let authenticatedManifestFormat: Int64 = 2
@@ -43,6 +46,8 @@ struct VaultHeader {
     static let nameListFormat: Int64 = 5
     /// The first format whose manifest holds the name lists' accumulator apart from the top.
     static let nameAccumulatorFormat: Int64 = 6
+    /// The first format with the change log.
+    static let changeLogFormat: Int64 = 7
 
     var format: Int64
     var vaultID: [UInt8]

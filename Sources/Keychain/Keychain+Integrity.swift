@@ -132,9 +132,9 @@ extension Keychain {
         rollbackMark.raise(to: counter)
     }
 
-    // MARK: Migration from formats 1 to 5
+    // MARK: Migration from formats 1 to 6
 
-    /// Format 1, 2, 3, 4 or 5 → 6 in one write transaction. The stored manifest is checked as its own
+    /// Format 1 to 6 → 7 in one write transaction. The stored manifest is checked as its own
     /// format checks it (format 1: count and accumulator; formats 2 and 3: tag, table, index,
     /// policy and the device's rollback mark), then the store gets the new tables
     /// (`upgradeSchema`); a format-1 or format-2 vault gets every password item's attribute-index
@@ -144,7 +144,8 @@ extension Keychain {
     /// kept) and its bucket's entry XORed into the manifest's `names` (NameLists.swift); the
     /// master key is re-wrapped under the new format's associated data with the same KEK and
     /// salt, and the authenticated manifest is written. Rows, index rows, class keys and the
-    /// policy (and a format-5 vault's name lists and buckets) are kept byte for byte. Returns the
+    /// policy (and a format-5 or -6 vault's name lists and buckets) are kept byte for byte; the
+    /// change log (format 7) starts empty. Returns the
     /// new header (or the one another process migrated to first).
     func migrate(master: SecureBytes, kek: SecureBytes, metadataKey: SecureBytes, acceptRollback: Bool = false)
         throws -> VaultHeader
@@ -162,7 +163,11 @@ extension Keychain {
                     : header.format >= VaultHeader.bucketedManifestFormat
                         ? verifiedManifest(
                             vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback,
-                            tally: { try Manifest.bucketTally($0, key: keys.entry, split: false).0 })
+                            tally: {
+                                try Manifest.bucketTally(
+                                    $0, key: keys.entry, split: header.format >= VaultHeader.nameAccumulatorFormat
+                                ).0
+                            })
                         : verifiedManifest(
                             vault, keys: keys, metadataKey: metadataKey, acceptRollback: acceptRollback,
                             tally: { try Manifest.tally($0, key: keys.entry) })

@@ -243,7 +243,9 @@ extension Keychain {
     /// Calls `observer` after every commit of this process that changed items, with the
     /// changes, on the committing thread, after the commit and before its writers return: so a
     /// face that shows the vault (the mount) has dropped what it showed before any writer's
-    /// caller can look again. An observer must be quick and must not write to the vault.
+    /// caller can look again. An observer must be quick and must not write to the vault. Once
+    /// `followOtherProcesses()` was called, also after each commit of another process, on the
+    /// vault watch's thread (ForeignCommits.swift).
     public func onCommit(_ observer: @escaping @Sendable ([ItemChange]) -> Void) {
         state.withLock { $0.commitObservers.append(observer) }
     }

@@ -87,6 +87,9 @@ extension Keychain {
                 // The name lists sealed under the new metadata key, then the buckets under the new
                 // entry key (the name lists' with them), written anew.
                 try NameLists(vaultID: current.vaultID, keys: newKeys.manifest).rebuild(in: vault)
+                // The change log's boxes, sealed anew under the new metadata key with the same
+                // numbers: a watcher resumes across a rotation (ChangeLog.swift).
+                try ChangeLog.reseal(in: vault, vaultID: current.vaultID, from: oldKeys.metadata, to: newKeys.metadata)
                 var (next, buckets) = try Manifest.bucketTally(vault, key: newKeys.manifest.entry)
                 try ManifestBuckets.write(buckets, to: vault)
                 next.counter = manifest.counter + 1

@@ -113,6 +113,11 @@ extension Keychain {
                 {
                     report.failures.append(problem)
                 }
+                if state.header.format >= VaultHeader.changeLogFormat,
+                    let problem = try ChangeLog.problem(in: vault, vaultID: state.header.vaultID, metadataKey: metadata)
+                {
+                    report.failures.append(problem)
+                }
                 try vault.forEachItem { row in
                     report.itemsByClass[row.itemClass, default: 0] += 1
                     switch checkRow(row, metadataKey: metadata, classKeys: classKeys) {

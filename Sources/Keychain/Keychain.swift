@@ -79,6 +79,8 @@ public final class Keychain: Sendable {
     /// The ssh agent's key listings by access groups, while the vault has not changed
     /// (Keychain+SSHIdentities.swift).
     let sshListings = SSHListings()
+    /// The commits of other processes, once followed (ForeignCommits.swift).
+    let foreignCommits = ForeignCommits()
 
     init(path: String, store: any ItemStore, header: VaultHeader, deviceKeyPath: String) {
         self.vaultID = header.vaultID
@@ -88,6 +90,8 @@ public final class Keychain: Sendable {
         self.rollbackMark = RollbackMark(deviceKeyPath: deviceKeyPath, vaultID: header.vaultID)
         self.state = Mutex(State(header: header))
     }
+
+    deinit { foreignCommits.stopFollowing() }
 
     /// What one call works with, read in one lock grab: who is asking (the given caller or
     /// the default one) and the keys as they were at that moment. Calls that nest others

@@ -2,7 +2,7 @@ import Foundation
 import KeychainCrypto
 import KeychainStore
 
-/// The authenticated manifest (vault formats 2 to 6). Stored as the meta blob `manifest`:
+/// The authenticated manifest (vault formats 2 to 7). Stored as the meta blob `manifest`:
 ///
 ///     counter ‖ count ‖ highestID ‖ accumulator ‖ policy ‖ tag            (8+8+8+32+32+32 bytes)
 ///     counter ‖ count ‖ highestID ‖ accumulator ‖ policy ‖ names ‖ tag    (format 6: +32 bytes)

@@ -16,6 +16,9 @@ final class ManifestedWriter: ItemStoreWriter {
     /// Keeps the name lists (vault format 5, NameLists.swift) with the rows.
     private let nameLists: NameLists
     private var names = NameListChanges()
+    /// The change log's box key and the vault id its rows are bound to (ChangeLog.swift).
+    private let metadataKey: SecureBytes
+    private let vaultID: [UInt8]
     /// A header field or a class key was written: the tag's state must be read again.
     private(set) var authenticatedStateChanged = false
 
@@ -24,6 +27,8 @@ final class ManifestedWriter: ItemStoreWriter {
         self.manifest = manifest
         self.key = keys.entry
         self.nameLists = NameLists(vaultID: vaultID, keys: keys)
+        self.metadataKey = keys.metadata
+        self.vaultID = vaultID
     }
 
     // MARK: Reads, as they are
@@ -78,6 +83,52 @@ final class ManifestedWriter: ItemStoreWriter {
     }
     func nameBucket(secondaryIndex: [UInt8]) throws -> (accumulator: [UInt8], count: Int64)? {
         try inner.nameBucket(secondaryIndex: secondaryIndex)
+    }
+
+    func changeLogBounds() throws -> (first: Int64, last: Int64)? { try inner.changeLogBounds() }
+    func loggedChanges(after seq: Int64, limit: Int) throws -> [StoredChange] {
+        try inner.loggedChanges(after: seq, limit: limit)
+    }
+
+    /// Writes the change log's rows for every change this transaction keeps (a member rolled
+    /// back took its changes with it), numbered on from the log's last row, and prunes the log to
+    /// its retention, in this transaction: called once, by the commit, after its members ran.
+    /// Each change gets its sequence number (`ItemChange.seq`) for the observers.
+    func logChanges() throws {
+        guard !changes.isEmpty else { return }
+        var seq = try inner.changeLogBounds()?.last ?? 0
+        // A commit of more changes than the log keeps (an import) writes only the rows that
+        // stay: the others would be pruned in this same transaction.
+        let firstKept = seq + Int64(changes.count) - ChangeLog.retained + 1
+        for index in changes.indices {
+            seq += 1
+            let change = changes[index]
+            changes[index].seq = seq
+            guard seq >= firstKept else { continue }
+            // A row of another class (never made today) or one whose attributes do not open (a
+            // damaged row deleted) is logged without its names: the change is shown to no one,
+            // and the write it records is never refused for it.
+            func names(_ row: StoredItem?) -> Attributes? {
+                guard let row, row.itemClass == change.itemClass.rawValue,
+                    let attributes = try? Keychain.openAttributes(
+                        row, itemClass: change.itemClass, vaultID: vaultID, metadataKey: metadataKey)
+                else { return nil }
+                return ChangeLog.names(attributes, of: change.itemClass)
+            }
+            let operation = ChangeLog.code(change.kind)
+            let plain = ChangeLog.encode(before: names(change.rows?.before), after: names(change.rows?.after))
+            let sealed = try AEAD.seal(
+                plain,
+                associatedData: ChangeLog.associatedData(
+                    vaultID: vaultID, seq: seq, itemClass: change.itemClass.rawValue, id: change.id,
+                    operation: operation),
+                key: metadataKey)
+            try inner.appendChange(
+                StoredChange(
+                    seq: seq, itemClass: change.itemClass.rawValue, itemID: change.id, operation: operation,
+                    sealed: sealed))
+        }
+        if seq > ChangeLog.retained { try inner.pruneChanges(through: seq - ChangeLog.retained) }
     }
 
     /// The manifest after every change made through this writer: the name lists and the
@@ -232,5 +283,11 @@ final class ManifestedWriter: ItemStoreWriter {
     }
     func clearNameLists() throws {
         preconditionFailure("the name lists follow the rows: written by writeTransaction only")
+    }
+    func appendChange(_ change: StoredChange) throws {
+        preconditionFailure("the change log follows the rows: written by writeTransaction only")
+    }
+    func pruneChanges(through seq: Int64) throws {
+        preconditionFailure("the change log follows the rows: written by writeTransaction only")
     }
 }

@@ -53,6 +53,11 @@ public enum APIRequest: Equatable, Sendable {
     case backup(destination: String)
     /// `keychainfs mount` joining this service: it mounts the vault itself (MountRequest.swift).
     case mount(MountRequest)
+    /// `keychainfs watch`: the logged changes after `since` (nil: from now on; -1: from the
+    /// oldest the log retains), then, with `follow`, each commit's as it commits, as `changes`
+    /// replies until the client closes; without, the service closes the stream once it has sent
+    /// what the log held (APIWireWatch.swift).
+    case watch(since: Int64?, follow: Bool)
 
     var kind: UInt8 {
         switch self {
@@ -72,6 +77,7 @@ public enum APIRequest: Equatable, Sendable {
         case .accessPolicy: 14
         case .setAccessPolicy: 15
         case .backup: 16
+        case .watch: 17
         case .mount: 32
         }
     }
@@ -125,6 +131,9 @@ public enum APIReply: Equatable, Sendable {
     case policy(AccessPolicy)
     /// `backup`: what the copy holds.
     case backup(items: Int, format: Int64, counter: Int64?)
+    /// A `watch` stream's frame: the log's last sequence number so far and the changes since the
+    /// previous frame (the first frame may hold none: the stream has started).
+    case changes(last: Int64, [WireChange])
     case failure(KeychainStatus, String)
 
     var kind: UInt8 {
@@ -138,6 +147,7 @@ public enum APIReply: Equatable, Sendable {
         case .refused: 7
         case .policy: 8
         case .backup: 9
+        case .changes: 10
         case .failure: 0
         }
     }
@@ -234,6 +244,9 @@ public enum APICodec {
             w.part(policy.encoded)
             w.part(passphrase)
         case .backup(let destination): w.string(destination)
+        case .watch(let since, let follow):
+            if let since = w.presence(since) { w.i64(since) }
+            w.byte(follow ? 1 : 0)
         case .mount(let m): w.mountRequest(m)
         }
         return w.bytes
@@ -280,6 +293,7 @@ public enum APICodec {
         case 14: request = .accessPolicy
         case 15: request = .setAccessPolicy(try r.policy(), passphrase: try r.part())
         case 16: request = .backup(destination: try r.string())
+        case 17: request = .watch(since: try r.optional { try $0.i64() }, follow: try r.flag())
         case 32: request = .mount(try r.mountRequest())
         default: throw WireReader.bad
         }
@@ -319,6 +333,7 @@ public enum APICodec {
             w.i64(Int64(items))
             w.i64(format)
             if let counter = w.presence(counter) { w.i64(counter) }
+        case .changes(let last, let changes): w.changes(last: last, changes)
         case .failure(let status, let message):
             w.i64(Int64(status.rawValue))
             w.string(message)
@@ -363,6 +378,7 @@ public enum APICodec {
             let items = try r.i64()
             guard items >= 0, items <= Int64(Int32.max) else { throw WireReader.bad }
             reply = .backup(items: Int(items), format: try r.i64(), counter: try r.optional { try $0.i64() })
+        case 10: reply = try r.changes(frame: bytes.count)
         case 0:
             let raw = try r.i64()
             guard let status = Int32(exactly: raw) else { throw WireReader.bad }

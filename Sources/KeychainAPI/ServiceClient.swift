@@ -117,6 +117,25 @@ public final class ServiceClient: KeychainDoor {
         return reply
     }
 
+    /// `watch`: the logged changes after `since` (nil: from now on; -1: from the oldest retained)
+    /// the service lets this process see, then, with `follow`, each commit's as it commits,
+    /// handed to `body` frame by frame (the first frame, maybe empty, says the stream has started
+    /// and where), until `body` returns false or the stream ends (without `follow`, once the
+    /// service has sent what the log held). No read timeout: a quiet vault sends nothing.
+    public func watch(since: Int64?, follow: Bool, _ body: (_ last: Int64, [WireChange]) throws -> Bool) throws {
+        var forever = timeval(tv_sec: 0, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &forever, socklen_t(MemoryLayout<timeval>.size))
+        try Framing.send(fd, APICodec.encode(.watch(since: since, follow: follow), nonce: nonce))
+        while let frame = try Framing.receive({ read(fd, $0.baseAddress, $0.count) }) {
+            switch try APICodec.decodeReply(frame) {
+            case .changes(let last, let changes): guard try body(last, changes) else { return }
+            case .failure(let status, let message): throw KeychainError(status, message)
+            default: throw KeychainError(.decode, "the keychain service answered a watch with another reply")
+            }
+        }
+        if follow { throw KeychainError(.io, "the keychain service closed the watch (it stopped)") }
+    }
+
     static func tooLarge(_ size: Int) -> KeychainError {
         KeychainError(
             .param, "the request is too large for the keychain service (\(size) bytes; at most \(APIWire.maxFrame))")

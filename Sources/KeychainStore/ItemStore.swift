@@ -101,6 +101,11 @@ public protocol ItemStoreReader {
     func forEachNameBucket(_ body: ([UInt8], [UInt8], Int64) throws -> Void) throws
     /// One secondary-index value's stored name-list bucket, or nil when it has none.
     func nameBucket(secondaryIndex: [UInt8]) throws -> (accumulator: [UInt8], count: Int64)?
+    /// The change log's first and last sequence numbers (vault format 7); nil when it is empty
+    /// or the store's schema has no log yet.
+    func changeLogBounds() throws -> (first: Int64, last: Int64)?
+    /// At most `limit` change-log rows after `seq`, in sequence order.
+    func loggedChanges(after seq: Int64, limit: Int) throws -> [StoredChange]
 }
 
 /// Writes, valid only inside the `write` that handed them out.
@@ -132,6 +137,10 @@ public protocol ItemStoreWriter: ItemStoreReader {
     func setNameBucket(secondaryIndex: [UInt8], _ value: (accumulator: [UInt8], count: Int64)?) throws
     /// Removes every name-list chunk and bucket (before a migration or a rotation builds them anew).
     func clearNameLists() throws
+    /// Appends one change-log row (vault format 7), in the transaction that makes the change.
+    func appendChange(_ change: StoredChange) throws
+    /// Removes the change-log rows up to and including `seq` (the log's retention).
+    func pruneChanges(through seq: Int64) throws
     /// Runs `body` under a savepoint of the current transaction: if it throws, its changes are
     /// undone and the transaction goes on without them (one member of a group commit failing
     /// leaves the others' changes in).

@@ -13,6 +13,7 @@ extension Statements {
             CREATE INDEX IF NOT EXISTS attr_index_by_item ON attr_index(item_id);
             \(Self.bucketTable)
             \(Self.nameListTables)
+            \(Self.changeLogTable)
             PRAGMA user_version = \(VaultStore.schemaVersion);
             """)
     }

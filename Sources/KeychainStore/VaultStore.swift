@@ -82,13 +82,12 @@ public final class VaultStore: ItemStore {
 
     /// `PRAGMA application_id` of a keychainfs vault: 'KCFS'. Identifies the file as ours.
     public static let applicationID: Int32 = 0x4B43_4653
-    /// The SQL schema version this build reads and writes. 1: meta, class_keys, items.
-    /// 2: and attr_index (the Secret Service attribute index). 3: and manifest_bucket (the
-    /// manifest's buckets, vault format 4). 4: and name_chunk, name_bucket (the sealed name
-    /// lists of vault format 5). An older file gets the new tables in the core's
-    /// migration at first unlock (`upgradeSchema`), and older code refuses the file as newer
-    /// (`user_version`).
-    public static let schemaVersion = 4
+    /// The SQL schema version this build reads and writes. 1: meta, class_keys, items; 2: and
+    /// attr_index (the Secret Service attribute index); 3: and manifest_bucket (vault format 4);
+    /// 4: and name_chunk, name_bucket (vault format 5); 5: and change_log (vault format 7). An
+    /// older file gets the new tables at first unlock (`upgradeSchema`); older code refuses a
+    /// newer file (`user_version`).
+    public static let schemaVersion = 5
 
     private init(path: String, connection: Connection) throws {
         self.path = path
@@ -141,6 +140,7 @@ public final class VaultStore: ItemStore {
                 CREATE INDEX attr_index_by_item ON attr_index(item_id);
                 \(Statements.bucketTable)
                 \(Statements.nameListTables)
+                \(Statements.changeLogTable)
                 COMMIT;
                 """)
             return try VaultStore(path: path, connection: connection)

@@ -25,6 +25,8 @@ public final class APIServer: Sendable {
     /// Mounts the vault for `keychainfs mount` joining this service (`ServiceHost.join`); nil
     /// where the service cannot (it has a mount of its own already, or is being stopped).
     private let mounter = Mutex<(@Sendable (MountRequest) throws -> Void)?>(nil)
+    /// Wakes the `watch` connections at each commit (APIServer+Watch.swift).
+    let feed = ChangeFeed()
 
     /// What a `mount` request runs.
     public func onMount(_ mount: (@Sendable (MountRequest) throws -> Void)?) { mounter.withLock { $0 = mount } }
@@ -40,6 +42,7 @@ public final class APIServer: Sendable {
         self.keychain = keychain
         self.access = access
         self.activated = activated
+        access.onCommit { [feed] _ in feed.wake() }
         if let activated { _ = kcfs_set_passcred(activated) }
         // A socket left by a service that died (kill -9) is replaced; one that answers belongs
         // to a live service of the same vault, which the daemon's lock on the file rules out.
@@ -130,6 +133,12 @@ public final class APIServer: Sendable {
                 return
             }
             defer { Framing.wipe(&frame) }
+            if case (.watch(let since, let follow), let sent)? = try? APICodec.decodeRequest(frame),
+                Sodium.constantTimeEqual(sent, nonce)
+            {
+                return serveWatch(
+                    client, since: since, follow: follow, peer: peer, senders: senders, holder: holder)
+            }
             let reply = answer(frame, peer: peer, nonce: nonce, senders: senders, holder: &holder)
             var body = APICodec.encode(reply)
             defer { Framing.wipe(&body) }
@@ -201,7 +210,7 @@ public final class APIServer: Sendable {
             Log.info("api: mounted on \(mount.mountpoint) for \(peer.identity.description)")
             return status()
         case .copyMatching, .add, .update, .delete, .addOrUpdate, .identities, .createKeyPair, .storeBatch,
-            .accessPolicy, .backup:
+            .accessPolicy, .backup, .watch:
             return answerVerb(request, peer: peer, senders: senders, holder: holder)
         }
     }

@@ -116,6 +116,11 @@ public final class ServiceHost: Sendable {
             control = nil
         }
         api = try APIServer(keychain: keychain, access: access, activated: configuration.activated.api)
+        // Commits of other processes (a command that opened the vault itself: docs/service.md,
+        // "Watching the vault's changes") reach the faces' observers too.
+        do { try keychain.followOtherProcesses() } catch {
+            Log.error("cannot follow other processes' commits to \(keychain.path): \(error)")
+        }
         let policy = AgentPolicy(
             hosts: HostRestriction(knownHostsFiles: configuration.knownHosts), prompts: pinentry,
             reusePerHost: configuration.presenceReuse > 0)

@@ -24,7 +24,7 @@ struct FormatTwoFixtureCLITests {
         #expect(groups.stdout == fileBytes(formatTwoFixture + "/access-groups.txt"))
         let verify = try box.run(["verify"] + unlock)
         expectSuccess(verify)
-        #expect(verify.stdoutString.contains("format 6, commit"), "\(verify.stdoutString)")
+        #expect(verify.stdoutString.contains("format 7, commit"), "\(verify.stdoutString)")
         #expect(verify.stdoutString.contains("items: 11 (genp 7, inet 4)"), "\(verify.stdoutString)")
     }
 }

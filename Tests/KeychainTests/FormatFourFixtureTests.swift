@@ -122,7 +122,7 @@ struct FormatFourFixtureTests {
     }
 
     @Test(
-        "the first unlock migrates format 4 to 6: rows, index rows, buckets, keys and policy byte for byte; every listing as before; verify is clean"
+        "the first unlock migrates format 4 to 7: rows, index rows, buckets, keys and policy byte for byte; every listing as before; verify is clean"
     )
     func migrates() throws {
         try withTempDir { dir throws in
@@ -136,10 +136,10 @@ struct FormatFourFixtureTests {
             let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
             try kc.unlock(passphrase: try secure(FormatFourFixture.passphrase))
             let db = try RawDB(vault)
-            #expect(try db.meta("format") == le64(6))
+            #expect(try db.meta("format") == le64(7))
             // Format-4 code (store schema 3) refuses user_version 4 as newer ("newer than this
             // keychainfs supports"), and its header check refuses format 6 the same way.
-            #expect(try db.query("PRAGMA user_version") == [[.integer(4)]])
+            #expect(try db.query("PRAGMA user_version") == [[.integer(5)]])
             #expect(
                 try FormatFourFixture.preserved(db) == before, "no item row, index row, class key or policy changed")
             #expect(try db.query("SELECT bucket, accumulator, count FROM manifest_bucket") == bucketsBefore)
@@ -155,7 +155,7 @@ struct FormatFourFixtureTests {
             try FormatFourFixture.expectContents(kc)
             try FormatFourFixture.expectNameLists(kc)
             let report = try kc.verify(passphrase: try secure(FormatFourFixture.passphrase))
-            #expect(report.isClean && report.format == 6, "\(report.failures) \(report.damaged)")
+            #expect(report.isClean && report.format == 7, "\(report.failures) \(report.damaged)")
 
             // Opened again (incrementally, as a mount does): not migrated again.
             let again = try Keychain.open(at: vault, deviceKeyPath: deviceKey)

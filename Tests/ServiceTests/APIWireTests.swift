@@ -63,7 +63,10 @@ struct APIWireTests {
 
     static func request(_ rng: inout RNG) -> APIRequest {
         let c = ItemClass.allCases.randomElement(using: &rng)!
-        switch Int.random(in: 0..<17, using: &rng) {
+        switch Int.random(in: 0..<18, using: &rng) {
+        case 17:
+            let since: Int64? = Bool.random(using: &rng) ? Int64.random(in: Int64.min...Int64.max, using: &rng) : nil
+            return .watch(since: since, follow: Bool.random(using: &rng))
         case 10: return .identities
         case 11: return .createKeyPair(KeyAlgorithm.allCases.randomElement(using: &rng)!, attributes(.key, &rng))
         case 12:
@@ -130,8 +133,22 @@ struct APIWireTests {
                 extras: Bool.random(using: &rng) ? bytes(&rng) : nil))
     }
 
+    /// A change as `watch` streams it: any class, operation and path (a rename with its old path).
+    static func change(_ rng: inout RNG) -> WireChange {
+        let kind = [ItemChange.Kind.added, .changed, .renamed, .removed].randomElement(using: &rng)!
+        return WireChange(
+            seq: Int64.random(in: Int64.min...Int64.max, using: &rng), kind: kind,
+            itemClass: ItemClass.allCases.randomElement(using: &rng)!,
+            id: Int64.random(in: Int64.min...Int64.max, using: &rng), path: string(&rng),
+            oldPath: Bool.random(using: &rng) ? string(&rng) : nil)
+    }
+
     static func reply(_ rng: inout RNG) -> APIReply {
-        switch Int.random(in: 0..<10, using: &rng) {
+        switch Int.random(in: 0..<11, using: &rng) {
+        case 10:
+            return .changes(
+                last: Int64.random(in: Int64.min...Int64.max, using: &rng),
+                (0..<Int.random(in: 0...5, using: &rng)).map { _ in change(&rng) })
         case 5: return .keyPair(item(&rng), publicKey: string(&rng))
         case 6: return .stored((0..<Int.random(in: 0...6, using: &rng)).map { _ in Bool.random(using: &rng) })
         case 7:
@@ -235,5 +252,7 @@ struct APIWireTests {
         }
         #expect(throws: KeychainError.self) { try APICodec.decodeReply([6] + count) }
         #expect(throws: KeychainError.self) { try APICodec.decodeReply([7] + count) }
+        // changes: kind 10, the last sequence number, the count.
+        #expect(throws: KeychainError.self) { try APICodec.decodeReply([10] + [UInt8](repeating: 0, count: 8) + count) }
     }
 }
