@@ -25,6 +25,12 @@ final class ForeignCommits: Sendable {
         var stop: StopSignal?
     }
     private let state = Mutex(State())
+    /// How many times other processes' changes were handed out: part of the commit count the
+    /// reads that reuse a recent row check (`RecentRows`), so none outlives such a change.
+    private let deliveries = Atomic<Int64>(0)
+
+    var deliveryCount: Int64 { deliveries.load(ordering: .acquiring) }
+    func noteDelivery() { deliveries.add(1, ordering: .releasing) }
 
     var isFollowing: Bool { state.withLock { $0.following } }
 
@@ -127,6 +133,7 @@ extension Keychain {
             if let last = try? lastLoggedChange() { _ = foreign.foreign([], through: last) }
         }
         guard !changes.isEmpty else { return }
+        foreign.noteDelivery()
         let observers = state.withLock { $0.commitObservers }
         for observer in observers { observer(changes) }
     }
