@@ -53,6 +53,9 @@ final class ForeignCommits: Sendable {
     /// The follower's next read: after `followed`.
     var followed: Int64 { state.withLock { $0.followed } }
 
+    /// Whether `seq` is one of this process's commits the follower has not read yet.
+    func isOwn(_ seq: Int64) -> Bool { state.withLock { $0.own.contains(seq) } }
+
     /// Of the rows read up to `last`, those this process did not commit; `followed` moves on.
     func foreign(_ changes: [LoggedChange], through last: Int64) -> [LoggedChange] {
         state.withLock { s in
@@ -122,13 +125,14 @@ extension Keychain {
         do {
             var page: ChangeLogPage
             repeat {
-                page = try changeLog(after: foreign.followed, limit: 500)
-                for change in foreign.foreign(page.changes, through: page.changes.last?.seq ?? foreign.followed) {
+                // This process's own rows are skipped unopened: the observers had them at commit.
+                page = try changeLog(after: foreign.followed, limit: 500, skipping: foreign.isOwn)
+                for change in foreign.foreign(page.changes, through: page.through) {
                     var item = ItemChange(itemClass: change.itemClass, id: change.id, kind: change.kind)
                     item.seq = change.seq
                     changes.append(item)
                 }
-            } while page.changes.count == 500
+            } while page.rowsRead == 500
         } catch {
             if let last = try? lastLoggedChange() { _ = foreign.foreign([], through: last) }
         }
