@@ -184,6 +184,10 @@ public struct ChangeLogPage: Sendable {
     public let changes: [LoggedChange]
     /// The last sequence number the log holds (0 when it has none).
     public let last: Int64
+    /// The last row this page read (skipped ones included), else the sequence asked after.
+    let through: Int64
+    /// How many rows this page read (skipped ones included): a full page means there may be more.
+    let rowsRead: Int
 }
 
 extension Keychain {
@@ -193,6 +197,12 @@ extension Keychain {
     /// that does not authenticate, or a gap inside the log, is `errSecDecode` (tampering). A
     /// negative `seq` reads from the oldest change the log retains.
     public func changeLog(after asked: Int64, limit: Int = 1_000) throws -> ChangeLogPage {
+        try changeLog(after: asked, limit: limit, skipping: { _ in false })
+    }
+
+    /// The same, rows for which `skip` is true checked for gaps but neither opened nor returned
+    /// (the follower of other processes' commits skips this process's own).
+    func changeLog(after asked: Int64, limit: Int, skipping skip: (Int64) -> Bool) throws -> ChangeLogPage {
         let metadata = try currentKeys().metadata
         let vaultID = vaultID
         let (bounds, rows) = try storeCall {
@@ -224,6 +234,7 @@ extension Keychain {
                     .decode, "the change log has a gap before \(row.seq): a row was deleted (tampering)")
             }
             expected = row.seq + 1
+            if skip(row.seq) { continue }
             guard let itemClass = ItemClass(rawValue: row.itemClass), let kind = ChangeLog.kind(row.operation),
                 let plain = try? AEAD.open(
                     row.sealed,
@@ -240,7 +251,8 @@ extension Keychain {
                 LoggedChange(
                     seq: row.seq, itemClass: itemClass, id: row.itemID, kind: kind, before: before, after: after))
         }
-        return ChangeLogPage(changes: out, last: max(last, out.last?.seq ?? 0))
+        return ChangeLogPage(
+            changes: out, last: max(last, out.last?.seq ?? 0), through: rows.last?.seq ?? seq, rowsRead: rows.count)
     }
 }
 

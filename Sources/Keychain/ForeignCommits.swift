@@ -25,6 +25,12 @@ final class ForeignCommits: Sendable {
         var stop: StopSignal?
     }
     private let state = Mutex(State())
+    /// How many times other processes' changes were handed out: part of the commit count the
+    /// reads that reuse a recent row check (`RecentRows`), so none outlives such a change.
+    private let deliveries = Atomic<Int64>(0)
+
+    var deliveryCount: Int64 { deliveries.load(ordering: .acquiring) }
+    func noteDelivery() { deliveries.add(1, ordering: .releasing) }
 
     var isFollowing: Bool { state.withLock { $0.following } }
 
@@ -46,6 +52,9 @@ final class ForeignCommits: Sendable {
 
     /// The follower's next read: after `followed`.
     var followed: Int64 { state.withLock { $0.followed } }
+
+    /// Whether `seq` is one of this process's commits the follower has not read yet.
+    func isOwn(_ seq: Int64) -> Bool { state.withLock { $0.own.contains(seq) } }
 
     /// Of the rows read up to `last`, those this process did not commit; `followed` moves on.
     func foreign(_ changes: [LoggedChange], through last: Int64) -> [LoggedChange] {
@@ -116,17 +125,19 @@ extension Keychain {
         do {
             var page: ChangeLogPage
             repeat {
-                page = try changeLog(after: foreign.followed, limit: 500)
-                for change in foreign.foreign(page.changes, through: page.changes.last?.seq ?? foreign.followed) {
+                // This process's own rows are skipped unopened: the observers had them at commit.
+                page = try changeLog(after: foreign.followed, limit: 500, skipping: foreign.isOwn)
+                for change in foreign.foreign(page.changes, through: page.through) {
                     var item = ItemChange(itemClass: change.itemClass, id: change.id, kind: change.kind)
                     item.seq = change.seq
                     changes.append(item)
                 }
-            } while page.changes.count == 500
+            } while page.rowsRead == 500
         } catch {
             if let last = try? lastLoggedChange() { _ = foreign.foreign([], through: last) }
         }
         guard !changes.isEmpty else { return }
+        foreign.noteDelivery()
         let observers = state.withLock { $0.commitObservers }
         for observer in observers { observer(changes) }
     }

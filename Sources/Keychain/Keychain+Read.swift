@@ -155,7 +155,8 @@ extension Keychain {
         // a failure found since makes every read fail).
         try requireVerified(id: id)
         // Taken before the read: a commit in between makes the kept row stale at once.
-        let commits = store.localCommitCount
+        // Other processes' commits this process followed count too (ForeignCommits.swift).
+        let commits = store.localCommitCount &+ foreignCommits.deliveryCount
         let row: StoredItem
         let attributes: Attributes
         if recentWithin > 0, let (kept, keptAttributes) = recentRows.get(id, commits: commits, within: recentWithin) {

@@ -151,6 +151,32 @@ struct WatchTests {
     }
 
     @Test(
+        "behind a locked service a command rewrites an item: the mount drops the kernel's cached size of it (cache=60) within 2 s"
+    )
+    func commitBehindTheServiceReachesTheMount() throws {
+        // A kernel cache of a minute: only the service's follower of other processes' commits
+        // (ForeignCommits.swift, through the mount's onCommit observer) can make the new size seen.
+        try withMount(options: ["cache=60"]) { box in
+            let v = ["--vault", box.vault]
+            let add = try box.cliWithoutPassphrase(
+                ["add-generic-password", "-s", "coh", "-a", "acct", "-w", "short"] + v)
+            try #require(add.status == 0, "\(add.summary)")
+            let file = box.mnt + "/genp/coh/acct"
+            func size() -> Int? {
+                (try? FileManager.default.attributesOfItem(atPath: file))?[.size] as? Int
+            }
+            #expect(size() == 5)
+            #expect(try box.cli(["lock"] + v).status == 0)
+            #expect(size() == 5, "the size cached by the kernel")
+            let start = Date()
+            let behind = try box.cli(
+                ["add-generic-password", "-U", "-s", "coh", "-a", "acct", "-w", "a much longer one"] + box.unlockArgs)
+            #expect(behind.status == 0, "\(behind.summary)")
+            #expect(waitUntil(2) { size() == 17 }, "still \(size() ?? -1) after \(Date().timeIntervalSince(start)) s")
+        }
+    }
+
+    @Test(
         "without a service: watch reads the vault itself and follows it; the vault holds no name in clear after a delete"
     )
     func directAndNoNameInClear() throws {
