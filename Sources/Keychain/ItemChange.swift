@@ -14,6 +14,16 @@ public struct ItemChange: Sendable, Equatable {
         case renamed
         /// Deleted.
         case removed
+
+        /// The operation's word, as `keychainfs watch` and `/views/changes` print it.
+        public var word: String {
+            switch self {
+            case .added: "add"
+            case .changed: "update"
+            case .renamed: "rename"
+            case .removed: "delete"
+            }
+        }
     }
 
     /// The stored rows (ciphertext) before and after the change, from which its names are

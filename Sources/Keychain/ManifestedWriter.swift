@@ -116,7 +116,9 @@ final class ManifestedWriter: ItemStoreWriter {
                 return ChangeLog.names(attributes, of: change.itemClass)
             }
             let operation = ChangeLog.code(change.kind)
-            let plain = ChangeLog.encode(before: names(change.rows?.before), after: names(change.rows?.after))
+            // A changed item keeps its names: the log holds them once, as after it.
+            let before = change.kind == .changed ? nil : change.rows?.before
+            let plain = ChangeLog.encode(before: names(before), after: names(change.rows?.after))
             let sealed = try AEAD.seal(
                 plain,
                 associatedData: ChangeLog.associatedData(

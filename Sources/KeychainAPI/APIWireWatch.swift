@@ -25,14 +25,7 @@ public struct WireChange: Equatable, Sendable {
     /// The operation's word, as `watch` prints it.
     public var operation: String { Self.word(kind) }
 
-    public static func word(_ kind: ItemChange.Kind) -> String {
-        switch kind {
-        case .added: "add"
-        case .changed: "update"
-        case .renamed: "rename"
-        case .removed: "delete"
-        }
-    }
+    public static func word(_ kind: ItemChange.Kind) -> String { kind.word }
 
     static let kinds: [ItemChange.Kind] = [.added, .changed, .renamed, .removed]
 }

@@ -124,9 +124,10 @@ struct Watch: ParsableCommand {
                 ?? Data()
             Output.line(String(decoding: data, as: UTF8.self))
         } else {
-            var line = "\(change.seq) \(change.operation) \(change.itemClass.rawValue) \(change.path)"
-            if let old = change.oldPath { line += " (was \(old))" }
-            Output.line(line)
+            Output.line(
+                ChangePaths.line(
+                    seq: change.seq, kind: change.kind, itemClass: change.itemClass, path: change.path,
+                    oldPath: change.oldPath))
         }
     }
 }

@@ -26,6 +26,8 @@ extension KeychainFileSystem {
             bytes = memory.state.withLock { FileBytes.slice($0.data, offset: offset, size: size) }
         case .generated(let generated):
             bytes = FileBytes.slice(generated, offset: offset, size: size)
+        case .changes(let feed):
+            bytes = try feed.read(size, through: session(feed.caller))
         case .item(let c, let id):
             // The handle serves what it decrypted at open (a snapshot: one committed state,
             // whole), until it is revoked (Revocation.swift).
@@ -109,7 +111,7 @@ extension KeychainFileSystem {
         switch target {
         case .memory(let memory):
             try commitPending(memory, file: file, releasing: releasing)
-        case .generated:
+        case .generated, .changes:
             return
         case .item(let c, let id):
             // A refused handle may still have to put back what it had committed (refuse()).
@@ -215,6 +217,8 @@ extension KeychainFileSystem {
             Log.warning("release: a buffered write was not committed (\(errno))")
         }
         if let file = openFiles.remove(handle) {
+            // A poll waiting on a change feed is let go.
+            if case .changes(let feed) = file.state.withLock({ $0.target }) { feed.close() }
             // The handle's copy of the secret goes with it.
             let pageCacheFilled = file.state.withLock { s in
                 s.dropContent()

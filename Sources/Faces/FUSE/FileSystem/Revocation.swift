@@ -51,6 +51,8 @@ extension KeychainFileSystem {
         }
         // Names, and the watchers' events: replayed through the mount (ReplayPlan.swift).
         replayer?.enqueue(changes.filter { $0.origin != "fuse" })
+        // Readers of /views/changes waiting in poll(2).
+        for feed in openFiles.changeFeeds() { feed.wake() }
     }
 
     /// A writer of changes made elsewhere waits for their replay before its caller is answered

@@ -11,6 +11,14 @@ public enum ChangePaths {
         return itemClass.rawValue + "/" + directory + "/" + leaf
     }
 
+    /// The line `keychainfs watch` prints and `/views/changes` reads: `SEQ OP CLASS PATH`, and
+    /// ` (was OLD)` after a rename.
+    public static func line(
+        seq: Int64, kind: ItemChange.Kind, itemClass: ItemClass, path: String, oldPath: String?
+    ) -> String {
+        "\(seq) \(kind.word) \(itemClass.rawValue) \(path)" + (oldPath.map { " (was \($0))" } ?? "")
+    }
+
     /// The change's path now (after it; before it for a removal) and, for a rename, before it.
     public static func paths(of change: LoggedChange) -> (path: String, oldPath: String?) {
         let now = change.after ?? change.before ?? [:]

@@ -45,7 +45,7 @@ extension ViewFile {
 
 /// The view files by inode (`Inode.viewFile(n)`, n their place here).
 enum ViewFiles {
-    static let all: [any ViewFile] = [NetrcFile()]
+    static let all: [any ViewFile] = [NetrcFile(), ChangesFile()]
 
     static func file(_ ino: UInt64) -> (any ViewFile)? { all.first { $0.ino == ino } }
 }

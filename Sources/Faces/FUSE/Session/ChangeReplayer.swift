@@ -53,10 +53,12 @@ final class ChangeReplayer: Sendable {
     /// The step the replay thread is in, for the answers to its requests.
     var step: ReplayStep? { current.withLock { $0 } }
 
-    func start() {
+    /// Starts the thread at the first change to replay: most mounts never see a change made
+    /// elsewhere, and a thread that never runs is a stack kept for nothing.
+    private func startOnce() {
         let first = queue.withLock { q -> Bool in
             defer { q.started = true }
-            return !q.started
+            return !q.started && !q.stopped
         }
         guard first else { return }
         let thread = Thread { [self] in
@@ -82,6 +84,7 @@ final class ChangeReplayer: Sendable {
     /// Queues changes to replay; called on the committing thread, in commit order.
     func enqueue(_ changes: [ItemChange]) {
         guard !changes.isEmpty else { return }
+        startOnce()
         condition.lock()
         queue.withLock { q in
             guard !q.stopped else { return }

@@ -174,6 +174,11 @@ extension FuseSession {
             if let fi { s.fs.release(handle: fi.pointee.fh) }
             fuse_reply_err(req, 0)
         }
+        // poll(2): a change feed (/views/changes) is ready when a change is there to read, and
+        // tells the kernel at the next commit otherwise; every other file is always ready.
+        ops.poll = { req, ino, fi, ph in
+            FuseSession.serve(req, "poll", ino) { s in s.poll(req, fi, ph) }
+        }
         ops.opendir = { req, ino, fi in
             FuseSession.serve(req, "opendir", ino) { s in
                 guard let fi else { throw Errno.invalidArgument }

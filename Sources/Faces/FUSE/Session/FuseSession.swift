@@ -48,7 +48,7 @@ public final class FuseSession: Sendable {
     /// More workers than CPUs: a request that waits for the user (a presence prompt through
     /// pinentry, at most 4 at once) holds its worker until answered, and eight writers at once
     /// each hold one through a durable commit; two more serve the rest of the mount meanwhile.
-    /// Ten workers and the daemon's other threads stay within the memory test's bound of 16.
+    /// Ten workers and the daemon's other threads stay within the memory test's bound of 18.
     static let maxWorkers: UInt32 = 10
     /// Idle workers kept; libfuse ends a worker that finds more than this many idle. It is
     /// `maxWorkers`, so no worker ever ends. Why: on one CPU the reader a reply wakes usually
@@ -104,7 +104,6 @@ public final class FuseSession: Sendable {
     /// Serves requests until unmounted or signalled (SIGTERM, SIGINT, SIGHUP), then unmounts.
     public func run() -> Int32 {
         guard let se = state.withLock({ $0.session })?.pointer else { return 1 }
-        replayer.start()
         let rc = kcfs_session_loop_mt_bounded(se, Self.maxWorkers, Self.maxIdleWorkers)
         // Pending replays are dropped and their writers released at once; a call in progress
         // fails as the mount goes.
@@ -112,6 +111,8 @@ public final class FuseSession: Sendable {
         replayer.stop()
         fs.invalidate = nil
         state.withLock { $0.session = nil }
+        // Polls waiting on change feeds: let go (a notification needs the session).
+        for feed in fs.openFiles.changeFeeds() { feed.close() }
         fuse_session_unmount(se)
         // An invalidation that read the session before it was cleared may still be using it:
         // let the queue finish before the session is freed.
@@ -172,6 +173,31 @@ public final class FuseSession: Sendable {
 
     private static func dropEntry(_ se: OpaquePointer, _ parent: UInt64, _ name: String) {
         _ = name.withCString { fuse_lowlevel_notify_inval_entry(se, parent, $0, strlen($0)) }
+    }
+
+    // MARK: poll(2)
+
+    /// A FUSE poll handle, kept until the next commit or the handle's release.
+    struct PollHandle: @unchecked Sendable { let pointer: OpaquePointer }
+
+    func poll(_ req: fuse_req_t?, _ fi: UnsafeMutablePointer<fuse_file_info>?, _ ph: OpaquePointer?) {
+        guard let fi, let feed = fs.changeFeed(handle: fi.pointee.fh) else {
+            if let ph { fuse_pollhandle_destroy(ph) }
+            fuse_reply_poll(req, UInt32(POLLIN | POLLOUT | POLLRDNORM | POLLWRNORM))
+            return
+        }
+        // The waiter first, then the check: a commit in between notifies, never lost.
+        if let ph {
+            let handle = PollHandle(pointer: ph)
+            feed.wait { [weak self] notify in
+                // Under the session's lock: run() clears it before the session is destroyed.
+                self?.state.withLock { s in
+                    if notify && s.session != nil { _ = fuse_lowlevel_notify_poll(handle.pointer) }
+                }
+                fuse_pollhandle_destroy(handle.pointer)
+            }
+        }
+        fuse_reply_poll(req, feed.ready(through: fs.session(feed.caller)) ? UInt32(POLLIN | POLLRDNORM) : 0)
     }
 
     // MARK: Directory handles

@@ -51,6 +51,8 @@ final class OpenFile: Sendable {
         case memory(MemoryFile)
         /// A file of /views: the bytes generated at open, read-only.
         case generated([UInt8])
+        /// `/views/changes`: the change feed read from the open's cursor on (ChangesView.swift).
+        case changes(ChangeFeed)
     }
 
     struct State {
@@ -339,6 +341,13 @@ final class OpenFiles: Sendable {
     }
 
     /// Every open item handle (for a lock, which revokes some of them).
+    /// The change feeds open on `/views/changes`.
+    func changeFeeds() -> [ChangeFeed] {
+        state.withLock { Array($0.files.values) }.compactMap {
+            if case .changes(let feed) = $0.state.withLock({ $0.target }) { feed } else { nil }
+        }
+    }
+
     func itemHandles() -> [OpenFile] {
         let files = state.withLock { Array($0.files.values) }
         return files.filter { if case .item = $0.state.withLock({ $0.target }) { true } else { false } }
