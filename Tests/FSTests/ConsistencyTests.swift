@@ -257,7 +257,7 @@ struct ConsistencyTests {
                 Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
             }
             #expect(counts.count == 2 && counts[0] <= 16, "threads before the loop: \(r.stdout)")
-            // libdispatch may start a thread for the audit log's flush; libfuse starts none.
+            // The deferred worker may start for the audit log's flush (SerialWorker); libfuse starts none.
             #expect(counts.count == 2 && counts[1] <= 2, "threads seen that were not there before: \(r.stdout)")
         }
     }

@@ -56,7 +56,7 @@ struct MemoryTests {
             // At most 10 workers (FuseSession.maxWorkers), all kept; before the bound, every worker
             // a burst made stayed (20 threads here). The rest: the main thread, the control
             // socket's, the API socket's accept thread (docs/service.md; a connection's thread
-            // ends with it), libdispatch's few.
+            // ends with it), the deferred and invalidation workers (SerialWorker).
             #expect(threads.allSatisfy { $0 > 0 && $0 <= 17 }, "daemon threads after each pass: \(threads)")
         }
     }
