@@ -9,7 +9,8 @@ import Testing
 /// mount daemon woke once a second for good: the first use of a DispatchQueue (the audit log's
 /// delayed flush, the rollback mark's deferred sync, the end of a held read, the invalidation
 /// queue) started libdispatch's workqueue, whose pool monitor is a 1 Hz timer on Linux (about
-/// 10 context switches in 10 s). Those now run on SerialWorkers, which block without a timeout.
+/// 10 context switches in 10 s). Those now run on SerialWorkers, which block without a timeout,
+/// and the `-o lock_after` locker, which looked at the clock every second, sleeps until it is due.
 @Suite("an idle mount daemon does not wake (issue 30)")
 struct IdleWakeupTests {
     /// Each thread of `pid`: its name and its voluntary plus involuntary context switches so far.
@@ -33,11 +34,17 @@ struct IdleWakeupTests {
         return result
     }
 
-    @Test("after changes through the CLI and the mount, a quiet daemon makes no context switch in 10 s")
-    func idleDaemonSleeps() throws {
-        try withMount(setup: { box in
-            try box.addGeneric("idle", "a", "first-secret")
-        }) { box in
+    /// With `-o lock_after`, the idle locker's one pending check sleeps until it is due.
+    @Test(
+        "after changes through the CLI and the mount, a quiet daemon makes no context switch in 10 s",
+        arguments: [[], ["lock_after=120"]])
+    func idleDaemonSleeps(options: [String]) throws {
+        try withMount(
+            options: options,
+            setup: { box in
+                try box.addGeneric("idle", "a", "first-secret")
+            }
+        ) { box in
             let pid = try #require(box.daemonPid, "no daemon pid")
             let f = box.mnt + "/genp/idle/a"
             // Every path that used a DispatchQueue runs: reads (a held read transaction), commits
@@ -59,6 +66,7 @@ struct IdleWakeupTests {
             let names = Set(before.values.map(\.name))
             #expect(names.contains("kcfs-deferred"), "threads: \(names.sorted())")
             #expect(names.contains("kcfs-invalidate"), "threads: \(names.sorted())")
+            if !options.isEmpty { #expect(names.contains("kcfs-idle-lock"), "threads: \(names.sorted())") }
             #expect(!names.contains { $0.contains("qos") }, "libdispatch's workqueue runs: \(names.sorted())")
             usleep(10_000_000)
             let after = Self.threads(pid)
@@ -69,7 +77,7 @@ struct IdleWakeupTests {
                 total += now.switches - then.switches
                 woke.append("\(then.name) (\(tid)): \(now.switches - then.switches)")
             }
-            print("idle daemon: \(total) context switches in 10 s over \(before.count) threads")
+            print("idle daemon \(options): \(total) context switches in 10 s over \(before.count) threads")
             #expect(total == 0, "threads that woke while nothing changed: \(woke.sorted())")
         }
     }
