@@ -24,7 +24,8 @@ import Foundation
 ///
 /// A closure must not wait for something that waits for this worker (it would wait for
 /// itself), and `sync` must not be called from a closure it runs. Closures are released outside
-/// the worker's lock, so one may capture an object whose deinit queues on the same worker.
+/// the worker's lock, so one may capture an object whose deinit queues on the same worker. A
+/// child of fork(2) has no copy of the thread (the daemons spawn, they never fork).
 public final class SerialWorker: @unchecked Sendable {
     public typealias Job = @Sendable () -> Void
 
