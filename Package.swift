@@ -41,7 +41,7 @@ let package = Package(
         // Keys in guarded memory, AEAD, Argon2id, keyed hashes. Knows nothing of SQLite.
         .target(name: "KeychainCrypto", dependencies: ["CSodium", "CPlatform"]),
         // The SQLite file: schema, transactions, opaque rows. Never sees plaintext.
-        .target(name: "KeychainStore", dependencies: ["CSQLite"]),
+        .target(name: "KeychainStore", dependencies: ["CSQLite", "CPlatform"]),
         // The keychain: classes, attributes, queries, status codes, key hierarchy, lock state.
         .target(
             name: "Keychain",
@@ -58,7 +58,7 @@ let package = Package(
         .target(
             name: "KeychainAccess",
             dependencies: [
-                "Keychain", "CPlatform",
+                "Keychain", "KeychainStore", "CPlatform",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]),
         // The keychain service's API socket protocol, its client and how a one-shot command finds
@@ -81,7 +81,7 @@ let package = Package(
         .target(
             name: "KeychainFS",
             dependencies: [
-                "Keychain", "KeychainAccess", "CFuse", "CPlatform",
+                "Keychain", "KeychainAccess", "KeychainStore", "CFuse", "CPlatform",
                 .product(name: "SystemPackage", package: "swift-system"),
             ], path: "Sources/Faces/FUSE"),
         // Credentials for other tools (docs/credentials.md): git's and docker's helper protocols

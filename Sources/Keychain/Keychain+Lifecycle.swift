@@ -176,11 +176,13 @@ extension Keychain {
                 of: master, id: Subkey.attributeIndex.rawValue, context: Subkey.context),
             manifest: manifestKeys, classKeys: classKeys, deviceMismatch: !deviceMatches,
             policyPublicKey: try Self.policyKeyPair(master: master).0)
-        state.withLock {
+        let unlockObservers = state.withLock {
             $0.header = header
             $0.keys = newKeys
             $0.lockState = .unlocked(since: Date())
+            return $0.unlockObservers
         }
+        defer { for observer in unlockObservers { observer() } }
         noteCounter(manifest.counter)
         // Durable at every unlock (RollbackMark): what this device has seen survives a power loss.
         rollbackMark.makeDurable()
@@ -238,6 +240,11 @@ extension Keychain {
     /// mount's open handles) drops them there.
     public func onLock(_ observer: @escaping @Sendable () -> Void) {
         state.withLock { $0.lockObservers.append(observer) }
+    }
+
+    /// `observer` is called (on the unlocking thread, at the end of the unlock) by every unlock.
+    public func onUnlock(_ observer: @escaping @Sendable () -> Void) {
+        state.withLock { $0.unlockObservers.append(observer) }
     }
 
     /// Calls `observer` after every commit of this process that changed items, with the

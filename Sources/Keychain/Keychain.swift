@@ -62,6 +62,8 @@ public final class Keychain: Sendable {
         var damagedRowObserver: (@Sendable (DamagedRow) -> Void)?
         /// Told after each lock (see `onLock`).
         var lockObservers: [@Sendable () -> Void] = []
+        /// Told after each unlock (see `onUnlock`).
+        var unlockObservers: [@Sendable () -> Void] = []
         /// Told after each commit, with its changes (see `onCommit`).
         var commitObservers: [@Sendable ([ItemChange]) -> Void] = []
         var returnObservers: [@Sendable ([ItemChange]) -> Void] = []

@@ -1,5 +1,6 @@
 import Foundation
 import KeychainCrypto
+import KeychainStore
 import Synchronization
 
 /// The highest commit counter this device has seen for one vault: one file per vault id in
@@ -30,7 +31,6 @@ final class RollbackMark: Sendable {
     private let held = Mutex<Int32>(-1)
     /// Whether a deferred sync is pending (`scheduleSync`).
     private let syncPending = Atomic<Bool>(false)
-    private static let syncQueue = DispatchQueue(label: "keychainfs.rollback-mark.sync")
 
     init(deviceKeyPath: String, vaultID: [UInt8]) {
         let hex = vaultID.map { String(format: "%02x", $0) }.joined()
@@ -77,11 +77,12 @@ final class RollbackMark: Sendable {
     }
 
     /// Flushes the mark about a second from now, unless a flush is already pending: a burst of
-    /// commits costs one fdatasync, and no commit waits for it.
+    /// commits costs one fdatasync, and no commit waits for it. On `SerialWorker.deferred`: a
+    /// DispatchQueue would wake the daemon every second for good (SerialWorker).
     private func scheduleSync() {
         guard syncPending.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
         else { return }
-        Self.syncQueue.asyncAfter(deadline: .now() + 1) { [weak self] in
+        SerialWorker.deferred.after(seconds: 1) { [weak self] in
             guard let self else { return }
             syncPending.store(false, ordering: .releasing)
             makeDurable()

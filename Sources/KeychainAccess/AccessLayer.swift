@@ -68,6 +68,9 @@ public final class AccessLayer: Sendable {
     /// Called after every lock (a face revokes what it holds of the keys' reach: open handles).
     public func onLock(_ observer: @escaping @Sendable () -> Void) { keychain.onLock(observer) }
 
+    /// Called after every unlock (the idle lock starts counting).
+    public func onUnlock(_ observer: @escaping @Sendable () -> Void) { keychain.onUnlock(observer) }
+
     /// Called after every commit of this process that changed items, with the changes, before
     /// the writers return (`Keychain.onCommit`): the mount drops what the kernel holds of them.
     public func onCommit(_ observer: @escaping @Sendable ([ItemChange]) -> Void) { keychain.onCommit(observer) }

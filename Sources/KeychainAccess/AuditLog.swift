@@ -1,4 +1,5 @@
 import Foundation
+import KeychainStore
 import Keychain
 import SystemPackage
 import Synchronization
@@ -121,8 +122,10 @@ public final class AuditLog: Sendable {
     public let maxBytes: Int
     public let keep: Int
     public let buffered: Bool
-    /// The longest a buffered line waits for its write.
-    public static let flushDelay: DispatchTimeInterval = .seconds(1)
+    /// The longest a buffered line waits for its write, in seconds. The delayed flush runs on
+    /// `SerialWorker.deferred`, not on a DispatchQueue: that would wake the daemon every second
+    /// for good (SerialWorker).
+    public static let flushDelay = 1.0
     /// Buffered bytes that are written at once, without waiting for the delay.
     static let flushBytes = 64 << 10
     private struct State {
@@ -221,9 +224,7 @@ public final class AuditLog: Sendable {
             return true
         }
         if scheduleFlush {
-            DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + Self.flushDelay) { [weak self] in
-                self?.flush()
-            }
+            SerialWorker.deferred.after(seconds: Self.flushDelay) { [weak self] in self?.flush() }
         }
     }
 

@@ -43,8 +43,14 @@ public enum ChildProcess {
         sigemptyset(&defaults)
         for signal in [SIGTERM, SIGHUP, SIGINT, SIGQUIT, SIGPIPE] { sigaddset(&defaults, signal) }
         posix_spawnattr_setsigdefault(&attributes, &defaults)
+        // And with no signal blocked: the service and the ssh agent block SIGTERM, SIGINT and
+        // SIGHUP in every thread for the one thread that sigwaits for them.
+        var unblocked = sigset_t()
+        sigemptyset(&unblocked)
+        posix_spawnattr_setsigmask(&attributes, &unblocked)
         posix_spawnattr_setflags(
-            &attributes, Int16(POSIX_SPAWN_SETSIGDEF) | (newSession ? kcfs_posix_spawn_setsid : 0))
+            &attributes,
+            Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK) | (newSession ? kcfs_posix_spawn_setsid : 0))
         let cArgs = arguments.map { strdup($0) } + [nil]
         let cEnv = environment.map { $0.map { strdup($0) } + [nil] }
         defer {

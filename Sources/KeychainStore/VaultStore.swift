@@ -60,8 +60,6 @@ public final class VaultStore: ItemStore {
     /// The reading connection's read transaction, when one is held between reads
     /// (`withCurrentReadTransaction`); only inside `reading.withLock`.
     private let reading = Mutex(ReadingState())
-    /// Ends a held read transaction that has not been used for `heldReadIdle` seconds.
-    private let heldReadRelease = DispatchQueue(label: "keychainfs.store.held-read")
     /// How long an unused read transaction is held: while one is, a checkpoint cannot move the
     /// WAL past it, and the WAL cannot start over.
     static let heldReadIdle = 0.05
@@ -274,19 +272,21 @@ public final class VaultStore: ItemStore {
         reading.withLock { $0.endHeld(on: readerConnection) }
     }
 
-    private func scheduleHeldReadRelease() {
-        heldReadRelease.asyncAfter(deadline: .now() + Self.heldReadIdle) { [weak self] in
+    /// Ends the held read transaction `heldReadIdle` after its last use (looked at again then if
+    /// it was used meanwhile), on `SerialWorker.deferred`: a DispatchQueue wakes a daemon 1/s.
+    private func scheduleHeldReadRelease(in delay: Double = VaultStore.heldReadIdle) {
+        SerialWorker.deferred.after(seconds: delay) { [weak self] in
             guard let self else { return }
-            let again = reading.withLock { r -> Bool in
+            let remaining = reading.withLock { r -> Double? in
                 if let current = r.held {
                     let idle = Double(DispatchTime.now().uptimeNanoseconds &- current.lastUse) / 1e9
-                    if idle < Self.heldReadIdle { return true }
+                    if idle < Self.heldReadIdle { return Self.heldReadIdle - idle }
                     r.endHeld(on: readerConnection)
                 }
                 r.releaseDue = false
-                return false
+                return nil
             }
-            if again { scheduleHeldReadRelease() }
+            if let remaining { scheduleHeldReadRelease(in: remaining) }
         }
     }
 

@@ -120,6 +120,12 @@ struct SSHAgentCommand: ParsableCommand {
 
     /// The agent itself: unlock, bind, say so, serve until SIGTERM (which removes the socket).
     func serve(_ path: String) throws {
+        // Blocked before any thread starts, so every thread inherits the mask and only the
+        // thread below takes them (sigwait). Not a DispatchSource: a signal source on a global
+        // queue starts libdispatch's workqueue, whose 1 Hz monitor wakes the agent every second
+        // for good (docs/architecture.md, "Background work").
+        var terminating = AgentSignals.terminating
+        pthread_sigmask(SIG_BLOCK, &terminating, nil)
         let keychain = locked ? try vault.openLocked() : try vault.openUnlocked()
         let auditLog = try AuditLog(path: audit ?? (KeychainPaths.stateDirectory() + "/audit.log"))
         let access = AccessLayer(keychain: keychain, audit: auditLog)
@@ -133,15 +139,12 @@ struct SSHAgentCommand: ParsableCommand {
         let policy = AgentPolicy(
             hosts: HostRestriction(knownHostsFiles: knownHostsFiles), prompts: prompts, reusePerHost: presenceReuse > 0)
         let server = try AgentServer(path: path, access: access, policy: policy)
-        for sig in [SIGTERM, SIGINT, SIGHUP] {
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler {
-                server.removeSocket()
-                Glibc.exit(0)
-            }
-            source.resume()
-            AgentSignals.keep(source)
+        Thread.detachNewThread {
+            var set = AgentSignals.terminating
+            var received: Int32 = 0
+            sigwait(&set, &received)
+            server.removeSocket()
+            Glibc.exit(0)
         }
         if let readyFd {
             Terminal.writeAll(readyFd, Array("ok\n".utf8))
@@ -210,8 +213,12 @@ struct SSHAgentCommand: ParsableCommand {
     }
 }
 
-/// Signal sources live as long as the process.
+/// The signals that stop the agent (and remove its socket).
 enum AgentSignals {
-    nonisolated(unsafe) private static var sources: [any DispatchSourceSignal] = []
-    static func keep(_ source: any DispatchSourceSignal) { sources.append(source) }
+    static var terminating: sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for sig in [SIGTERM, SIGINT, SIGHUP] { sigaddset(&set, sig) }
+        return set
+    }
 }

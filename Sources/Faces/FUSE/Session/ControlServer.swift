@@ -5,6 +5,7 @@ import Synchronization
 import Keychain
 import KeychainAccess
 import KeychainCrypto
+import KeychainStore
 
 /// The daemon's control socket: `keychainfs lock|unlock|status MOUNTPOINT` talk to it.
 /// A Unix stream socket (0600, in a 0700 directory) that only the mounting user (or root)
@@ -165,10 +166,19 @@ public final class ControlServer: Sendable {
 }
 
 /// `-o lock_after=SECONDS`: locks the keychain after that long without a filesystem request.
+///
+/// Without waking meanwhile (issue 30): one check is pending at a time, due exactly when the
+/// keychain would have been idle that long since the last request *and* the last unlock (an
+/// unlock after a long quiet spell must not be undone a second later); a request only notes its
+/// time, and a check that finds a later request sleeps again until that one's due time. A check
+/// that locks, or finds the keychain locked, schedules nothing: the next unlock does.
 public final class IdleLocker: Sendable {
     let access: AccessLayer
     let seconds: Double
     private let lastActivity = Mutex(Date())
+    /// Whether a check is scheduled.
+    private let checkPending = Mutex(false)
+    private let worker = SerialWorker(name: "kcfs-idle-lock")
 
     public init(access: AccessLayer, seconds: Double) {
         self.access = access
@@ -178,21 +188,30 @@ public final class IdleLocker: Sendable {
     public func touch() { lastActivity.withLock { $0 = Date() } }
 
     public func start() {
-        let thread = Thread { [self] in
-            while true {
-                Thread.sleep(forTimeInterval: min(1.0, seconds / 2))
-                let idle = Date().timeIntervalSince(lastActivity.withLock { $0 })
-                // Idle since the last request *and* since the last unlock: an unlock after a
-                // long quiet spell must not be undone a second later.
-                if idle >= seconds, case .unlocked(let since) = access.lockState,
-                    Date().timeIntervalSince(since) >= seconds
-                {
-                    access.serviceSession(describedAs: "keychainfs (idle \(Int(idle)) s)", via: "service").lock()
-                    Log.info("locked after \(Int(idle)) s idle")
-                }
-            }
+        access.onUnlock { [weak self] in
+            guard let self else { return }
+            schedule(after: seconds)
         }
-        thread.name = "keychainfs-idle-lock"
-        thread.start()
+        schedule(after: seconds)
+    }
+
+    private func schedule(after delay: Double) {
+        let first = checkPending.withLock { pending in
+            defer { pending = true }
+            return !pending
+        }
+        if first { worker.after(seconds: delay) { [weak self] in self?.check() } }
+    }
+
+    private func check() {
+        checkPending.withLock { $0 = false }
+        guard case .unlocked(let since) = access.lockState else { return }
+        let idle = Date().timeIntervalSince(max(lastActivity.withLock { $0 }, since))
+        guard idle >= seconds else {
+            schedule(after: seconds - idle)
+            return
+        }
+        access.serviceSession(describedAs: "keychainfs (idle \(Int(idle)) s)", via: "service").lock()
+        Log.info("locked after \(Int(idle)) s idle")
     }
 }

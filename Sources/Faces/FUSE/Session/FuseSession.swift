@@ -3,6 +3,7 @@ import CPlatform
 import Foundation
 import Keychain
 import KeychainAccess
+import KeychainStore
 import SystemPackage
 import Synchronization
 
@@ -14,7 +15,7 @@ public final class FuseSession: Sendable {
     public let mountpoint: String
     let options: MountOptions
 
-    /// A libfuse session pointer: used by the loop thread and by the invalidation queue, and
+    /// A libfuse session pointer: used by the loop thread and by the invalidation worker, and
     /// libfuse serialises what it does with it.
     struct SessionHandle: @unchecked Sendable { let pointer: OpaquePointer }
 
@@ -26,9 +27,14 @@ public final class FuseSession: Sendable {
         var nextListing: UInt64 = 1
     }
     private let state = Mutex(State())
-    private let invalidations = DispatchQueue(label: "keychainfs.invalidate")
+    /// The invalidation queue (`invalidate`): its own thread, started at the first page or name
+    /// invalidation, so one that waits for a kernel lock delays no other work. A SerialWorker,
+    /// not a DispatchQueue: that would wake the daemon every second for good (SerialWorker).
+    private let invalidations = SerialWorker(name: "kcfs-invalidate")
     /// The thread that replays changes made elsewhere to the mount's watchers (ChangeReplayer).
     let replayer: ChangeReplayer
+
+    deinit { invalidations.stop() }
 
     public init(fs: KeychainFileSystem, mountpoint: String, options: MountOptions) {
         self.fs = fs
@@ -48,7 +54,7 @@ public final class FuseSession: Sendable {
     /// More workers than CPUs: a request that waits for the user (a presence prompt through
     /// pinentry, at most 4 at once) holds its worker until answered, and eight writers at once
     /// each hold one through a durable commit; two more serve the rest of the mount meanwhile.
-    /// Ten workers and the daemon's other threads stay within the memory test's bound of 18.
+    /// Ten workers and the daemon's other threads stay within the memory test's bound of 17.
     static let maxWorkers: UInt32 = 10
     /// Idle workers kept; libfuse ends a worker that finds more than this many idle. It is
     /// `maxWorkers`, so no worker ever ends. Why: on one CPU the reader a reply wakes usually
@@ -116,7 +122,7 @@ public final class FuseSession: Sendable {
         fuse_session_unmount(se)
         // An invalidation that read the session before it was cleared may still be using it:
         // let the queue finish before the session is freed.
-        invalidations.sync {}
+        invalidations.sync()
         fuse_remove_signal_handlers(se)
         fuse_session_destroy(se)
         return rc
