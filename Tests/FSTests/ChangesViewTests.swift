@@ -3,7 +3,7 @@ import Testing
 
 /// Issue 30, point 4: `/views/changes`, the change feed as a pollable file. A reader that opened
 /// it before a change made by another process (the CLI through the service) is woken by poll(2)
-/// within 2 s, reads one `SEQ OP CLASS PATH` line per change from its open on, and then nothing
+/// within 2 s, reads one `SEQ OP CLASS PATH` line per change (PATH from the mount's root: `genp/…`) from its open on, and then nothing
 /// (0 bytes) until the next; `keychainfs watch --once` shows the same lines.
 @Suite("/views/changes: a pollable change feed (issue 30)")
 struct ChangesViewTests {
@@ -31,7 +31,7 @@ struct ChangesViewTests {
             try #require(reader.stdoutSoFar.contains("before: empty read: b''"), "\(reader.stdoutSoFar)")
             let add = try box.cli(["add-generic-password"] + box.unlockArgs + ["-s", "feed", "-a", "alice", "-w", "s"])
             try #require(add.status == 0, "add: \(add.summary)")
-            waitUntil(5) { reader.stdoutSoFar.contains(" add genp/feed/alice\n") || !reader.isRunning }
+            waitUntil(5) { reader.stdoutSoFar.contains(" add genp genp/feed/alice\n") || !reader.isRunning }
             let delete = try box.cli(["delete-generic-password"] + box.unlockArgs + ["-s", "feed", "-a", "alice"])
             try #require(delete.status == 0, "delete: \(delete.summary)")
             let done = reader.wait(timeout: 15)
@@ -39,11 +39,13 @@ struct ChangesViewTests {
             let lines = done.stdout.split(separator: "\n").map(String.init)
             let woke = lines.filter { $0.hasPrefix("woke ") }
             #expect(woke.count == 2 && woke.allSatisfy { $0.hasSuffix("POLLIN") }, "\(lines)")
-            #expect(woke.allSatisfy { Double($0.split(separator: " ")[1]) ?? 9 < 2 }, "a wake took 2 s or more: \(woke)")
+            #expect(
+                woke.allSatisfy { Double($0.split(separator: " ")[1]) ?? 9 < 2 }, "a wake took 2 s or more: \(woke)")
             let changes = lines.filter { $0.first?.isNumber == true }
-            #expect(changes.map { $0.split(separator: " ").dropFirst().joined(separator: " ") } == [
-                "add genp/feed/alice", "delete genp/feed/alice",
-            ])
+            #expect(
+                changes.map { $0.split(separator: " ").dropFirst().joined(separator: " ") } == [
+                    "add genp genp/feed/alice", "delete genp genp/feed/alice",
+                ])
             #expect(lines.last == "after: b''", "\(lines)")
             // The same changes, by the same numbers, as `keychainfs watch` prints them.
             let watch = try box.cli(["watch", "--once", "--vault", box.vault, "genp/feed/alice"])

@@ -127,7 +127,9 @@ struct SerialWorkerTests {
         #expect(!worker.isRunning)
         worker.sync()
         let tid = try #require(Self.threads(named: name).first, "no thread named \(name)")
-        // Nothing queued: blocked without a timeout.
+        // Nothing queued: blocked without a timeout (once it is back in its wait after the
+        // sync's job: the switch into that wait is not a wake-up).
+        usleep(100_000)
         var before = Self.switches(tid)
         usleep(1_500_000)
         #expect(Self.switches(tid) == before, "the idle worker woke")

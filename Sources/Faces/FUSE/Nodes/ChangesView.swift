@@ -23,7 +23,8 @@ struct ChangesFile: ViewFile {
         let access = flags & O_ACCMODE
         if access == O_WRONLY || access == O_RDWR || flags & O_TRUNC != 0 { throw Errno.notPermitted }
         let cursor = try fs.session(caller).lastChange()
-        return OpenFile(ino: ino, target: .changes(ChangeFeed(caller: caller, cursor: cursor)), caller: caller, append: false)
+        return OpenFile(
+            ino: ino, target: .changes(ChangeFeed(caller: caller, cursor: cursor)), caller: caller, append: false)
     }
 }
 
@@ -54,7 +55,8 @@ final class ChangeFeed: Sendable {
                     read = try session.changes(after: s.cursor)
                 } catch let e as KeychainError where e.status == .dataNotAvailable {
                     let end = try session.lastChange()
-                    s.pending += Array("overflow: the changes after \(s.cursor) are no longer kept; from \(end) on\n".utf8)
+                    s.pending += Array(
+                        "overflow: the changes after \(s.cursor) are no longer kept; from \(end) on\n".utf8)
                     s.cursor = end
                     continue
                 }
@@ -86,10 +88,18 @@ final class ChangeFeed: Sendable {
     }
 
     /// A change committed: the poll waiting on this feed is told.
-    func wake() { state.withLock { s in defer { s.waiter = nil }; return s.waiter }?(true) }
+    func wake() {
+        state.withLock { s in
+            defer { s.waiter = nil }; return s.waiter
+        }?(true)
+    }
 
     /// Released: the waiting poll is let go without a notification.
-    func close() { state.withLock { s in defer { s.waiter = nil }; return s.waiter }?(false) }
+    func close() {
+        state.withLock { s in
+            defer { s.waiter = nil }; return s.waiter
+        }?(false)
+    }
 
     static func line(_ change: LoggedChange) -> [UInt8] {
         let (path, oldPath) = ChangePaths.paths(of: change)
