@@ -53,6 +53,7 @@ final class JoinedMount: Sendable {
         let control = try? ControlServer(
             path: ServiceLocator.directory() + "/ctl-\(getpid()).sock", access: access)
         fs.controlSocketPath = control?.path
+        control?.onQuiesce = { [weak fs] in fs?.pauseReplays() }
         let session = FuseSession(fs: fs, mountpoint: request.mountpoint, options: options)
         if let idle { session.onRequest = { idle.touch() } }
         do { try session.mount() } catch {

@@ -111,6 +111,7 @@ public final class ServiceHost: Sendable {
         if let path = configuration.controlSocket {
             let control = try ControlServer(path: path, access: access)
             fileSystem?.controlSocketPath = control.path
+            if let fs = fileSystem { control.onQuiesce = { [weak fs] in fs?.pauseReplays() } }
             self.control = control
         } else {
             control = nil

@@ -125,7 +125,9 @@ struct Unmount: ParsableCommand {
         let path = absolutePath(mountpoint)
         guard MountTable.isKeychainMount(path) else { throw CLIError.failure("\(path) is not a keychainfs mount") }
         // A call in flight on the mount makes it busy for that moment, the daemon's replay of a
-        // change made elsewhere to the mount's watchers too (docs/paths.md): tried again briefly.
+        // change made elsewhere to the mount's watchers too (docs/paths.md): the daemon pauses
+        // its replays first, and a busy answer is tried again briefly.
+        if let socket = try? controlSocket(of: path) { _ = try? ControlServer.request(socket: socket, "quiesce") }
         for attempt in 0..<10 {
             if attempt > 0 { usleep(20_000) }
             if MountTable.fusermount(["-u", path]) == 0 { return }

@@ -55,6 +55,10 @@ extension KeychainFileSystem {
         for feed in openFiles.changeFeeds() { feed.wake() }
     }
 
+    /// An unmount is coming (`keychainfs unmount`, through the control socket): the replays
+    /// pause for two seconds so that their calls do not make the mount busy.
+    public func pauseReplays() { replayer?.pause(seconds: 2) }
+
     /// A writer of changes made elsewhere waits for their replay before its caller is answered
     /// (bounded: ChangeReplayer.writerWait), so that caller's next call finds the mount's names
     /// as they now are.

@@ -29,6 +29,8 @@ final class ChangeReplayer: Sendable {
 
     private struct Queue {
         var changes: [ItemChange] = []
+        /// No call into the mount before this (monotonic nanoseconds): an unmount is coming.
+        var pausedUntil: UInt64 = 0
         var queued = 0
         var replayed = 0
         var stopped = false
@@ -79,6 +81,30 @@ final class ChangeReplayer: Sendable {
         }
         condition.broadcast()
         condition.unlock()
+    }
+
+    /// Pauses the replay for `seconds` and returns once no call of it is in progress (at most
+    /// a second later): `keychainfs unmount` (fusermount3 -u) finds the mount busy while any
+    /// call is in flight on it, the replay thread's too. What is queued meanwhile waits.
+    func pause(seconds: Double) {
+        condition.lock()
+        queue.withLock { $0.pausedUntil = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9) }
+        condition.broadcast()
+        condition.unlock()
+        let deadline = MonotonicClock.nanoseconds() + 1_000_000_000
+        while current.withLock({ $0 != nil }) && MonotonicClock.nanoseconds() < deadline { usleep(1_000) }
+    }
+
+    /// Waits out a pause before the next call into the mount (a bounded, timed wait).
+    private func waitWhilePaused() {
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            let (until, stopped) = queue.withLock { ($0.pausedUntil, $0.stopped) }
+            let now = MonotonicClock.nanoseconds()
+            guard !stopped, until > now else { return }
+            _ = condition.wait(until: Date().addingTimeInterval(Double(until - now) / 1e9))
+        }
     }
 
     /// Queues changes to replay; called on the committing thread, in commit order.
@@ -140,6 +166,8 @@ final class ChangeReplayer: Sendable {
         for change in changes {
             if queue.withLock({ $0.stopped }) { return }
             for step in fs.replaySteps(for: change, present: &present) {
+                waitWhilePaused()
+                if queue.withLock({ $0.stopped }) { return }
                 // The root is held for one call only: a mount with a descriptor open on it is
                 // busy, and `keychainfs unmount` (fusermount3 -u) must not find it so.
                 let root = Self.openMountRoot(mountpoint)

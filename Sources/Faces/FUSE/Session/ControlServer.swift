@@ -12,8 +12,10 @@ import KeychainStore
 /// may use, checked with SO_PEERCRED on every connection. The CLI finds it through the
 /// mount itself: the root directory's xattr `user.keychainfs.control` holds its path.
 ///
-/// Protocol: one request line, `status`, `lock`, or `unlock` followed by the passphrase
-/// bytes up to EOF; one reply line, `ok <state> <since>` or `error <OSStatus> <message>`.
+/// Protocol: one request line, `status`, `lock`, `unlock` followed by the passphrase bytes up
+/// to EOF, or `quiesce` (`keychainfs unmount` is about to unmount: the mount's replays to its
+/// watchers pause for two seconds, so that the replay thread's calls do not make the mount
+/// busy); one reply line, `ok <state> <since>` or `error <OSStatus> <message>`.
 /// Every answer is given after the daemon's buffered audit lines are written, so once
 /// `keychainfs status MOUNTPOINT` returns, the log holds a line for every access answered
 /// before it.
@@ -24,6 +26,12 @@ public final class ControlServer: Sendable {
     let uid: uid_t
     /// The listening socket: made in init, closed once by stop().
     private let listener: Int32
+    /// What `quiesce` does: the mount's replays paused (KeychainFileSystem.pauseReplays).
+    private let quiesceHook = Mutex<(@Sendable () -> Void)?>(nil)
+    public var onQuiesce: (@Sendable () -> Void)? {
+        get { quiesceHook.withLock { $0 } }
+        set { quiesceHook.withLock { $0 = newValue } }
+    }
 
     public init(path: String, access: AccessLayer, uid: uid_t = getuid()) throws {
         self.path = path
@@ -91,6 +99,7 @@ public final class ControlServer: Sendable {
         do {
             switch command {
             case "status": break
+            case "quiesce": onQuiesce?()
             case "lock":
                 session.lock()
                 Log.info("locked by pid \(cred.pid)")
