@@ -100,8 +100,8 @@ final class StopSignal: Sendable {
 extension Keychain {
     /// Hands the commits of other processes to the `onCommit` observers too, within
     /// milliseconds of their commit (the daemon's vault watch): each change with its class, id,
-    /// kind and log sequence number, no origin and no rows (`names(of:)` answers nil for them;
-    /// the change log holds their names). Idempotent; the thread ends with the keychain.
+    /// kind, log sequence number and the names the log holds (`names(of:)` answers them), no
+    /// origin and no rows. Idempotent; the thread ends with the keychain.
     public func followOtherProcesses() throws {
         let watch = try VaultWatch(vault: path)
         let stop = try StopSignal()
@@ -128,8 +128,13 @@ extension Keychain {
                 // This process's own rows are skipped unopened: the observers had them at commit.
                 page = try changeLog(after: foreign.followed, limit: 500, skipping: foreign.isOwn)
                 for change in foreign.foreign(page.changes, through: page.through) {
-                    var item = ItemChange(itemClass: change.itemClass, id: change.id, kind: change.kind)
+                    // The log does not say whether an update wrote the data: taken as written
+                    // (a watcher hears IN_MODIFY), what most updates are.
+                    var item = ItemChange(
+                        itemClass: change.itemClass, id: change.id, kind: change.kind,
+                        dataChanged: change.kind != .removed)
                     item.seq = change.seq
+                    item.logged = (change.before, change.after)
                     changes.append(item)
                 }
             } while page.rowsRead == 500

@@ -51,6 +51,9 @@ public struct ItemChange: Sendable, Equatable {
     /// Its sequence number in the vault's change log (ChangeLog.swift), set when the commit
     /// wrote its row; 0 for a change not logged.
     public internal(set) var seq: Int64 = 0
+    /// For a change another process committed (ForeignCommits.swift): its names as the change
+    /// log holds them (no rows are kept for it).
+    var logged: (before: Attributes?, after: Attributes?)?
 
     public init(itemClass: ItemClass, id: Int64, kind: Kind, origin: String = "", dataChanged: Bool = false) {
         self.init(itemClass: itemClass, id: id, kind: kind, origin: origin, dataChanged: dataChanged, rows: nil)
@@ -84,6 +87,11 @@ extension Keychain {
     /// vault is open, locked or not), for an observer that shows changes by name (the mount's
     /// replay to its watchers, a change feed filtered by access group). Never a secret.
     public func names(of change: ItemChange) -> ItemChange.Names {
+        if let logged = change.logged, NameLists.listedClasses.contains(change.itemClass) {
+            return ItemChange.Names(
+                before: logged.before.map { NameListEntry(id: change.id, change.itemClass, attributes: $0) },
+                after: logged.after.map { NameListEntry(id: change.id, change.itemClass, attributes: $0) })
+        }
         guard let rows = change.rows, NameLists.listedClasses.contains(change.itemClass),
             let metadata = try? currentKeys().metadata
         else { return ItemChange.Names(before: nil, after: nil) }

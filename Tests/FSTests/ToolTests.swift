@@ -64,7 +64,7 @@ struct ToolTests {
             #expect(
                 find.lines == [
                     "./genp/tools/copied", "./genp/tools/copied-p", "./genp/tools/echoed", "./genp/tools/existing",
-                    "./genp/tools/moved", "./genp/tools/moved-in", "./views/netrc",
+                    "./genp/tools/moved", "./genp/tools/moved-in", "./views/changes", "./views/netrc",
                 ], "\(find.stdout)")
             let findDirs = try box.sh("cd \(q(m)) && find . -type d | sort")
             #expect(

@@ -71,4 +71,25 @@ struct WatcherTests {
                 "a replay was audited: \(lines.joined(separator: "\n"))")
         }
     }
+
+    @Test(
+        "a commit another process made (the CLI, given the passphrase, opens the vault itself while the service is locked) reaches the watcher too"
+    )
+    func otherProcessCommitReachesWatchers() throws {
+        try withMount(setup: { try $0.addGeneric("w", "first", "one") }) { box in
+            let genp = box.mnt + "/genp"
+            _ = try box.run("/bin/ls", ["-R", genp])
+            let watcher = try InotifyWatch.start(box, genp)
+            defer {
+                kill(watcher.pid, SIGTERM)
+                _ = watcher.wait(timeout: 5)
+            }
+            let lock = try box.cli(["lock", box.mnt])
+            try #require(lock.status == 0, "lock: \(lock.summary)")
+            let add = try box.cli(["add-generic-password"] + box.unlockArgs + ["-s", "w", "-a", "behind", "-w", "b"])
+            try #require(add.status == 0, "add behind the locked service: \(add.summary)")
+            InotifyWatch.expectEvent(watcher, ["CREATE"], genp + "/w/behind")
+            #expect(try box.run("/bin/ls", [genp + "/w"]).stdout == "behind\nfirst\n")
+        }
+    }
 }
