@@ -190,7 +190,9 @@ enum Runner {
             "keychainfs-bench \(o.command.rawValue) "
                 + (o.command == .faces || o.command == .agent
                     ? "--calls \(o.calls) --direct-calls \(o.directCalls)"
-                    : "--items \(o.sizes.map(String.init).joined(separator: ","))"))
+                    : o.command == .notify
+                        ? "--changes \(o.changes) --idle \(Int(o.idleSeconds))"
+                        : "--items \(o.sizes.map(String.init).joined(separator: ","))"))
         Out.line("date \(formatter.string(from: Date())); \(build)")
         Out.line(
             "machine: \(sysconf(Int32(_SC_NPROCESSORS_ONLN))) CPUs (\(cpuModel)), Linux \(kernel), load average at start \(load)"
