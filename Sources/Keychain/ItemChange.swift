@@ -87,21 +87,25 @@ extension Keychain {
     /// vault is open, locked or not), for an observer that shows changes by name (the mount's
     /// replay to its watchers, a change feed filtered by access group). Never a secret.
     public func names(of change: ItemChange) -> ItemChange.Names {
-        if let logged = change.logged, NameLists.listedClasses.contains(change.itemClass) {
-            return ItemChange.Names(
-                before: logged.before.map { NameListEntry(id: change.id, change.itemClass, attributes: $0) },
-                after: logged.after.map { NameListEntry(id: change.id, change.itemClass, attributes: $0) })
+        guard NameLists.listedClasses.contains(change.itemClass) else {
+            return ItemChange.Names(before: nil, after: nil)
         }
-        guard let rows = change.rows, NameLists.listedClasses.contains(change.itemClass),
-            let metadata = try? currentKeys().metadata
-        else { return ItemChange.Names(before: nil, after: nil) }
-        func entry(_ row: StoredItem?) -> NameListEntry? {
-            guard let row,
-                let attributes = try? Self.openAttributes(
-                    row, itemClass: change.itemClass, vaultID: vaultID, metadataKey: metadata)
-            else { return nil }
-            return NameListEntry(id: change.id, change.itemClass, attributes: attributes)
+        let (before, after) = attributes(of: change)
+        return ItemChange.Names(
+            before: before.map { NameListEntry(id: change.id, change.itemClass, attributes: $0) },
+            after: after.map { NameListEntry(id: change.id, change.itemClass, attributes: $0) })
+    }
+
+    /// A committed change's attributes before and after it, of any class: opened from its rows,
+    /// or, for another process's commit, the names the change log holds (primary key, label,
+    /// access group, synchronizable). What a face spells a flat directory's names (labels) from.
+    public func attributes(of change: ItemChange) -> (before: Attributes?, after: Attributes?) {
+        if let logged = change.logged { return logged }
+        guard let rows = change.rows, let metadata = try? currentKeys().metadata else { return (nil, nil) }
+        func open(_ row: StoredItem?) -> Attributes? {
+            guard let row else { return nil }
+            return try? Self.openAttributes(row, itemClass: change.itemClass, vaultID: vaultID, metadataKey: metadata)
         }
-        return ItemChange.Names(before: entry(rows.before), after: entry(rows.after))
+        return (open(rows.before), open(rows.after))
     }
 }

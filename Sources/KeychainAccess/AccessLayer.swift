@@ -85,6 +85,11 @@ public final class AccessLayer: Sendable {
     /// that shows changes by name spells them from. Never a secret.
     public func names(of change: ItemChange) -> ItemChange.Names { keychain.names(of: change) }
 
+    /// A committed change's attributes before and after it, of any class (`Keychain.attributes(of:)`).
+    public func attributes(of change: ItemChange) -> (before: Attributes?, after: Attributes?) {
+        keychain.attributes(of: change)
+    }
+
     /// Called for each row the core skipped as damaged (for the daemon log: never a secret).
     public func onDamagedRow(_ observer: @escaping @Sendable (DamagedRow) -> Void) {
         keychain.onDamagedRow(observer)

@@ -92,4 +92,27 @@ struct WatcherTests {
             #expect(try box.run("/bin/ls", [genp + "/w"]).stdout == "behind\nfirst\n")
         }
     }
+
+    @Test("keys made and deleted by the CLI through the service: CREATE and DELETE in /keys, listed and gone at once")
+    func keysReachWatchers() throws {
+        try withMount { box in
+            let keys = box.mnt + "/keys"
+            let watcher = try InotifyWatch.start(box, keys)
+            defer {
+                kill(watcher.pid, SIGTERM)
+                _ = watcher.wait(timeout: 5)
+            }
+            // A key pair: its private and public halves share the label, so /keys shows one name.
+            let made = try box.cli(["create-keypair", "--vault", box.vault, "-a", "ed25519", "-l", "wkey"])
+            try #require(made.status == 0, "create-keypair: \(made.summary)")
+            let seen = InotifyWatch.expectEvent(watcher, ["CREATE"], keys + "/wkey")
+            #expect(try box.run("/bin/ls", [keys]).stdout == "wkey\n", "ls right after create-keypair")
+            let deleted = try box.cli(["delete-key", "--vault", box.vault, "-l", "wkey"])
+            try #require(deleted.status == 0, "delete-key: \(deleted.summary)")
+            InotifyWatch.expectEvent(watcher, ["DELETE"], keys + "/wkey", after: seen)
+            #expect(try box.run("/bin/ls", [keys]).stdout == "", "ls right after delete-key")
+            let creates = watcher.stdoutSoFar.split(separator: "\n").filter { $0 == "CREATE " + keys + "/wkey" }
+            #expect(creates.count == 1, "the shared name was made once: \(watcher.stdoutSoFar)")
+        }
+    }
 }

@@ -24,8 +24,10 @@ import KeychainAccess
 /// group is never replayed (its name must not leak through an event); with an access policy in
 /// force the kernel caches no item's name or attributes, so the mount shows it at once anyway.
 /// The mount's own changes are not replayed: they passed through the VFS already.
-/// Certificates, keys and identities are not replayed yet (their names are labels, which no
-/// name list keeps); their attributes are still dropped at once (`committed`).
+/// In `/cert` and `/keys` (ReplayPlan+Flat.swift) an item's name is its label, which two items
+/// may share (the directory shows one): a replay never makes, moves or removes a name another
+/// item still shows. Identities (`/idnt`) are not replayed; their attributes are still dropped
+/// at once (`committed`).
 struct ReplayStep: Sendable {
     enum Call: Sendable, Equatable {
         case makeFile(String)
@@ -67,8 +69,9 @@ extension KeychainFileSystem {
     /// `present`: the directories (`genp/<service>`) this replay found or made present to every
     /// process, so that a batch of adds in one directory asks the store once.
     func replaySteps(for change: ItemChange, present: inout Set<String>) -> [ReplayStep] {
-        guard change.origin != "fuse", change.itemClass == .genericPassword || change.itemClass == .internetPassword
-        else { return [] }
+        guard change.origin != "fuse" else { return [] }
+        if change.itemClass == .certificate || change.itemClass == .key { return flatReplaySteps(for: change) }
+        guard change.itemClass == .genericPassword || change.itemClass == .internetPassword else { return [] }
         let names = access.names(of: change)
         func place(_ entry: NameListEntry?) -> Place? {
             guard let entry, entry.accessGroup == Caller.defaultAccessGroup,
