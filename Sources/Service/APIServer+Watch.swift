@@ -54,12 +54,9 @@ extension APIServer {
         func fail(_ status: KeychainStatus, _ message: String) {
             _ = try? Framing.send(client, APICodec.encode(.failure(status, message)))
         }
-        let (identities, why) = peer.judge(senders: senders)
         let caller: Caller
         do {
-            caller =
-                holder && why == nil
-                ? try access.holderCaller(peer.identity) : try access.caller(peer: identities, lessened: why)
+            (caller, _) = try self.caller(of: peer, senders: senders, holder: holder)
         } catch let e as KeychainError {
             return fail(e.status, e.message)
         } catch {

@@ -234,17 +234,25 @@ public final class APIServer: Sendable {
         }
     }
 
+    /// Who a request acts for: the pinned process as the passphrase's holder when it proved it
+    /// and wrote the request itself, else the groups `PeerProcess.judge` leaves it (fail-closed),
+    /// with why they are fewer. A lessened request is no holder's: the passphrase was proved by
+    /// the pinned process. The one rule for every request of the API socket (a verb, a watch).
+    func caller(of peer: PeerProcess, senders: Set<pid_t>, holder: Bool) throws -> (Caller, String?) {
+        let (identities, why) = peer.judge(senders: senders)
+        let caller =
+            holder && why == nil
+            ? try access.holderCaller(peer.identity) : try access.caller(peer: identities, lessened: why)
+        return (caller, why)
+    }
+
     /// A keychain verb, through a `KeychainSession` for the pinned process when it wrote the
     /// request itself, unchanged (as the passphrase's holder once it proved it), else for the
     /// default group only (`PeerProcess.judge`, fail-closed).
     private func answerVerb(_ request: APIRequest, peer: PeerProcess, senders: Set<pid_t>, holder: Bool) -> APIReply {
-        let (identities, why) = peer.judge(senders: senders)
-        let caller: Caller
+        let (caller, why): (Caller, String?)
         do {
-            // A lessened request is no holder's: the passphrase was proved by the pinned process.
-            caller =
-                holder && why == nil
-                ? try access.holderCaller(peer.identity) : try access.caller(peer: identities, lessened: why)
+            (caller, why) = try self.caller(of: peer, senders: senders, holder: holder)
         } catch let e as KeychainError {
             return .failure(e.status, e.message)
         } catch {

@@ -20,8 +20,7 @@ struct ChangesFile: ViewFile {
     func content(in fs: KeychainFileSystem, caller: Caller, opening: Bool) -> [UInt8] { [] }
 
     func open(flags: Int32, in fs: KeychainFileSystem, caller: Caller) throws -> OpenFile {
-        let access = flags & O_ACCMODE
-        if access == O_WRONLY || access == O_RDWR || flags & O_TRUNC != 0 { throw Errno.notPermitted }
+        try Self.refuseWriting(flags)
         let cursor = try fs.session(caller).lastChange()
         return OpenFile(
             ino: ino, target: .changes(ChangeFeed(caller: caller, cursor: cursor)), caller: caller, append: false)

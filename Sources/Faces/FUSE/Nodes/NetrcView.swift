@@ -36,10 +36,17 @@ extension ViewFile {
 
     /// Read-only (EPERM for writing); what the handle reads is fixed at open.
     func open(flags: Int32, in fs: KeychainFileSystem, caller: Caller) throws -> OpenFile {
-        let access = flags & O_ACCMODE
-        if access == O_WRONLY || access == O_RDWR || flags & O_TRUNC != 0 { throw Errno.notPermitted }
+        try Self.refuseWriting(flags)
         let bytes = content(in: fs, caller: caller, opening: true)
         return OpenFile(ino: ino, target: .generated(bytes), caller: caller, append: false)
+    }
+}
+
+extension ViewFile {
+    /// Every file of /views is read-only: an open for writing or truncating is EPERM.
+    static func refuseWriting(_ flags: Int32) throws {
+        let access = flags & O_ACCMODE
+        if access == O_WRONLY || access == O_RDWR || flags & O_TRUNC != 0 { throw Errno.notPermitted }
     }
 }
 
