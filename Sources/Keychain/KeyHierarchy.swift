@@ -33,8 +33,10 @@ struct VaultHeader {
     /// code refuses the vault as newer. 7: a change log (the `change_log` table, store schema 5,
     /// ChangeLog.swift), one sealed row per committed item change, written in the change's
     /// transaction; format-6 vaults get the empty table at their first unlock (nothing else
-    /// changes but the manifest's tag), and format-6 code refuses the vault as newer.
-    static let formatVersion: Int64 = 7
+    /// changes but the manifest's tag), and format-6 code refuses the vault as newer. 8: the
+    /// sync tables (store schema 6, StoreStatements+Sync.swift; Sync/), empty until the vault
+    /// joins a sync group; format-7 vaults get them at their first unlock, as format 7 did.
+    static let formatVersion: Int64 = 8
     /// The first format whose manifest is authenticated (formats 2 to 5 share its layout; format 6
     /// adds the name lists' accumulator).
     static let authenticatedManifestFormat: Int64 = 2
@@ -48,6 +50,8 @@ struct VaultHeader {
     static let nameAccumulatorFormat: Int64 = 6
     /// The first format with the change log.
     static let changeLogFormat: Int64 = 7
+    /// The first format with the sync tables.
+    static let syncFormat: Int64 = 8
 
     var format: Int64
     var vaultID: [UInt8]

@@ -9,7 +9,7 @@ import KeychainStore
 /// `finishedManifest` folds into the stored buckets and the top accumulator. The manifest itself
 /// is written only by `Keychain.writeTransaction`, once, when the body has returned.
 final class ManifestedWriter: ItemStoreWriter {
-    private let inner: any ItemStoreWriter
+    let inner: any ItemStoreWriter
     private let key: SecureBytes
     private var manifest: Manifest
     private var buckets = BucketChanges()

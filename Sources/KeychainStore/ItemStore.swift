@@ -106,6 +106,17 @@ public protocol ItemStoreReader {
     func changeLogBounds() throws -> (first: Int64, last: Int64)?
     /// At most `limit` change-log rows after `seq`, in sequence order.
     func loggedChanges(after seq: Int64, limit: Int) throws -> [StoredChange]
+    /// Sync (vault format 8, StoreStatements+Sync.swift): one setting of the group by name.
+    func syncValue(_ name: String) throws -> [UInt8]?
+    /// What this device knows of a record; nil when it has never applied or pushed one.
+    func syncRecord(_ recordID: [UInt8]) throws -> StoredSyncRecord?
+    func forEachSyncRecord(_ body: (StoredSyncRecord) throws -> Void) throws
+    /// At most `limit` outbox rows, oldest change first.
+    func outbox(limit: Int) throws -> [StoredOutboxEntry]
+    func outboxEntry(_ recordID: [UInt8]) throws -> StoredOutboxEntry?
+    func outboxCount() throws -> Int
+    /// The versions kept from conflicts, oldest first.
+    func conflicts() throws -> [StoredConflict]
 }
 
 /// Writes, valid only inside the `write` that handed them out.
@@ -141,6 +152,17 @@ public protocol ItemStoreWriter: ItemStoreReader {
     func appendChange(_ change: StoredChange) throws
     /// Removes the change-log rows up to and including `seq` (the log's retention).
     func pruneChanges(through seq: Int64) throws
+    /// Sync (vault format 8): a setting written or (nil) removed.
+    func setSyncValue(_ name: String, _ value: [UInt8]?) throws
+    func setSyncRecord(_ record: StoredSyncRecord) throws
+    /// The record's outbox row written, its generation one more than the row it replaces.
+    func putOutbox(_ entry: StoredOutboxEntry) throws
+    /// The record's outbox row removed if still at `generation` (nil: whatever it is).
+    func removeOutbox(_ recordID: [UInt8], generation: Int64?) throws
+    func addConflict(_ conflict: StoredConflict) throws
+    func removeConflict(id: Int64) throws
+    /// Every sync table emptied (leaving the group; the items stay).
+    func clearSync() throws
     /// Runs `body` under a savepoint of the current transaction: if it throws, its changes are
     /// undone and the transaction goes on without them (one member of a group commit failing
     /// leaves the others' changes in).

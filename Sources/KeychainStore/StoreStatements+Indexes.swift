@@ -14,6 +14,7 @@ extension Statements {
             \(Self.bucketTable)
             \(Self.nameListTables)
             \(Self.changeLogTable)
+            \(Self.syncTables)
             PRAGMA user_version = \(VaultStore.schemaVersion);
             """)
     }

@@ -81,11 +81,10 @@ public final class VaultStore: ItemStore {
     /// `PRAGMA application_id` of a keychainfs vault: 'KCFS'. Identifies the file as ours.
     public static let applicationID: Int32 = 0x4B43_4653
     /// The SQL schema version this build reads and writes. 1: meta, class_keys, items; 2: and
-    /// attr_index (the Secret Service attribute index); 3: and manifest_bucket (vault format 4);
-    /// 4: and name_chunk, name_bucket (vault format 5); 5: and change_log (vault format 7). An
-    /// older file gets the new tables at first unlock (`upgradeSchema`); older code refuses a
-    /// newer file (`user_version`).
-    public static let schemaVersion = 5
+    /// attr_index; 3: and manifest_bucket (vault format 4); 4: and name_chunk, name_bucket (5);
+    /// 5: and change_log (7); 6: and the sync tables (8). An older file gets the new tables at
+    /// first unlock (`upgradeSchema`); older code refuses a newer file (`user_version`).
+    public static let schemaVersion = 6
 
     private init(path: String, connection: Connection) throws {
         self.path = path
@@ -139,6 +138,7 @@ public final class VaultStore: ItemStore {
                 \(Statements.bucketTable)
                 \(Statements.nameListTables)
                 \(Statements.changeLogTable)
+                \(Statements.syncTables)
                 COMMIT;
                 """)
             return try VaultStore(path: path, connection: connection)

@@ -30,7 +30,7 @@ struct FormatFiveFixtureCLITests {
         #expect(groups.stdout == fileBytes(formatFiveFixture + "/access-groups.txt"))
         let verify = try box.run(["verify"] + unlock)
         expectSuccess(verify)
-        #expect(verify.stdoutString.contains("format 7, commit"), "\(verify.stdoutString)")
+        #expect(verify.stdoutString.contains("format 8, commit"), "\(verify.stdoutString)")
         #expect(
             verify.stdoutString.contains("items: 18 (cert 1, genp 11, inet 5, keys 1)"), "\(verify.stdoutString)")
     }

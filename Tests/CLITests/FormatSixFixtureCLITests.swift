@@ -30,7 +30,7 @@ struct FormatSixFixtureCLITests {
         #expect(groups.stdout == fileBytes(formatSixFixture + "/access-groups.txt"))
         let verify = try box.run(["verify"] + unlock)
         expectSuccess(verify)
-        #expect(verify.stdoutString.contains("format 7, commit"), "\(verify.stdoutString)")
+        #expect(verify.stdoutString.contains("format 8, commit"), "\(verify.stdoutString)")
         #expect(
             verify.stdoutString.contains("items: 18 (cert 1, genp 11, inet 5, keys 1)"), "\(verify.stdoutString)")
         // The migrated vault's log starts empty; the next change is its first row.

@@ -6,7 +6,7 @@ let formatTwoFixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent
 
 @Suite("The format-2 fixture through the CLI")
 struct FormatTwoFixtureCLITests {
-    @Test("today's CLI migrates the format-2 fixture at first unlock: the same dump and policy, then format 6")
+    @Test("today's CLI migrates the format-2 fixture at first unlock: the same dump and policy, then today's format")
     func fixtureThroughCLI() throws {
         _ = try requireBinary()
         let box = try Sandbox()
@@ -24,7 +24,7 @@ struct FormatTwoFixtureCLITests {
         #expect(groups.stdout == fileBytes(formatTwoFixture + "/access-groups.txt"))
         let verify = try box.run(["verify"] + unlock)
         expectSuccess(verify)
-        #expect(verify.stdoutString.contains("format 7, commit"), "\(verify.stdoutString)")
+        #expect(verify.stdoutString.contains("format 8, commit"), "\(verify.stdoutString)")
         #expect(verify.stdoutString.contains("items: 11 (genp 7, inet 4)"), "\(verify.stdoutString)")
     }
 }

@@ -47,7 +47,7 @@ struct ImportBatchTests {
         #expect((report["failures"] as? [Any])?.isEmpty == true)
         #expect((report["commit"] as? Int ?? 0) > 0 && report["deviceMark"] as? Int == report["commit"] as? Int)
         #expect((report["classKeysOpened"] as? Int ?? 0) > 0)
-        #expect(report["format"] as? Int == 7)
+        #expect(report["format"] as? Int == 8)
     }
 
     @Test("--json: one object with the counts and every refused item by name, never a secret; exit as without it")

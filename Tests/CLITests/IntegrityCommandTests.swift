@@ -48,7 +48,7 @@ struct IntegrityCommandTests {
         #expect(groups.stdout == fileBytes(formatOneFixture + "/access-groups.txt"))
         let verify = try box.run(["verify"] + unlock)
         expectSuccess(verify)
-        #expect(verify.stdoutString.contains("format 7, commit 1\nitems: 11 (cert 2, genp 6, inet 2, keys 1)"))
+        #expect(verify.stdoutString.contains("format 8, commit 1\nitems: 11 (cert 2, genp 6, inet 2, keys 1)"))
         #expect(verify.stdoutString.contains("class keys: 7 open"))
         // Without the device key (another machine), -d still dumps every item, naming the
         // ones whose data cannot be read here.
@@ -91,7 +91,7 @@ struct IntegrityCommandTests {
         let backup = box.root + "/backup.vault"
         let r = try box.run(["backup", "--vault", box.vault, backup])
         expectSuccess(r)
-        #expect(r.stdoutString.hasPrefix("backed up 1 items (format 7, commit "))
+        #expect(r.stdoutString.hasPrefix("backed up 1 items (format 8, commit "))
         #expect(fileMode(backup) == 0o600)
         let before = fileBytes(backup)
         let again = try box.run(["backup", "--vault", box.vault, backup])

@@ -78,10 +78,10 @@ struct FormatFiveFixtureTests {
                 // command) both migrate: the Argon2id path does it before either check.
                 try kc.unlock(passphrase: try secure(FormatFiveFixture.passphrase), incrementalCheck: incremental)
                 let db = try RawDB(vault)
-                #expect(try db.meta("format") == le64(7))
+                #expect(try db.meta("format") == le64(currentVaultFormat))
                 // Store schema 5 (the change log): format-5 code refuses the vault by its header
                 // ("vault format 6 is newer than this keychainfs supports (5)").
-                #expect(try db.query("PRAGMA user_version") == [[.integer(5)]])
+                #expect(try db.query("PRAGMA user_version") == [[.integer(currentStoreSchema)]])
                 #expect(try FormatFiveFixture.preserved(db) == before, "nothing but the manifest changed")
                 let stored = try #require(try db.meta("manifest"))
                 #expect(stored.count == Manifest.encodedBytesWithNames)
@@ -94,7 +94,9 @@ struct FormatFiveFixtureTests {
                 try FormatFourFixture.expectNameLists(kc)
                 #expect(kc.waitForIntegrityCheck() == nil)
                 let report = try kc.verify(passphrase: try secure(FormatFiveFixture.passphrase))
-                #expect(report.isClean && report.format == 7, "\(report.failures) \(report.damaged)")
+                #expect(
+                    report.isClean && report.format == Int64(currentVaultFormat), "\(report.failures) \(report.damaged)"
+                )
 
                 // Opened again (incrementally, as a mount does): not migrated again.
                 let again = try Keychain.open(at: vault, deviceKeyPath: deviceKey)

@@ -107,7 +107,7 @@ struct FormatFixtureTests {
             let db = try RawDB(vault)
             // Format-1 code reads this field and refuses anything above 1 as "newer". The manifest:
             // format 6's 152 bytes (the name lists' accumulator beside the top).
-            #expect(try db.meta("format") == le64(7))
+            #expect(try db.meta("format") == le64(currentVaultFormat))
             #expect(try db.meta("manifest")?.count == 152)
             #expect(try Self.preserved(db) == before)
             // Opened again: verified, not migrated again; writes go on with ids never reused

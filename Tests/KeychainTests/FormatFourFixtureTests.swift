@@ -136,10 +136,10 @@ struct FormatFourFixtureTests {
             let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
             try kc.unlock(passphrase: try secure(FormatFourFixture.passphrase))
             let db = try RawDB(vault)
-            #expect(try db.meta("format") == le64(7))
+            #expect(try db.meta("format") == le64(currentVaultFormat))
             // Format-4 code (store schema 3) refuses user_version 4 as newer ("newer than this
             // keychainfs supports"), and its header check refuses format 6 the same way.
-            #expect(try db.query("PRAGMA user_version") == [[.integer(5)]])
+            #expect(try db.query("PRAGMA user_version") == [[.integer(currentStoreSchema)]])
             #expect(
                 try FormatFourFixture.preserved(db) == before, "no item row, index row, class key or policy changed")
             #expect(try db.query("SELECT bucket, accumulator, count FROM manifest_bucket") == bucketsBefore)
@@ -155,7 +155,8 @@ struct FormatFourFixtureTests {
             try FormatFourFixture.expectContents(kc)
             try FormatFourFixture.expectNameLists(kc)
             let report = try kc.verify(passphrase: try secure(FormatFourFixture.passphrase))
-            #expect(report.isClean && report.format == 7, "\(report.failures) \(report.damaged)")
+            #expect(
+                report.isClean && report.format == Int64(currentVaultFormat), "\(report.failures) \(report.damaged)")
 
             // Opened again (incrementally, as a mount does): not migrated again.
             let again = try Keychain.open(at: vault, deviceKeyPath: deviceKey)

@@ -55,10 +55,10 @@ struct FormatSixFixtureTests {
                 let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
                 try kc.unlock(passphrase: try secure(FormatSixFixture.passphrase), incrementalCheck: incremental)
                 let db = try RawDB(vault)
-                #expect(try db.meta("format") == le64(7))
+                #expect(try db.meta("format") == le64(currentVaultFormat))
                 // Store schema 5: format-6 code refuses the file as newer by its user_version and
                 // by its header ("vault format 7 is newer than this keychainfs supports (6)").
-                #expect(try db.query("PRAGMA user_version") == [[.integer(5)]])
+                #expect(try db.query("PRAGMA user_version") == [[.integer(currentStoreSchema)]])
                 #expect(try FormatFiveFixture.preserved(db) == before, "nothing but the manifest changed")
                 #expect(try db.query("SELECT count(*) FROM change_log") == [[.integer(0)]])
                 let stored = try #require(try db.meta("manifest"))
@@ -69,7 +69,9 @@ struct FormatSixFixtureTests {
                 try FormatFourFixture.expectNameLists(kc)
                 #expect(kc.waitForIntegrityCheck() == nil)
                 let report = try kc.verify(passphrase: try secure(FormatSixFixture.passphrase))
-                #expect(report.isClean && report.format == 7, "\(report.failures) \(report.damaged)")
+                #expect(
+                    report.isClean && report.format == Int64(currentVaultFormat), "\(report.failures) \(report.damaged)"
+                )
                 #expect(try kc.lastLoggedChange() == 0)
 
                 // A change after the migration is the log's first row.

@@ -80,10 +80,10 @@ struct FormatThreeFixtureTests {
             try kc.unlock(passphrase: try secure(FormatThreeFixture.passphrase))
 
             let db = try RawDB(vault)
-            #expect(try db.meta("format") == le64(7))
+            #expect(try db.meta("format") == le64(currentVaultFormat))
             // Format-3 code (store schema 2) refuses user_version 4 as newer, and its header check
             // refuses format 6 ("vault format 6 is newer than this keychainfs supports (3)").
-            #expect(try db.query("PRAGMA user_version") == [[.integer(5)]])
+            #expect(try db.query("PRAGMA user_version") == [[.integer(currentStoreSchema)]])
             #expect(
                 try FormatThreeFixture.preserved(db) == before, "no item row, index row, class key or policy changed")
             // Items 1–11 are in bucket 0: one stored bucket, counting the 11 rows.
@@ -94,7 +94,8 @@ struct FormatThreeFixtureTests {
             #expect(manifest.count == 11 && manifest.counter == oldCounter + 1)
             try FormatThreeFixture.expectContents(kc)
             let report = try kc.verify(passphrase: try secure(FormatThreeFixture.passphrase))
-            #expect(report.isClean && report.format == 7, "\(report.failures) \(report.damaged)")
+            #expect(
+                report.isClean && report.format == Int64(currentVaultFormat), "\(report.failures) \(report.damaged)")
 
             // Opened again: verified (fully and incrementally), not migrated again; a write
             // moves the bucket and the top together.

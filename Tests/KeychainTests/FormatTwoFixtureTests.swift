@@ -57,9 +57,9 @@ struct FormatTwoFixtureTests {
             try kc.unlock(passphrase: try secure(FormatTwoFixture.passphrase))
 
             let db = try RawDB(vault)
-            #expect(try db.meta("format") == le64(7))
+            #expect(try db.meta("format") == le64(currentVaultFormat))
             // Schema-1 code refuses user_version 3 as a newer format.
-            #expect(try db.query("PRAGMA user_version") == [[.integer(5)]])
+            #expect(try db.query("PRAGMA user_version") == [[.integer(currentStoreSchema)]])
             #expect(try FormatTwoFixture.preserved(db) == before, "no item row, class key or policy changed")
             let rows = try attributeIndexRows(vault)
             #expect(rows == (try expectedIndexRows(kc, caller: FormatTwoFixture.everyGroup)))
@@ -141,7 +141,7 @@ struct FormatTwoFixtureTests {
             let (vault, deviceKey) = try FormatOneFixture.copy(into: dir)
             let kc = try Keychain.open(at: vault, deviceKeyPath: deviceKey)
             try kc.unlock(passphrase: try secure(FormatOneFixture.passphrase))
-            #expect(try RawDB(vault).meta("format") == le64(7))
+            #expect(try RawDB(vault).meta("format") == le64(currentVaultFormat))
             #expect(try attributeIndexRows(vault) == (try expectedIndexRows(kc, caller: FormatOneFixture.everyGroup)))
             let found = try kc.secretServiceItems(
                 matching: ["service": "github.com"], caller: FormatOneFixture.everyGroup)

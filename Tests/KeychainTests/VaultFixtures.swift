@@ -313,3 +313,7 @@ final class DamageLog: Sendable {
     func add(_ row: DamagedRow) { rows.withLock { $0.append(row) } }
     var all: [DamagedRow] { rows.withLock { $0 } }
 }
+
+/// The vault format and store schema today's code writes and migrates every fixture to.
+let currentVaultFormat: UInt64 = 8
+let currentStoreSchema: Int64 = 6
