@@ -75,3 +75,38 @@ struct SyncSchemaTests {
         #expect(try fresh.connection.execute("SELECT 1").int64(0, 0) == 1)
     }
 }
+
+/// The single-user setup: the device's own role creates the schema and owns it.
+@Suite("SyncServer schema, single user")
+struct SingleUserSchemaTests {
+    @Test("a role with CREATE on the database sets the schema up alone, twice at once, without the device role")
+    func singleUserRole() throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        try server.createRole("solo", password: nil)
+        try server.psql("GRANT CREATE ON DATABASE postgres TO solo")
+        // Two devices starting at once on an empty database: both succeed, the schema is made once.
+        let info = server.conninfo(user: "solo")
+        let failures = onThreads(2) { _ in try SyncServer(conninfo: info).ensureSchema() }
+        #expect(failures.isEmpty, "\(failures)")
+        let solo = try SyncServer(conninfo: info)
+        try solo.checkSchema()
+        let owners = try server.psql("SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'kcfs_sync'")
+        #expect(owners == "solo\n")
+        // solo may not create roles: the device role and its grants are the administrator's.
+        #expect(try server.psql("SELECT count(*) FROM pg_roles WHERE rolname = 'kcfs_sync_device'") == "0\n")
+        let group = randomBytes(16)
+        try solo.createGroup(group)
+        let request = PushRequest(recordID: randomBytes(32), expectedVersion: 0, version: 1, blob: randomBytes(10))
+        #expect(try solo.push(group: group, [request]) == [.stored(seq: 1)])
+        #expect(try solo.pull(group: group, after: 0, limit: 5).map(\.blob) == [request.blob])
+        #expect(try solo.pull(group: group, after: 0, limit: -1).isEmpty)
+        // A role that does not exist is refused as a credential.
+        #expect {
+            try SyncServer(conninfo: server.conninfo(user: "nobody"))
+        } throws: { error in
+            guard case .postgres(.authenticationFailed) = error as? SyncServerError else { return false }
+            return true
+        }
+    }
+}

@@ -55,8 +55,12 @@ public enum PGError: Error, Sendable, Equatable, CustomStringConvertible {
     static func connect(_ message: String) -> PGError {
         let refusals = [
             "password authentication failed", "no password supplied", "authentication failed for user",
-            "28P01", "28000", "SCRAM authentication",
+            "28P01", "28000", "SCRAM authentication", "no pg_hba.conf entry", "is not permitted to log in",
         ]
+        // 28000 as well: the role named does not exist (a database that does not is 3D000).
+        if message.contains("FATAL:  role \"") && message.contains("\" does not exist") {
+            return .authenticationFailed(message: message)
+        }
         if refusals.contains(where: { message.contains($0) }) { return .authenticationFailed(message: message) }
         return .connectionFailed(message: message)
     }

@@ -36,7 +36,12 @@ public final class SyncServer {
         } catch let error as PGError {
             if case .server(let state, _) = error {
                 if state == "KC001" { throw .unknownGroup }
-                if state == "KC002" { throw .newerSchema(found: -1, supported: Self.schemaVersion) }
+                // The schema SQL's own refusal (a newer schema installed while this ran): its
+                // message names the version found.
+                if state == "KC002" {
+                    let found = error.description.firstMatch(of: /version ([0-9]+),/).flatMap { Int($0.output.1) }
+                    throw .newerSchema(found: found ?? Self.schemaVersion + 1, supported: Self.schemaVersion)
+                }
             }
             throw .postgres(error)
         } catch {
@@ -186,7 +191,7 @@ public final class SyncServer {
                 """
                 SELECT record_id, version, seq, deleted, blob FROM kcfs_sync.records
                 WHERE group_id = $1 AND seq > $2 ORDER BY seq LIMIT $3
-                """, [.bytes(group), .int(seq), .int(Int64(limit))])
+                """, [.bytes(group), .int(seq), .int(Int64(max(0, limit)))])
             var records: [ServerRecord] = []
             records.reserveCapacity(rows.rowCount)
             for i in 0..<rows.rowCount {
