@@ -114,6 +114,7 @@ struct ChangesAndRendezvousTests {
         #expect(try answerer.waitForChange(timeout: .seconds(30)))
         #expect(try answerer.rendezvousTake(id: id) == payload)
         #expect(throws: SyncServerError.rendezvousUsed) { try answerer.rendezvousTake(id: id) }
+        #expect(throws: SyncServerError.rendezvousUsed) { try offerer.rendezvousPoll(id: id) }
         // Taken: the bytes are gone from the server.
         let left = try server.psql(
             "SELECT length(offer), length(answer), length(payload), taken FROM kcfs_sync.rendezvous")

@@ -68,6 +68,9 @@ struct PushPullTests {
         #expect(records == [ServerRecord(recordID: id, version: 2, seq: 2, deleted: true, blob: [])])
         // An unknown group and ids of the wrong size are refused, typed.
         #expect(throws: SyncServerError.unknownGroup) { try sync.push(group: randomBytes(16), [first]) }
+        let sameVersion = PushRequest(recordID: id, expectedVersion: 2, version: 2, blob: [5])
+        #expect(throws: SyncServerError.self) { try sync.push(group: group, [sameVersion]) }
+        #expect(try sync.lastSeq(group: group) == 2)
         #expect(throws: SyncServerError.self) {
             try sync.push(group: group, [PushRequest(recordID: [1], expectedVersion: 0, version: 1, blob: [])])
         }

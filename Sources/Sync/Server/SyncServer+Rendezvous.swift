@@ -73,14 +73,17 @@ extension SyncServer {
         }
     }
 
-    /// The answer and the payload so far (nil while absent). Refused when unknown or expired.
+    /// The answer and the payload so far (nil while absent). Refused when unknown, expired, or
+    /// taken (`.rendezvousUsed`: the pairing is over and its bytes are gone).
     public func rendezvousPoll(id: [UInt8]) throws(SyncServerError) -> (answer: [UInt8]?, payload: [UInt8]?) {
         try Self.require(id, count: 32, "a rendezvous id")
         return try run {
             let row = try connection.execute(
-                "SELECT answer, payload, expires < now() FROM kcfs_sync.rendezvous WHERE id = $1", [.bytes(id)])
+                "SELECT answer, payload, expires < now(), taken FROM kcfs_sync.rendezvous WHERE id = $1",
+                [.bytes(id)])
             guard row.rowCount == 1 else { throw SyncServerError.rendezvousUnknown }
             if try row.bool(0, 2) { throw SyncServerError.rendezvousExpired }
+            if try row.bool(0, 3) { throw SyncServerError.rendezvousUsed }
             return (
                 answer: row.isNull(0, 0) ? nil : try row.bytes(0, 0),
                 payload: row.isNull(0, 1) ? nil : try row.bytes(0, 1)

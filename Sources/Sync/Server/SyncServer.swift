@@ -153,7 +153,14 @@ public final class SyncServer {
     /// on the group's channel follows a batch that stored anything (delivered at commit).
     public func push(group: [UInt8], _ requests: [PushRequest]) throws(SyncServerError) -> [PushOutcome] {
         try Self.require(group, count: 16, "a group id")
-        for request in requests { try Self.require(request.recordID, count: 32, "a record id") }
+        for request in requests {
+            try Self.require(request.recordID, count: 32, "a record id")
+            // Versions only grow: two contents under one version would make a repeated upload
+            // (same version, same bytes) impossible to tell from a different write.
+            guard request.version > request.expectedVersion else {
+                throw .invalidArgument("a record's new version must be above the version it replaces")
+            }
+        }
         return try run {
             try connection.transaction {
                 let locked = try connection.execute(
@@ -247,7 +254,8 @@ public final class SyncServer {
 
     // MARK: Changes
 
-    /// LISTENs on the group's channel: `waitForChange` then wakes after its pushes commit.
+    /// LISTENs on the group's channel: `waitForChange` then wakes after its pushes commit, this
+    /// connection's own included (PostgreSQL delivers a NOTIFY to its sender's LISTEN too).
     public func listen(group: [UInt8]) throws(SyncServerError) {
         try Self.require(group, count: 16, "a group id")
         try run { try connection.listen(Self.channel(group: group)) }

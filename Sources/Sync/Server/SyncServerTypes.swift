@@ -30,6 +30,7 @@ public struct PushRequest: Sendable, Equatable {
     public var recordID: [UInt8]
     /// The version the writer last saw; 0: the record must not exist.
     public var expectedVersion: Int64
+    /// Above `expectedVersion` (`push` refuses a request otherwise, `.invalidArgument`).
     public var version: Int64
     public var deleted: Bool
     public var blob: [UInt8]
