@@ -16,7 +16,8 @@ public final class PostgresServer: @unchecked Sendable {
     public static let binaries = "/usr/lib/postgresql/15/bin"
     public let root: String
     public let dataDir: String
-    public let port: Int
+    /// Chosen at start-up (another once, if a parallel test took it first); fixed after.
+    public private(set) var port: Int
     /// The superuser's TCP password; nil: TCP is trusted.
     public let password: String?
     private let lock = NSLock()
@@ -24,10 +25,13 @@ public final class PostgresServer: @unchecked Sendable {
 
     /// Starts a new cluster (a copy of the template).
     public init(password: String? = nil) throws {
+        guard getuid() == 0 else {
+            throw HarnessError("PostgresServer runs initdb and pg_ctl as postgres: run as root")
+        }
         let template = try Self.template()
+        port = try Self.freePort()
         root = try makeTempDirectory("keychainfs-pg")
         dataDir = root + "/data"
-        port = try Self.freePort()
         self.password = password
         try Self.chownToPostgres(root)
         let copy = try runProcess("/bin/cp", ["-a", template, dataDir], env: childEnvironment(), timeout: 60)
@@ -37,7 +41,15 @@ public final class PostgresServer: @unchecked Sendable {
             try Data(hba.utf8).write(to: URL(fileURLWithPath: dataDir + "/pg_hba.conf"))
             try Self.chownToPostgres(dataDir + "/pg_hba.conf")
         }
-        try start()
+        // A port free a moment ago may be another parallel test's server's by now.
+        for attempt in 1... {
+            do {
+                try start()
+                break
+            } catch let error as HarnessError where attempt < 4 && error.description.contains("could not bind") {
+                port = try Self.freePort()
+            }
+        }
         if let password {
             try psql("ALTER ROLE postgres PASSWORD \(Self.literal(password))")
         }
