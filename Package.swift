@@ -31,6 +31,11 @@ let package = Package(
         .systemLibrary(
             name: "CFuse", pkgConfig: "fuse3",
             providers: [.apt(["libfuse3-dev"])]),
+        // libpq, PostgreSQL's client library: the sync engine's server (a shim for the PG_DIAG_*
+        // character constants).
+        .systemLibrary(
+            name: "CPQ", pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]),
         // Linux calls Swift's Glibc module lacks (prctl is variadic).
         .systemLibrary(name: "CPlatform"),
         // sd-bus, for the Secret Service provider (a shim for the credential-mask constants).
@@ -117,6 +122,11 @@ let package = Package(
         .executableTarget(
             name: "docker-credential-keychainfs", dependencies: ["Keychain", "KeychainCredentials"],
             path: "Sources/Faces/DockerCredential"),
+        // The sync engine's server side (docs/sync.md): libpq wrapped (Postgres/), the server's
+        // schema and protocol over opaque bytes (Server/).
+        .target(
+            name: "KeychainSync", dependencies: ["Keychain", "KeychainCrypto", "CPQ", "CPlatform"],
+            path: "Sources/Sync"),
         // Importers (docs/cli.md, Import): pass stores and password managers' CSV exports read
         // into records and mapped onto item attributes; the CLI stores them through the core.
         .target(
@@ -186,6 +196,9 @@ let package = Package(
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ],
             exclude: ["peer-client.c"]),
+        // The sync server against real PostgreSQL 15 clusters the tests start (TestSupport's
+        // PostgresServer).
+        .testTarget(name: "SyncTests", dependencies: ["KeychainSync", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )
