@@ -96,7 +96,9 @@ public enum SyncRecord {
     }
 
     /// The clock a blob carries, read without opening it (the opener needs it for the header).
-    /// Not authenticated here: `open` refuses the blob if the clock was altered.
+    /// Not authenticated here: `open` refuses the blob if the clock was altered, so the engine
+    /// observes it (`HybridClock.observe`) only after `open` succeeds, never before: an
+    /// unauthenticated clock would let the server push every device's clock forward.
     public static func clock(of blob: [UInt8]) throws -> HybridTime {
         try checkShape(blob)
         return HybridTime(encoded: blob[clockRange])!
