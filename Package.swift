@@ -77,7 +77,7 @@ let package = Package(
             name: "KeychainService",
             dependencies: [
                 "Keychain", "KeychainAPI", "KeychainAccess", "KeychainCrypto", "CPlatform", "KeychainFS",
-                "KeychainSSHAgent", "KeychainSecretService", "CSystemd",
+                "KeychainSSHAgent", "KeychainSecretService", "CSystemd", "KeychainSync",
             ],
             path: "Sources/Service"),
         // Faces (Sources/Faces): each translates its users' language into core calls, beside the
@@ -137,7 +137,7 @@ let package = Package(
             name: "keychainfs",
             dependencies: [
                 "Keychain", "KeychainAccess", "KeychainFS", "KeychainCredentials", "KeychainSSHAgent", "KeychainImport",
-                "KeychainSecretService", "KeychainAPI", "KeychainService", "CPlatform", "CSystemd",
+                "KeychainSecretService", "KeychainAPI", "KeychainService", "KeychainSync", "CPlatform", "CSystemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ], path: "Sources/Faces/CLI"),
@@ -198,7 +198,11 @@ let package = Package(
             exclude: ["peer-client.c"]),
         // The sync server against real PostgreSQL 15 clusters the tests start (TestSupport's
         // PostgresServer).
-        .testTarget(name: "SyncTests", dependencies: ["KeychainSync", "TestSupport"]),
+        .testTarget(
+            name: "SyncTests",
+            dependencies: [
+                "KeychainSync", "KeychainService", "Keychain", "KeychainCrypto", "keychainfs", "TestSupport",
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -213,6 +213,7 @@ extension Keychain {
                     // Every member failed: their savepoints left nothing to commit.
                     guard committed > 0 else { return nil }
                     try writer.logChanges()
+                    try journalSyncChanges(writer)
                     // Before the commit: the follower of other processes' commits reads committed
                     // rows only, so it finds these marked as this process's (ForeignCommits.swift).
                     if foreignCommits.isFollowing {

@@ -110,11 +110,21 @@ extension Keychain {
             var stamp: [Int64]?
             while watch.wait(orReadable: stop.fd) {
                 guard let self else { return }
-                afterVaultWrite(&stamp) { deliverForeignCommits(foreignCommits) }
+                afterVaultWrite(&stamp) {
+                    deliverForeignCommits(foreignCommits)
+                    for observer in state.withLock({ $0.otherWriteObservers }) { observer() }
+                }
             }
         }
         thread.name = "keychainfs-vault-watch"
         thread.start()
+    }
+
+    /// `observer` is called on the vault watch's thread after each write another process made
+    /// to the vault, item changes or not (the sync engine waits there for a `sync join` made
+    /// by the CLI while the service runs). Needs `followOtherProcesses`.
+    public func onOtherProcessWrite(_ observer: @escaping @Sendable () -> Void) {
+        state.withLock { $0.otherWriteObservers.append(observer) }
     }
 
     /// Reads the log after the last row followed and tells the observers of the rows another

@@ -183,6 +183,10 @@ extension Keychain {
             return $0.unlockObservers
         }
         defer { for observer in unlockObservers { observer() } }
+        // The sync group's keys (Sync/): a root key that does not open leaves sync off and is
+        // reported by `sync status`; the vault itself unlocks.
+        sync.noteProblem(nil)
+        do { try loadSync(keys: newKeys) } catch { sync.noteProblem("\(error)") }
         noteCounter(manifest.counter)
         // Durable at every unlock (RollbackMark): what this device has seen survives a power loss.
         rollbackMark.makeDurable()
@@ -223,8 +227,8 @@ extension Keychain {
     /// Locks: drops the class keys of WhenUnlocked-type classes. Attributes and
     /// AfterFirstUnlock data stay available (Apple's behaviour after first unlock).
     public func lock() {
-        let observers = state.withLock { s -> [@Sendable () -> Void] in
-            guard var keys = s.keys, case .unlocked = s.lockState else { return [] }
+        let observers = state.withLock { s -> [@Sendable () -> Void]? in
+            guard var keys = s.keys, case .unlocked = s.lockState else { return nil }
             for protection in Accessibility.allCases where !protection.readableWhileLocked {
                 keys.classKeys[protection] = nil
             }
@@ -232,6 +236,9 @@ extension Keychain {
             s.lockState = .locked(since: Date())
             return s.lockObservers
         }
+        guard let observers else { return }
+        // The sync group's record keys go with the whenUnlocked class key (Sync/SyncContext.swift).
+        sync.lockDown()
         for observer in observers { observer() }
     }
 

@@ -90,6 +90,10 @@ extension Keychain {
                 // The change log's boxes, sealed anew under the new metadata key with the same
                 // numbers: a watcher resumes across a rotation (ChangeLog.swift).
                 try ChangeLog.reseal(in: vault, vaultID: current.vaultID, from: oldKeys.metadata, to: newKeys.metadata)
+                // The sync group's root key and the outbox's tombstones (Sync/SyncRotation.swift).
+                try resealSync(
+                    in: vault, wrapKey: (oldClassKeys[.whenUnlocked], newClassKeys[.whenUnlocked]),
+                    metadata: (oldKeys.metadata, newKeys.metadata))
                 var (next, buckets) = try Manifest.bucketTally(vault, key: newKeys.manifest.entry)
                 try ManifestBuckets.write(buckets, to: vault)
                 next.counter = manifest.counter + 1

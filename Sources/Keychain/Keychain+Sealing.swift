@@ -24,12 +24,7 @@ extension Keychain {
     /// guessed names against it; equal keys do give equal hashes, which is what lets SQLite
     /// refuse a duplicate without seeing plaintext (a leak docs/security.md states).
     func primaryIndex(_ itemClass: ItemClass, _ attributes: Attributes, keys: Keys) -> [UInt8] {
-        var parts: [[UInt8]] = [Framing.text("kcfs/pidx/v1"), Framing.text(itemClass.rawValue)]
-        for key in Schema.primaryKey(of: itemClass) {
-            let value = attributes[key] ?? AttributeValue.defaultValue(for: key.type)
-            parts.append(AttributeCodec.encode([key: value]))
-        }
-        return KeyedHash.hash(Framing.frame(parts), key: keys.index)
+        KeyedHash.hash(Self.primaryKeyMessage(itemClass, attributes), key: keys.index)
     }
 
     /// The blind index of an item's grouping attribute within its access group (the `sidx`

@@ -67,6 +67,8 @@ public final class Keychain: Sendable {
         /// Told after each commit, with its changes (see `onCommit`).
         var commitObservers: [@Sendable ([ItemChange]) -> Void] = []
         var returnObservers: [@Sendable ([ItemChange]) -> Void] = []
+        /// Told after each write another process made to the vault file (see `onOtherProcessWrite`).
+        var otherWriteObservers: [@Sendable () -> Void] = []
         /// Which of the manifest's buckets this unlock has verified (Keychain+IncrementalCheck.swift).
         var integrity = IntegrityProgress()
         /// Whether this process's last commit was not durable (CommitQueue, `makeCommitsDurable`).
@@ -83,6 +85,8 @@ public final class Keychain: Sendable {
     let sshListings = SSHListings()
     /// The commits of other processes, once followed (ForeignCommits.swift).
     let foreignCommits = ForeignCommits()
+    /// The sync group's keys, device id and clock, once unlocked (Sync/SyncContext.swift).
+    let sync = SyncContext()
 
     init(path: String, store: any ItemStore, header: VaultHeader, deviceKeyPath: String) {
         self.vaultID = header.vaultID

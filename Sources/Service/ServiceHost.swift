@@ -60,6 +60,8 @@ public final class ServiceHost: Sendable {
     let secretService: SecretServiceProvider?
     let fuse: FuseSession?
     let idle: IdleLocker?
+    /// The sync engine (Sync/SyncEngine.swift): idle in poll(2) until the vault is in a group.
+    let syncEngine: SyncEngine
     /// Without a mount of its own: the mount `keychainfs mount` may ask it to take on.
     let joined: JoinedMount?
 
@@ -141,6 +143,7 @@ public final class ServiceHost: Sendable {
             fuse = nil
         }
         idle = configuration.lockAfter.map { IdleLocker(access: access, seconds: $0) }
+        syncEngine = SyncEngine(keychain: keychain)
         joined = fuse == nil ? JoinedMount(keychain: keychain, access: access, idle: idle) : nil
     }
 
@@ -164,7 +167,9 @@ public final class ServiceHost: Sendable {
                     "vault \(path) is already mounted on \(mountpoint) by a keychainfs service (pid \(getpid()))")
             }
         }
+        syncEngine.start()
         defer {
+            syncEngine.stop()
             api.stop()
             control?.stop()
             agent?.removeSocket()

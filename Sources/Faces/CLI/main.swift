@@ -26,7 +26,7 @@ struct KeychainfsCommand: ParsableCommand {
             CreateKeypair.self, SSHAgentCommand.self,
             Mount.self, Unmount.self, Serve.self, Lock.self, Unlock.self, Status.self,
             AccessGroup.self, RememberedPresence.self, AuditLogCommand.self, Backup.self, Verify.self, Salvage.self,
-            Run.self, Inject.self, SecretServiceCommand.self, Watch.self,
+            Run.self, Inject.self, SecretServiceCommand.self, Watch.self, SyncCommand.self,
         ])
 }
 

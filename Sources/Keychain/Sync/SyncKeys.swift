@@ -55,6 +55,19 @@ public struct SyncKeys: Sendable {
         }
     }
 
+    private init(group: SyncGroupID, recordIDKey: SecureBytes) {
+        self.group = group
+        self.recordIDKey = recordIDKey
+        self.recordKeys = []
+    }
+
+    /// The keys a locked vault keeps: the record-id key alone, so a change made while locked is
+    /// journaled under its record id; sealing or opening a record throws (`noKeyForClass`).
+    public func journalOnly() -> SyncKeys { SyncKeys(group: group, recordIDKey: recordIDKey) }
+
+    /// Whether the record keys are held (false after `journalOnly`).
+    public var canSeal: Bool { !recordKeys.isEmpty }
+
     /// A fresh root key for a new group: 32 bytes from the system CSPRNG, in guarded memory.
     public static func newRoot() throws -> SecureBytes {
         do {
@@ -73,7 +86,7 @@ public struct SyncKeys: Sendable {
 
     /// The record key of a syncing class; a ThisDeviceOnly class has none (a caller's bug).
     func recordKey(for protection: Accessibility) throws -> SecureBytes {
-        guard let index = Self.syncingClasses.firstIndex(of: protection) else {
+        guard let index = Self.syncingClasses.firstIndex(of: protection), index < recordKeys.count else {
             throw SyncCryptoError.noKeyForClass(protection)
         }
         return recordKeys[index]

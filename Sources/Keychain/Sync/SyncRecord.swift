@@ -65,16 +65,14 @@ public enum SyncRecord {
     public static let minimumBytes = wrappedKeyRange.upperBound + AEAD.overhead
 
     /// Seals one version. A ThisDeviceOnly `protection` throws `noKeyForClass` (such items
-    /// never sync); a tombstone (`header.deleted`) must have an empty payload and is wrapped
+    /// never sync); a tombstone (`header.deleted`) carries the item's class and primary key only
+    /// (so the device that applies it finds the item; Sync/SyncPayload.swift) and is wrapped
     /// under the "ak" key whatever `protection` says.
     public static func seal(_ payload: [UInt8], protection: Accessibility, header: SyncRecordHeader, keys: SyncKeys)
         throws -> [UInt8]
     {
         guard header.group == keys.group else { throw SyncCryptoError.malformed("the header's group is not the keys'") }
         guard header.recordID.count == 32 else { throw SyncCryptoError.malformed("a record id is 32 bytes") }
-        guard !header.deleted || payload.isEmpty else {
-            throw SyncCryptoError.malformed("a tombstone carries no payload")
-        }
         let classKey = try keys.recordKey(for: protection)
         let wrapKey = header.deleted ? try keys.recordKey(for: .whenUnlocked) : classKey
         let fields = header.fields(format: formatVersion)
@@ -129,8 +127,6 @@ public enum SyncRecord {
                         continue
                     }
                     let payload = try AEAD.open(sealed, associatedData: Framing.frame(fields), key: itemKey)
-                    // Only a key holder could seal a non-empty tombstone; refuse it all the same.
-                    guard !header.deleted || payload.isEmpty else { throw SyncCryptoError.doesNotAuthenticate }
                     return (payload, protection)
                 }
                 throw SyncCryptoError.doesNotAuthenticate

@@ -1,0 +1,182 @@
+import Foundation
+import KeychainCrypto
+import KeychainStore
+
+/// A vault's sync settings and progress, as `keychainfs sync status` shows them. Readable
+/// without the keys: nothing in it is secret (the server's connection string holds no password:
+/// libpq reads it from `PGPASSFILE` or the service file, docs/sync.md).
+public struct SyncConfiguration: Sendable, Equatable {
+    public let group: String
+    public let server: String
+    public let device: String
+    /// The server's sequence number this device has applied everything up to.
+    public let cursor: Int64
+    /// Local changes not yet uploaded.
+    public let outbox: Int
+    /// Versions kept from conflicts (`sync conflicts`).
+    public let conflicts: Int
+    public let joined: Date?
+    public let lastPush: Date?
+    public let lastPull: Date?
+}
+
+extension Keychain {
+    /// The sync settings, or nil when the vault is in no group.
+    public func syncConfiguration() throws -> SyncConfiguration? {
+        try storeCall {
+            try store.read { vault -> SyncConfiguration? in
+                guard let group = try vault.syncValue(SyncStateName.group),
+                    let server = try vault.syncValue(SyncStateName.server)
+                else { return nil }
+                func date(_ name: String) throws -> Date? {
+                    try vault.syncValue(name).map { Date(timeIntervalSince1970: Double(Self.int64($0))) }
+                }
+                return SyncConfiguration(
+                    group: Self.hex(group), server: String(decoding: server, as: UTF8.self),
+                    device: Self.hex(try vault.syncValue(SyncStateName.device) ?? []),
+                    cursor: Self.int64(try vault.syncValue(SyncStateName.cursor) ?? []),
+                    outbox: try vault.outboxCount(), conflicts: try vault.conflicts().count,
+                    joined: try date(SyncStateName.joined), lastPush: try date(SyncStateName.lastPush),
+                    lastPull: try date(SyncStateName.lastPull))
+            }
+        }
+    }
+
+    /// Whether this process holds the group's keys (the vault is in a group and unlocked).
+    public var syncReady: Bool { sync.keys?.canSeal == true }
+
+    /// Loads the group's keys when the vault joined a group since this process unlocked it
+    /// (another process's `sync join`); true when they are held now.
+    public func refreshSync() -> Bool {
+        if sync.keys?.canSeal == true { return true }
+        guard let keys = try? currentKeys(), keys.classKeys[.whenUnlocked] != nil else { return false }
+        try? loadSync(keys: keys)
+        return sync.keys?.canSeal == true
+    }
+
+    /// Starts a new sync group on `server` (a libpq connection string): a random root key,
+    /// then `joinSyncGroup`. The passphrase authorises it, as a change of the access policy:
+    /// joining a group sends every synchronizable item, sealed, to a server.
+    @discardableResult
+    public func createSyncGroup(server: String, passphrase: SecureBytes) throws -> SyncGroupID {
+        let group = SyncGroupID.random()
+        try joinSyncGroup(group: group, root: try SyncKeys.newRoot(), server: server, passphrase: passphrase)
+        return group
+    }
+
+    /// Joins a group with its root key (from pairing or a recovery code): the root wrapped
+    /// under the whenUnlocked class key (so it is held exactly while the vault is unlocked, by
+    /// every process that unlocks it), a new device id, the cursor at 0, and every
+    /// synchronizable item journaled for upload, in one transaction. The passphrase authorises
+    /// it (checked, one KDF), as a change of the access policy: joining a group sends every
+    /// synchronizable item, sealed, to a server. A vault already in a group is refused (`sync
+    /// leave` first).
+    public func joinSyncGroup(group: SyncGroupID, root: SecureBytes, server: String, passphrase: SecureBytes) throws {
+        _ = try masterKey(passphrase: passphrase)
+        let keys = try currentKeys()
+        let syncKeys = try SyncKeys(group: group, root: root)
+        let wrapped = try SyncKeys.wrapRoot(root, group: group, vaultID: vaultID, under: try rootWrapKey(keys))
+        let device = Sodium.randomBytes(16)
+        sync.install(keys: syncKeys, device: device, clock: nil)
+        do {
+            try writeTransaction(keys: keys.manifest) { vault in
+                guard try vault.syncValue(SyncStateName.group) == nil else {
+                    throw KeychainError(
+                        .duplicateItem, "this vault is already in a sync group: `keychainfs sync leave` first")
+                }
+                try vault.setSyncValue(SyncStateName.group, group.bytes)
+                try vault.setSyncValue(SyncStateName.root, wrapped)
+                try vault.setSyncValue(SyncStateName.device, device)
+                try vault.setSyncValue(SyncStateName.server, Array(server.utf8))
+                try vault.setSyncValue(SyncStateName.cursor, Framing.int(0))
+                try vault.setSyncValue(SyncStateName.joined, Framing.int(Int64(Date().timeIntervalSince1970)))
+                try journalEverySyncingItem(vault, keys: keys)
+            }
+        } catch {
+            try? loadSync(keys: keys)
+            throw error
+        }
+    }
+
+    /// Leaves the group: the sync tables emptied (the items stay), the keys dropped.
+    public func leaveSyncGroup(passphrase: SecureBytes) throws {
+        _ = try masterKey(passphrase: passphrase)
+        let keys = try currentKeys()
+        try writeTransaction(keys: keys.manifest) { try $0.clearSync() }
+        sync.install(keys: nil, device: [], clock: nil)
+    }
+
+    /// The recovery code (RecoveryCode.swift): the group and its root key, in base32. It IS the
+    /// root key, so only the passphrase's holder gets it.
+    public func syncRecoveryCode(passphrase: SecureBytes) throws -> String {
+        _ = try masterKey(passphrase: passphrase)
+        let (group, root) = try syncRoot(keys: try currentKeys())
+        return RecoveryCode.text(group: group, root: root)
+    }
+
+    /// The group and its root key, for pairing a new device (`sync pair`): only for the
+    /// passphrase's holder, as the recovery code.
+    public func syncGroupKey(passphrase: SecureBytes) throws -> (SyncGroupID, SecureBytes) {
+        _ = try masterKey(passphrase: passphrase)
+        return try syncRoot(keys: try currentKeys())
+    }
+
+    /// The key the root is wrapped under: the whenUnlocked class key, held while unlocked.
+    func rootWrapKey(_ keys: Keys) throws -> SecureBytes {
+        guard let key = keys.classKeys[.whenUnlocked] else {
+            throw KeychainError(.interactionNotAllowed, "the keychain is locked: the sync group's key is not held")
+        }
+        return key
+    }
+
+    /// The group and its root key, unwrapped with the whenUnlocked class key;
+    /// errSecItemNotFound when the vault is in no group.
+    func syncRoot(keys: Keys) throws -> (SyncGroupID, SecureBytes) {
+        let (groupBytes, box) = try storeCall {
+            try store.read { (try $0.syncValue(SyncStateName.group), try $0.syncValue(SyncStateName.root)) }
+        }
+        guard let groupBytes, let box, let group = SyncGroupID(bytes: groupBytes) else {
+            throw KeychainError(.itemNotFound, "this vault is in no sync group")
+        }
+        do {
+            return (group, try SyncKeys.unwrapRoot(box, group: group, vaultID: vaultID, under: try rootWrapKey(keys)))
+        } catch {
+            throw KeychainError(.decode, "the sync group's root key does not open: it was altered")
+        }
+    }
+
+    /// At unlock (and when another process joined the vault to a group meanwhile): the
+    /// group's keys, when the vault is in one.
+    func loadSync(keys: Keys) throws {
+        let (device, clock) = try storeCall {
+            try store.read { (try $0.syncValue(SyncStateName.device), try $0.syncValue(SyncStateName.clock)) }
+        }
+        guard let device else {
+            sync.install(keys: nil, device: [], clock: nil)
+            return
+        }
+        let (group, root) = try syncRoot(keys: keys)
+        sync.install(
+            keys: try SyncKeys(group: group, root: root), device: device,
+            clock: clock.flatMap { HybridTime(encoded: $0) })
+    }
+
+    /// Every synchronizable item in the outbox (joining a group), stamped now.
+    private func journalEverySyncingItem(_ vault: any ItemStoreWriter, keys: Keys) throws {
+        try vault.forEachItem { row in
+            guard let itemClass = ItemClass(rawValue: row.itemClass),
+                let attributes = try? openAttributes(row, itemClass: itemClass, keys: keys),
+                Self.syncs(attributes)
+            else { return }
+            try journal(live: row.id, itemClass, attributes, in: vault)
+        }
+        try saveClock(vault)
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+
+    static func int64(_ bytes: [UInt8]) -> Int64 {
+        guard bytes.count == 8 else { return 0 }
+        return bytes.reversed().reduce(Int64(0)) { ($0 << 8) | Int64($1) }
+    }
+}

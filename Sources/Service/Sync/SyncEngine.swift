@@ -1,0 +1,161 @@
+import Foundation
+import Keychain
+import KeychainAccess
+import KeychainSync
+import Synchronization
+
+/// The sync engine (issue 31, point 4): one thread of the keychain service holding one libpq
+/// connection to the group's server. It pulls every change after its cursor in the server's
+/// commit order and applies it through the core (`Keychain.applyPulled`, one transaction per
+/// page with the cursor), then uploads the outbox (`pendingUploads`, `uploaded`); a conflict
+/// on upload pulls first and tries again. Then it sleeps in poll(2) on the connection's socket
+/// (`LISTEN`: another device pushed) and on a wake pipe (a local commit, an unlock, a stop):
+/// nothing runs while nothing changes. The server gone: it retries with a growing backoff
+/// (0.5 s to 30 s) and catches up from its cursor; local work goes on meanwhile, the outbox
+/// growing. Locked: it waits for the unlock (the group's keys are held only while unlocked).
+public final class SyncEngine: @unchecked Sendable {
+    // @unchecked: `server` and the backoff are the engine thread's alone; the rest is in `state`.
+    private let keychain: Keychain
+    private let wake = WakePipe()
+    private var server: SyncServer?
+    private let state = Mutex(Status())
+    private var thread: Thread?
+
+    /// What `sync status` shows of the engine.
+    public struct Status: Sendable, Equatable {
+        public var connected = false
+        /// When the server was last unreachable, and why (nil while connected).
+        public var unreachableSince: Date?
+        public var lastError: String?
+        public var refused = 0
+        public var paused: String?
+    }
+
+    public var status: Status { state.withLock { $0 } }
+
+    public init(keychain: Keychain) {
+        self.keychain = keychain
+        keychain.onCommit { [weak self] changes in
+            // A local change may have written the outbox; a pulled one has nothing to send.
+            if changes.contains(where: { $0.origin != syncOrigin }) { self?.wake.signal() }
+        }
+        keychain.onUnlock { [weak self] in self?.wake.signal() }
+        keychain.onLock { [weak self] in self?.wake.signal() }
+        // A `sync join` or `setup` the CLI made while this service runs.
+        keychain.onOtherProcessWrite { [weak self, keychain] in if !keychain.syncReady { self?.wake.signal() } }
+    }
+
+    public func start() {
+        let thread = Thread { [self] in run() }
+        thread.name = "sync"
+        self.thread = thread
+        thread.start()
+    }
+
+    public func stop() {
+        state.withLock { $0.paused = "stopped" }
+        wake.signal()
+    }
+
+    /// Wakes the engine to sync now (a local change, `keychainfs sync now`).
+    public func kick() { wake.signal() }
+
+    private var stopped: Bool { state.withLock { $0.paused == "stopped" } }
+
+    private func run() {
+        var backoff = 0.5
+        while !stopped {
+            guard case .unlocked = keychain.lockState, keychain.refreshSync(),
+                let config = try? keychain.syncConfiguration()
+            else {
+                state.withLock { if $0.paused != "stopped" { $0.paused = "waiting for the vault to be unlocked" } }
+                wake.wait(timeout: nil)
+                wake.drain()
+                continue
+            }
+            state.withLock { if $0.paused != "stopped" { $0.paused = nil } }
+            do {
+                let server = try connected(config)
+                try syncOnce(server)
+                backoff = 0.5
+                state.withLock { $0.lastError = nil }
+                // Sleep until the server notifies a push or something local happens.
+                _ = try server.waitForChange(timeout: nil, wakeFD: wake.readFD)
+                wake.drain()
+            } catch {
+                self.server = nil
+                state.withLock {
+                    $0.connected = false
+                    if $0.unreachableSince == nil { $0.unreachableSince = Date() }
+                    $0.lastError = "\(error)"
+                }
+                Log.warning("sync: \(error); retrying in \(backoff) s")
+                wake.wait(timeout: backoff)
+                wake.drain()
+                backoff = min(backoff * 2, 30)
+            }
+        }
+        server = nil
+    }
+
+    private func connected(_ config: SyncConfiguration) throws -> SyncServer {
+        if let server { return server }
+        let server = try SyncServer(conninfo: config.server)
+        try server.checkSchema()
+        guard let group = SyncRound.bytes(config.group) else {
+            throw KeychainError(.decode, "the vault's sync group id is not hexadecimal")
+        }
+        try server.listen(group: group)
+        self.server = server
+        state.withLock {
+            $0.connected = true
+            $0.unreachableSince = nil
+        }
+        Log.info("sync: connected to the group's server")
+        return server
+    }
+
+    private func syncOnce(_ server: SyncServer) throws {
+        let report = try SyncRound(keychain: keychain, server: server).run()
+        for reason in report.refused { Log.warning("sync: \(reason)") }
+        if !report.refused.isEmpty { state.withLock { $0.refused += report.refused.count } }
+    }
+}
+
+/// A pipe another thread writes a byte to, to wake the engine out of poll(2).
+final class WakePipe: Sendable {
+    let readFD: Int32
+    let writeFD: Int32
+
+    init() {
+        var fds: [Int32] = [-1, -1]
+        _ = pipe(&fds)
+        for fd in fds {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        }
+        readFD = fds[0]
+        writeFD = fds[1]
+    }
+
+    deinit {
+        close(readFD)
+        close(writeFD)
+    }
+
+    func signal() {
+        var byte: UInt8 = 1
+        _ = write(writeFD, &byte, 1)
+    }
+
+    /// Waits until signalled or `timeout` seconds passed (nil: no limit).
+    func wait(timeout: Double?) {
+        var fd = pollfd(fd: readFD, events: Int16(POLLIN), revents: 0)
+        _ = poll(&fd, 1, timeout.map { Int32($0 * 1000) } ?? -1)
+    }
+
+    func drain() {
+        var buffer = [UInt8](repeating: 0, count: 64)
+        while read(readFD, &buffer, 64) > 0 {}
+    }
+}
