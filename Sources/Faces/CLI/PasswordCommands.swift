@@ -123,11 +123,34 @@ struct FindOptions: ParsableArguments {
         name: .long,
         help: "Print the item as JSON (dump-keychain --json's form, an array of one); its secret only with -w or -g.")
     var json = false
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Which items match by their synchronizable attribute: any (a synced item is found as a local one), yes, no.",
+            valueName: "any|yes|no"))
+    var synchronizable: SyncMatch = .any
+}
+
+/// `--synchronizable any|yes|no` of the find and delete commands: Apple's query matches only
+/// items that do not sync unless it says `kSecAttrSynchronizableAny`; a person at a terminal
+/// looks for an item by its name, wherever it came from, so the CLI asks for any by default.
+enum SyncMatch: String, ExpressibleByArgument, Sendable {
+    case any, yes, no
+
+    func query(_ itemClass: ItemClass, _ attributes: Attributes, returnData: Bool? = nil) -> Query {
+        var attributes = attributes
+        switch self {
+        case .any: return Query(itemClass, attributes, returnData: returnData, synchronizableAny: true)
+        case .yes: attributes[Schema.synchronizable] = .bool(true)
+        case .no: attributes[Schema.synchronizable] = .bool(false)
+        }
+        return Query(itemClass, attributes, returnData: returnData)
+    }
 }
 
 func findPassword(_ door: any KeychainDoor, _ itemClass: ItemClass, attributes: Attributes, find: FindOptions) throws {
     let wantData = find.passwordOnly || find.showPassword
-    let item = try door.find(Query(itemClass, attributes, returnData: wantData))
+    let item = try door.find(find.synchronizable.query(itemClass, attributes, returnData: wantData))
     if find.json {
         Output.write(Array(ItemPrinter.json([item], includeData: wantData).utf8))
         return
@@ -173,10 +196,12 @@ struct FindInternetPassword: ParsableCommand {
     }
 }
 
-func deletePassword(_ door: any KeychainDoor, _ itemClass: ItemClass, attributes: Attributes) throws {
+func deletePassword(
+    _ door: any KeychainDoor, _ itemClass: ItemClass, attributes: Attributes, synchronizable: SyncMatch = .any
+) throws {
     // Like macOS `security`, delete the one item the options name (the first match), and
     // print what was deleted.
-    let item = try door.find(Query(itemClass, attributes))
+    let item = try door.find(synchronizable.query(itemClass, attributes))
     try door.delete(Query(itemClass, persistentReference: item.id))
     Output.write(Array(ItemPrinter.text(item, vault: door.vaultPath).utf8))
     Output.write(Array("password has been deleted.\n".utf8))
@@ -189,10 +214,14 @@ struct DeleteGenericPassword: ParsableCommand {
         usage: "keychainfs delete-generic-password [-a account] [-s service] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: GenericPasswordOptions
+    @Option(
+        name: .long,
+        help: ArgumentHelp("Which items match by their synchronizable attribute, as find's.", valueName: "any|yes|no"))
+    var synchronizable: SyncMatch = .any
 
     func run() throws {
         let attributes = try item.attributes()
-        try deletePassword(vault.openDoor(), .genericPassword, attributes: attributes)
+        try deletePassword(vault.openDoor(), .genericPassword, attributes: attributes, synchronizable: synchronizable)
     }
 }
 
@@ -203,9 +232,13 @@ struct DeleteInternetPassword: ParsableCommand {
         usage: "keychainfs delete-internet-password [-a account] [-s server] [options...]")
     @OptionGroup var vault: VaultOptions
     @OptionGroup var item: InternetPasswordOptions
+    @Option(
+        name: .long,
+        help: ArgumentHelp("Which items match by their synchronizable attribute, as find's.", valueName: "any|yes|no"))
+    var synchronizable: SyncMatch = .any
 
     func run() throws {
         let attributes = try item.attributes()
-        try deletePassword(vault.openDoor(), .internetPassword, attributes: attributes)
+        try deletePassword(vault.openDoor(), .internetPassword, attributes: attributes, synchronizable: synchronizable)
     }
 }
