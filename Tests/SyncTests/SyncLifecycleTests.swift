@@ -105,6 +105,48 @@ struct SyncLifecycleTests {
     }
 }
 
+extension SyncLifecycleTests {
+    @Test("rotate: a new group under a new key, the old one gone from the server; a removed device reads nothing new")
+    func rotate() throws {
+        try withSyncServer { pg, dir in
+            let a = try SyncDevice("a", root: dir, server: pg.conninfo)
+            let removed = try SyncDevice("removed", root: dir, server: pg.conninfo)
+            try a.add("one", "x", "v1")
+            let (old, oldRoot) = try a.startGroup()
+            try a.sync()
+            try removed.join(old, oldRoot)
+            try removed.sync()
+            #expect(try removed.secret("one", "x") == "v1")
+            let pass = try SyncDevice.secret(SyncDevice.passphrase)
+            let (new, _) = try SyncGroupSetup.rotate(keychain: a.keychain, passphrase: pass)
+            #expect(new != old)
+            try a.update("one", "x", "after rotation")
+            try a.sync()
+            let server = try SyncServer(conninfo: pg.conninfo)
+            #expect(try !server.groupExists(old.bytes) && server.groupExists(new.bytes))
+            // The removed device's sync fails (its group is gone) and it keeps what it had.
+            expectThrows { try removed.sync() }
+            #expect(try removed.secret("one", "x") == "v1")
+            // Its old keys open none of the new group's records.
+            let oldKeys = try SyncKeys(group: new, root: oldRoot)
+            for record in try server.pull(group: new.bytes, after: 0, limit: 100) {
+                let header = SyncRecordHeader(
+                    group: new, recordID: record.recordID, version: record.version,
+                    clock: try SyncRecord.clock(of: record.blob), deleted: record.deleted)
+                #expect(throws: SyncCryptoError.doesNotAuthenticate) {
+                    try SyncRecord.open(record.blob, header: header, keys: oldKeys)
+                }
+            }
+            // A device joined again with the new key has everything.
+            let b = try SyncDevice("b", root: dir, server: pg.conninfo)
+            let (group, root) = try RecoveryCode.parse(try a.keychain.syncRecoveryCode(passphrase: pass))
+            try b.join(group, root)
+            try b.sync()
+            #expect(try b.secret("one", "x") == "after rotation")
+        }
+    }
+}
+
 func expectThrows(_ body: () throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) {
     do {
         try body()

@@ -81,17 +81,24 @@ public final class SyncEngine: @unchecked Sendable {
                 let server = try connected(config)
                 try syncOnce(server)
                 backoff = 0.5
-                state.withLock { $0.lastError = nil }
+                let hadError = state.withLock { s -> Bool in
+                    defer { s.lastError = nil }
+                    return s.lastError != nil
+                }
+                if hadError { try? keychain.noteSyncProblem(nil) }
                 // Sleep until the server notifies a push or something local happens.
                 _ = try server.waitForChange(timeout: nil, wakeFD: wake.readFD)
                 wake.drain()
             } catch {
                 self.server = nil
-                state.withLock {
-                    $0.connected = false
-                    if $0.unreachableSince == nil { $0.unreachableSince = Date() }
-                    $0.lastError = "\(error)"
+                let changed = state.withLock { s -> Bool in
+                    s.connected = false
+                    if s.unreachableSince == nil { s.unreachableSince = Date() }
+                    defer { s.lastError = "\(error)" }
+                    return s.lastError != "\(error)"
                 }
+                // `sync status` reads it from the vault (the first failure's time is kept).
+                if changed { try? keychain.noteSyncProblem("\(error)") }
                 Log.warning("sync: \(error); retrying in \(backoff) s")
                 wake.wait(timeout: backoff)
                 wake.drain()

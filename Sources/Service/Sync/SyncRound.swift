@@ -113,8 +113,11 @@ public struct SyncRound {
         }
     }
 
+    /// Bytes to lower-case hex (ids, never secrets).
+    public static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+
     /// Hex to bytes; nil when it is not hex.
-    static func bytes(_ hex: String) -> [UInt8]? {
+    public static func bytes(_ hex: String) -> [UInt8]? {
         let digits = Array(hex.utf8)
         guard digits.count % 2 == 0 else { return nil }
         var out: [UInt8] = []
