@@ -90,6 +90,7 @@ public final class SyncEngine: @unchecked Sendable {
                 _ = try server.waitForChange(timeout: nil, wakeFD: wake.readFD)
                 wake.drain()
             } catch {
+                if let rollback = error as? SyncRollback { audit.recordSync(applied: 0, refused: [rollback.reason]) }
                 self.server = nil
                 let changed = state.withLock { s -> Bool in
                     s.connected = false

@@ -3,6 +3,13 @@ import Keychain
 import KeychainSync
 import Synchronization
 
+/// The server's group went back in time (its sequence is behind this device's cursor): the
+/// round stops before it pulls or sends anything, and the engine audits it (`sync-refuse`).
+public struct SyncRollback: Error, CustomStringConvertible {
+    public let reason: String
+    public var description: String { reason }
+}
+
 /// What one round of sync did.
 public struct SyncRoundReport: Sendable, Equatable {
     public var applied = 0
@@ -34,6 +41,16 @@ public struct SyncRound {
             throw KeychainError(.itemNotFound, "this vault is in no sync group")
         }
         var report = SyncRoundReport()
+        // The group's sequence never goes back: a server restored from an older copy (or
+        // replaying one) would hand this device an old state as the current one.
+        let cursor = try keychain.syncCursor()
+        let last = try server.lastSeq(group: group)
+        if last < cursor {
+            throw SyncRollback(
+                reason:
+                    "the server's sequence for this group is \(last), behind the \(cursor) this device has applied: it was restored from an older copy or is replaying one; nothing was pulled or sent"
+            )
+        }
         // Offline longer than the server keeps tombstones: some deletions left no trace to
         // pull. Pull the whole group again and delete what the server no longer has.
         if try keychain.syncCursor() < server.purgedThrough(group: group) {
