@@ -54,12 +54,15 @@ enum SyncBench {
             return Device(name: name, home: home, vault: vault)
         }
 
-        /// `keychainfs ARGS --vault V --passphrase-file F`, output to `log`; (status, seconds).
-        func run(_ cli: String, _ args: [String], passphrase: String, log: String) throws -> (Int32, Double) {
+        /// `keychainfs ARGS --vault V --passphrase-file F`, output to `log` (stderr to `errors`,
+        /// by default the same); (status, seconds).
+        func run(_ cli: String, _ args: [String], passphrase: String, log: String, errors: String? = nil) throws
+            -> (Int32, Double)
+        {
             let t = Clock.now()
             let pid = try Spawn.start(
-                cli, args + ["--vault", vault.path, "--passphrase-file", passphrase], stdout: log, stderr: log,
-                environment: environment)
+                cli, args + ["--vault", vault.path, "--passphrase-file", passphrase], stdout: log,
+                stderr: errors ?? log, environment: environment)
             let status = Spawn.wait(pid)
             return (status, Clock.since(t))
         }
@@ -100,11 +103,14 @@ enum SyncBench {
         let (setup, setupSeconds) = try a.run(
             cli, ["sync", "setup", postgres.conninfo], passphrase: passphrase, log: a.home + "/setup.log")
         f.setupSeconds = setupSeconds
-        f.setupOutput = lastLine(a.home + "/setup.log")
+        f.setupOutput = lastLine(a.home + "/setup.log", first: true)
         guard setup == 0 else { throw BenchError("sync setup exited with \(setup): \(f.setupOutput)") }
         let recoveryCode = directory + "/recovery-code"
         guard
-            try a.run(cli, ["sync", "recovery-code"], passphrase: passphrase, log: recoveryCode).0 == 0
+            try a.run(
+                cli, ["sync", "recovery-code"], passphrase: passphrase, log: recoveryCode,
+                errors: a.home + "/recovery-code.log"
+            ).0 == 0
         else { throw BenchError("sync recovery-code failed") }
         chmod(recoveryCode, 0o600)
         Out.progress("sync: join on B (pulls \(Fmt.grouped(o.syncItems)) records)")
@@ -193,7 +199,8 @@ enum SyncBench {
         }
     }
 
-    static func lastLine(_ path: String) -> String {
-        (try? String(contentsOfFile: path, encoding: .utf8))?.split(separator: "\n").last.map(String.init) ?? ""
+    static func lastLine(_ path: String, first: Bool = false) -> String {
+        let lines = (try? String(contentsOfFile: path, encoding: .utf8))?.split(separator: "\n") ?? []
+        return (first ? lines.first : lines.last).map(String.init) ?? ""
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import CPlatform
 
 /// The sync benchmark's own PostgreSQL 15 cluster (the steps of the tests' PostgresServer,
 /// which the bench cannot import): initdb as `postgres` in a temp directory of its own,
