@@ -252,7 +252,9 @@ enum Runner {
         Out.line(
             o.command == .faces || o.command == .agent
                 ? "ratios are cost ratios, keychainfs ÷ peer: 1.00× = as fast as the peer, 2.00× = twice the time"
-                : "ratios are cost ratios, keychainfs (or the keychain) ÷ floor: 1.00× = as cheap as the floor, 2.00× = twice the time (or the bytes)"
+                : o.command == .sync
+                    ? "ratios are throughput ratios, in a sync group ÷ in none: 1.00× = as fast, 0.50× = half the closes/s"
+                    : "ratios are cost ratios, keychainfs (or the keychain) ÷ floor: 1.00× = as cheap as the floor, 2.00× = twice the time (or the bytes)"
         )
     }
 

@@ -80,6 +80,8 @@ enum SyncBench {
     struct Figures {
         var items = 0, setupSeconds = Double.nan, joinSeconds = Double.nan
         var setupOutput = "", joinOutput = ""
+        /// Records the join applied (from its last line); nil: not said.
+        var joinApplied: Int?
         var propagation = Samples(), writeOnA = Samples()
         var changes = 0, missed = 0, afterEvent = 0
         var writes: SyncWrites.Figures?
@@ -120,6 +122,8 @@ enum SyncBench {
         f.joinSeconds = joinSeconds
         f.joinOutput = lastLine(b.home + "/join.log")
         guard join == 0 else { throw BenchError("sync join exited with \(join): \(f.joinOutput)") }
+        // "joined sync group …: N records applied, M uploaded"
+        f.joinApplied = f.joinOutput.split(separator: ":").last?.split(separator: " ").first.flatMap { Int($0) }
 
         Out.progress("sync: mounting A and B")
         let kcA = try a.mount(cli)
@@ -137,7 +141,9 @@ enum SyncBench {
         let kcC = try c.mount(cli)
         defer { try? kcC.stop() }
         _ = kcA.waitUntilIdle()
-        Out.progress("sync: creates+fsync and overwrites+fsync, A (in the group) against C (in none)")
+        Out.progress(
+            "sync: creates+fsync and overwrites+fsync, A (in the group, service pid \(kcA.pid)) against C (in none, pid \(kcC.pid))"
+        )
         f.writes = try SyncWrites.measure(on: kcA, off: kcC)
         Out.progress("sync: the services of A and C idle for \(Int(o.idleSeconds)) s")
         f.idle = SyncIdle.measure([("A, in the group", kcA), ("C, in no group", kcC)], seconds: o.idleSeconds)

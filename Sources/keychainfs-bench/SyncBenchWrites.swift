@@ -17,7 +17,7 @@ enum SyncWrites {
         }
     }
 
-    static let rounds = 3
+    static let rounds = 5
     static let perBlock = 200
     /// Items the overwrites cycle through.
     static let targets = 30
@@ -26,6 +26,8 @@ enum SyncWrites {
         /// [on?][kind]: closes/s and CPU seconds per close, one value per block.
         var rate: [Bool: [Kind: [Double]]] = [:]
         var cpu: [Bool: [Kind: [Double]]] = [:]
+        /// [on?]: the service's system calls per create+fsync (strace), by name.
+        var calls: [Bool: [String: Double]] = [:]
 
         func median(_ on: Bool, _ kind: Kind, cpu wantCPU: Bool = false) -> Double {
             let v = ((wantCPU ? cpu : rate)[on]?[kind] ?? []).sorted()
@@ -63,13 +65,45 @@ enum SyncWrites {
                 }
             }
         }
+        for (isOn, d) in [(true, on), (false, off)] { f.calls[isOn] = try countCalls(d, tag: 900 + (isOn ? 1 : 0)) }
         return f
     }
 
+    /// The service's system calls during `creates` creates+fsync by one writer and until it is
+    /// idle again (the upload they leave included), from `strace -c -f -p`: calls per create by
+    /// name; nil when strace is not there or did not attach.
+    static func countCalls(_ d: Daemon, creates: Int = 100, tag: Int) throws -> [String: Double]? {
+        guard access("/usr/bin/strace", X_OK) == 0 else { return nil }
+        let output = d.log + ".strace"
+        guard
+            let tracer = try? Spawn.start(
+                "/usr/bin/strace",
+                ["-c", "-f", "-e", "trace=fdatasync,fsync,pwrite64,sendto,recvfrom", "-o", output, "-p", "\(d.pid)"],
+                stdout: "/dev/null", stderr: "/dev/null")
+        else { return nil }
+        Cleanup.shared.addChild(tracer)
+        defer { Cleanup.shared.removeChild(tracer) }
+        Clock.sleep(1.0)  // strace attaches to every thread
+        _ = try block(.create, root: directory(d.mountpoint), tag: tag, count: creates)
+        _ = d.waitUntilIdle(quiet: 0.5)
+        kill(tracer, SIGINT)
+        Spawn.wait(tracer)
+        guard let text = try? String(contentsOfFile: output, encoding: .utf8) else { return nil }
+        var counts: [String: Double] = [:]
+        for line in text.split(separator: "\n") {
+            let f = line.split(separator: " ", omittingEmptySubsequences: true)
+            // % time, seconds, usecs/call, calls, [errors], syscall
+            if let name = f.last, f.count >= 5, let calls = Int(f[3]) {
+                counts[String(name)] = Double(calls) / Double(creates)
+            }
+        }
+        return counts
+    }
+
     /// One block; its wall time.
-    static func block(_ kind: Kind, root: String, tag: Int) throws -> Double {
+    static func block(_ kind: Kind, root: String, tag: Int, count: Int = perBlock) throws -> Double {
         let started = Clock.now()
-        for k in 0..<perBlock {
+        for k in 0..<count {
             let path: String
             let flags: Int32
             if kind == .overwrite {
@@ -93,12 +127,12 @@ enum SyncWrites {
 }
 
 /// Services idle: the context switches of each of their threads and their CPU over the same
-/// `seconds`, nothing changing; the sync thread (named `sync`) apart.
+/// `seconds`, nothing changing; the sync thread (named `kcfs-sync`) apart.
 enum SyncIdle {
     struct Figures {
         var name = ""
         var switches = 0, ticks = 0, threads = 0
-        /// The thread named `sync`'s switches; nil: no such thread was seen.
+        /// The thread named `kcfs-sync`'s switches; nil: no such thread was seen.
         var syncThread: Int?
         /// Threads that woke, by name: switches.
         var woke: [String: Int] = [:]
@@ -132,7 +166,7 @@ enum SyncIdle {
                 let delta = n - (before[i].0[tid]?.1 ?? 0)
                 f.switches += delta
                 if delta > 0 { f.woke[name, default: 0] += delta }
-                if name == "sync" { f.syncThread = (f.syncThread ?? 0) + delta }
+                if name == "kcfs-sync" { f.syncThread = (f.syncThread ?? 0) + delta }
             }
             return f
         }

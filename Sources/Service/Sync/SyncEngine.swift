@@ -1,3 +1,4 @@
+import CPlatform
 import Foundation
 import Keychain
 import KeychainAccess
@@ -46,7 +47,11 @@ public final class SyncEngine: @unchecked Sendable {
     }
 
     public func start() {
-        let thread = Thread { [self] in run() }
+        let thread = Thread { [self] in
+            // Named for ps, top and perf (Foundation's `Thread.name` does not reach the kernel).
+            _ = "kcfs-sync".withCString { kcfs_set_thread_name($0) }
+            run()
+        }
         thread.name = "sync"
         self.thread = thread
         thread.start()
