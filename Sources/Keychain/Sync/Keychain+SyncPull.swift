@@ -38,13 +38,16 @@ extension Keychain {
     /// rollback and is refused. The rest of the page applies. A record whose item has a local
     /// change not yet uploaded is a conflict: the later clock wins, the loser is kept
     /// (SyncMerge in `merge`). Pulled changes reach every face as another face's (origin
-    /// `sync`): the mount, the Secret Service's signals, the agent, watchers.
+    /// `sync`): the mount, the Secret Service's signals, the agent, watchers. Not durable
+    /// (CommitQueue): the server keeps every record, so a page lost to a power cut, cursor and
+    /// all, is pulled again; an fsync here cost every local change a second one (its own
+    /// upload's echo moves the cursor).
     public func applyPulled(_ records: [SyncIncoming], cursor: Int64) throws -> SyncPullReport {
         guard let syncKeys = sync.keys, syncKeys.canSeal else {
             throw KeychainError(.interactionNotAllowed, "the vault is in no sync group, or not unlocked")
         }
         let keys = try currentKeys()
-        return try writeTransaction(keys: keys.manifest, origin: syncOrigin) { vault in
+        return try writeTransaction(keys: keys.manifest, durable: false, origin: syncOrigin) { vault in
             var report = SyncPullReport()
             for record in records {
                 do {

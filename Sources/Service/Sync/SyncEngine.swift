@@ -1,3 +1,4 @@
+import CPlatform
 import Foundation
 import Keychain
 import KeychainAccess
@@ -49,7 +50,11 @@ public final class SyncEngine: @unchecked Sendable {
     }
 
     public func start() {
-        let thread = Thread { [self] in run() }
+        let thread = Thread { [self] in
+            // Named for ps, top and perf (Foundation's `Thread.name` does not reach the kernel).
+            _ = "kcfs-sync".withCString { kcfs_set_thread_name($0) }
+            run()
+        }
         thread.name = "sync"
         self.thread = thread
         thread.start()
@@ -77,6 +82,13 @@ public final class SyncEngine: @unchecked Sendable {
                 continue
             }
             state.withLock { if $0.paused != "stopped" { $0.paused = nil } }
+            // A create's empty item commits first without an fsync, then its data at the
+            // writer's close: wait (at most 1 s) for that durable commit, so an item is uploaded
+            // once, with its data, and no device sees it empty meanwhile.
+            if keychain.lastCommitUndurable {
+                wake.drain()
+                wake.wait(timeout: 1)
+            }
             do {
                 let server = try connected(config)
                 try syncOnce(server)
