@@ -104,6 +104,13 @@ extension Keychain {
             recordID: record.recordID, version: record.version, clock: clock.encoded, deleted: record.deleted,
             hash: hash)
         if let pending = try vault.outboxEntry(record.recordID), let local = HybridTime(encoded: pending.clock) {
+            if local == clock {
+                // This device's own upload, whose mark was lost (`uploaded` commits without an
+                // fsync: a power cut can undo it): the same change, not a conflict.
+                try vault.removeOutbox(record.recordID, generation: pending.generation)
+                try vault.setSyncRecord(remote)
+                return
+            }
             if local > clock {
                 // The local change is later: it stays queued (on top of this version), and
                 // this version is kept as history.
