@@ -34,9 +34,14 @@ public final class SyncEngine: @unchecked Sendable {
         public var paused: String?
         /// The last local commit was a create's empty item, not yet made durable.
         var createPending = false
+        /// A local commit woke the engine (its round gathers the next few first).
+        var localWake = false
     }
 
     public var status: Status { state.withLock { $0 } }
+
+    /// How long a round started by a local commit waits for the commits that follow it.
+    static let gatherMicroseconds: UInt32 = 10_000
 
     public init(keychain: Keychain, audit: KeychainSession) {
         self.keychain = keychain
@@ -47,7 +52,10 @@ public final class SyncEngine: @unchecked Sendable {
             // A local commit without an fsync is a create's empty item (its data follows);
             // pulled pages are committed so too, and are not waited for.
             let undurable = self.keychain.lastCommitUndurable
-            self.state.withLock { $0.createPending = undurable }
+            self.state.withLock {
+                $0.createPending = undurable
+                $0.localWake = true
+            }
             self.wake.signal()
         }
         keychain.onUnlock { [weak self] in self?.wake.signal() }
@@ -96,6 +104,13 @@ public final class SyncEngine: @unchecked Sendable {
                 wake.drain()
                 wake.wait(timeout: 1)
                 state.withLock { $0.createPending = false }
+            }
+            // Woken by a local commit: a few milliseconds more gather the commits that follow
+            // it (a script writing many items, an import) into one round, one push and one
+            // server commit, instead of one each (docs/benchmarks.md, "Issue 31: sync").
+            if state.withLock({ $0.localWake }) {
+                usleep(Self.gatherMicroseconds)
+                state.withLock { $0.localWake = false }
             }
             do {
                 let server = try connected(config)
