@@ -19,6 +19,9 @@ public enum SecretServiceMapping {
     public static let defaultContentType = "text/plain"
     /// The attribute libsecret adds to name an item's schema.
     public static let schemaAttribute = "xdg:schema"
+    /// keychainfs's own: `true` makes the item synchronizable (docs/sync.md), at CreateItem and
+    /// through SetAttributes; never part of the item's name.
+    public static let syncAttribute = "keychainfs:synchronizable"
 
     /// What `secretServiceAttributes` holds.
     struct Kept: Codable {
@@ -56,6 +59,7 @@ public enum SecretServiceMapping {
             .string(copy > 1 ? copyAccount(account, copy: copy) : account)
         }
         let accountSource = ["username", "account", "user"].first { given[$0] != nil }
+        if given[syncAttribute] == "true" { attributes[Schema.synchronizable] = .bool(true) }
         if let schema = given[schemaAttribute], networkSchemas.contains(schema) {
             var server = given["server"] ?? given["host"] ?? ""
             var protocolName = given["protocol"]
@@ -74,13 +78,15 @@ public enum SecretServiceMapping {
             if let port { attributes[Schema.port] = .number(port) }
             if let path { attributes[Schema.path] = .string(path) }
             if let domain = given["domain"] { attributes[Schema.securityDomain] = .string(domain) }
-            let used: Set<String> = ["server", "host", "protocol", "port", "object", "path", "domain", schemaAttribute]
+            let used: Set<String> = [
+                "server", "host", "protocol", "port", "object", "path", "domain", schemaAttribute, syncAttribute,
+            ]
             attributes[Schema.account] = copied(account(given, source: accountSource, used: used))
             return (.internetPassword, attributes)
         }
         let serviceSource = ["service", schemaAttribute, "application"].first { given[$0] != nil }
         attributes[Schema.service] = .string(serviceSource.flatMap { given[$0] } ?? label)
-        var used: Set<String> = [schemaAttribute]
+        var used: Set<String> = [schemaAttribute, syncAttribute]
         if let serviceSource { used.insert(serviceSource) }
         attributes[Schema.account] = copied(account(given, source: accountSource, used: used))
         return (.genericPassword, attributes)
@@ -124,6 +130,7 @@ public enum SecretServiceMapping {
             out["service"] = item.string(Schema.service) ?? ""
             out["username"] = item.string(Schema.account) ?? ""
         }
+        if case .bool(true)? = item[Schema.synchronizable] { out[syncAttribute] = "true" }
         return out
     }
 
@@ -147,6 +154,12 @@ public enum SecretServiceMapping {
             let serviceSource = ["service", schemaAttribute, "application"].first { given[$0] != nil }
             if serviceSource != schemaAttribute { overlay(serviceSource, Schema.service) }
         }
+        // Whether it syncs now, however that was set (the mount's xattr, the CLI).
+        if case .bool(true)? = item[Schema.synchronizable] {
+            out[syncAttribute] = "true"
+        } else {
+            out[syncAttribute] = nil
+        }
         return out
     }
 
@@ -168,7 +181,9 @@ public enum SecretServiceMapping {
     public static func changes(settingAttributes new: [String: String], of item: KeychainItem) throws -> Attributes {
         [
             keptAttribute: try keptValue(
-                Kept(attributes: new, contentType: contentType(of: item), copy: kept(item)?.copy))
+                Kept(attributes: new, contentType: contentType(of: item), copy: kept(item)?.copy)),
+            // `keychainfs:synchronizable` set or cleared starts or stops syncing the item.
+            Schema.synchronizable: .bool(new[syncAttribute] == "true"),
         ]
     }
 

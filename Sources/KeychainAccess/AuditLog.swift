@@ -49,6 +49,10 @@ public enum AuditOperation: Sendable, Equatable {
     /// lock|unlock --vault`).
     case lock
     case unlock
+    /// Sync (docs/sync.md): a page of records pulled from the group applied (`count=N`), and
+    /// each pulled record refused (altered, moved, replayed, rolled back), with why.
+    case syncApply
+    case syncRefuse
 
     /// The word in the log line.
     public var text: String {
@@ -78,6 +82,8 @@ public enum AuditOperation: Sendable, Equatable {
         case .update: "update"
         case .lock: "lock"
         case .unlock: "unlock"
+        case .syncApply: "sync-apply"
+        case .syncRefuse: "sync-refuse"
         }
     }
 

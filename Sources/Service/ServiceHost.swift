@@ -143,7 +143,8 @@ public final class ServiceHost: Sendable {
             fuse = nil
         }
         idle = configuration.lockAfter.map { IdleLocker(access: access, seconds: $0) }
-        syncEngine = SyncEngine(keychain: keychain)
+        syncEngine = SyncEngine(
+            keychain: keychain, audit: access.serviceSession(describedAs: "keychainfs (sync)", via: "sync"))
         joined = fuse == nil ? JoinedMount(keychain: keychain, access: access, idle: idle) : nil
     }
 

@@ -202,7 +202,7 @@ func deletePassword(
     // Like macOS `security`, delete the one item the options name (the first match), and
     // print what was deleted.
     let item = try door.find(synchronizable.query(itemClass, attributes))
-    try door.delete(Query(itemClass, persistentReference: item.id))
+    try door.delete(Query(itemClass, synchronizableAny: true, persistentReference: item.id))
     Output.write(Array(ItemPrinter.text(item, vault: door.vaultPath).utf8))
     Output.write(Array("password has been deleted.\n".utf8))
 }

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainService
+import KeychainSync
 
 extension SyncCommand {
     struct SyncStatus: ParsableCommand {
@@ -21,8 +23,13 @@ extension SyncCommand {
                 }
                 return
             }
+            // The devices the server has seen, when it answers within 3 s (status works offline).
+            let devices = Result { () throws -> [(device: [UInt8], lastSeen: Date, cursor: Int64)] in
+                guard let group = SyncRound.bytes(config.group) else { return [] }
+                return try SyncServer(conninfo: config.server, connectTimeout: 3).devices(group: group)
+            }
             if json {
-                Output.line(Self.json(config))
+                Output.line(Self.json(config, devices: devices))
                 return
             }
             Output.line("group: \(config.group)")
@@ -33,15 +40,46 @@ extension SyncCommand {
             Output.line("conflicts kept: \(config.conflicts)")
             Output.line("last push: \(config.lastPush.map(AttributeText.iso8601) ?? "never")")
             Output.line("last pull: \(config.lastPull.map(AttributeText.iso8601) ?? "never")")
+            if let problem = config.problem {
+                let since = config.problemSince.map(AttributeText.iso8601) ?? "?"
+                Output.line("error: \(problem) (the service has failed since \(since))")
+            }
+            switch devices {
+            case .success(let seen):
+                Output.line("devices seen: \(seen.count)")
+                for d in seen {
+                    let mark = SyncRound.hex(d.device) == config.device ? " (this one)" : ""
+                    Output.line(
+                        "  \(SyncRound.hex(d.device))\(mark): last seen \(AttributeText.iso8601(d.lastSeen)), cursor \(d.cursor)"
+                    )
+                }
+            case .failure(let error): Output.line("server: not reachable now (\(error))")
+            }
         }
 
-        static func json(_ config: SyncConfiguration) -> String {
+        static func json(
+            _ config: SyncConfiguration, devices: Result<[(device: [UInt8], lastSeen: Date, cursor: Int64)], any Error>
+        ) -> String {
             func date(_ d: Date?) -> Any { d.map { AttributeText.iso8601($0) as Any } ?? NSNull() }
-            let object: [String: Any] = [
+            var object: [String: Any] = [
                 "group": config.group, "server": config.server, "device": config.device, "cursor": config.cursor,
                 "outbox": config.outbox, "conflicts": config.conflicts, "joined": date(config.joined),
                 "lastPush": date(config.lastPush), "lastPull": date(config.lastPull),
+                "error": config.problem.map { $0 as Any } ?? NSNull(), "errorSince": date(config.problemSince),
             ]
+            switch devices {
+            case .success(let seen):
+                object["devices"] = seen.map {
+                    [
+                        "device": SyncRound.hex($0.device), "lastSeen": AttributeText.iso8601($0.lastSeen),
+                        "cursor": $0.cursor,
+                    ] as [String: Any]
+                }
+                object["serverReachable"] = true
+            case .failure:
+                object["devices"] = NSNull()
+                object["serverReachable"] = false
+            }
             let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
             return String(decoding: data, as: UTF8.self)
         }

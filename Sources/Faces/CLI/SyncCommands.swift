@@ -12,7 +12,8 @@ struct SyncCommand: ParsableCommand {
         commandName: "sync",
         abstract: "Sync synchronizable items between devices through PostgreSQL (docs/sync.md).",
         subcommands: [
-            Setup.self, Pair.self, Join.self, RecoveryCodeCommand.self, SyncStatus.self, Now.self, Conflicts.self,
+            Setup.self, Pair.self, Join.self, RecoveryCodeCommand.self, Rotate.self, SyncStatus.self, Now.self,
+            Conflicts.self,
             Restore.self,
             Leave.self,
         ])
@@ -48,15 +49,29 @@ struct SyncCommand: ParsableCommand {
             try SyncCommand.checkServer(server)
             let passphrase = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
             let keychain = try vault.openUnlocked(passphrase, incremental: true)
-            let connection = try SyncServer(conninfo: server)
-            try connection.ensureSchema()
-            let group = SyncGroupID.random()
-            try connection.createGroup(group.bytes)
-            try keychain.joinSyncGroup(
-                group: group, root: try SyncKeys.newRoot(), server: server, passphrase: passphrase)
-            try SyncRound(keychain: keychain, server: connection).run()
-            Output.line("sync group \(group.hex) started; this device uploaded its synchronizable items")
+            let (group, report) = try SyncGroupSetup.start(keychain: keychain, server: server, passphrase: passphrase)
+            Output.line("sync group \(group.hex) started; \(report.uploaded) synchronizable items uploaded")
             Output.line("keep a recovery code: keychainfs sync recovery-code")
+        }
+    }
+
+    struct Rotate: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Give the group a new key, so a removed device reads nothing new (needs the passphrase).",
+            discussion:
+                "Uploads what this device has not, then starts a new group with a new key on the same server, uploads every synchronizable item sealed under it and deletes the old group from the server. Then join every other device again: `keychainfs sync pair` here, `keychainfs sync leave` and `keychainfs sync join URI CODE` there."
+        )
+        @OptionGroup var vault: VaultOptions
+
+        func run() throws {
+            let passphrase = try vault.passphrase.read(prompt: "passphrase for \(vault.path): ")
+            let keychain = try vault.openUnlocked(passphrase, incremental: true)
+            let (group, report) = try SyncGroupSetup.rotate(keychain: keychain, passphrase: passphrase)
+            Output.line(
+                "new sync group \(group.hex): \(report.uploaded) items sealed under its new key; the old group is deleted"
+            )
+            Output.line(
+                "join your other devices again: keychainfs sync pair (here), then sync leave and sync join there")
         }
     }
 

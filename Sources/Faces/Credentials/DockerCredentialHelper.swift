@@ -49,7 +49,9 @@ public struct DockerCredentialHelper {
         attributes[Schema.label] = .string(Self.label)
         do {
             return try door.copyMatching(
-                Query(.internetPassword, attributes, matchLimit: .all, returnData: withData ? true : nil)
+                Query(
+                    .internetPassword, attributes, matchLimit: .all, returnData: withData ? true : nil,
+                    synchronizableAny: true)
             ).filter { location.accepts(port: $0.port) }.sorted { $0.id < $1.id }
         } catch KeychainStatus.itemNotFound {
             return []
@@ -68,7 +70,7 @@ public struct DockerCredentialHelper {
         // One login per registry: a login as someone else replaces the old one, after the new
         // one is safely stored.
         for old in try items(at: credential.ServerURL, withData: false) where old.id != stored.item.id {
-            try door.delete(Query(.internetPassword, persistentReference: old.id))
+            try door.delete(Query(.internetPassword, synchronizableAny: true, persistentReference: old.id))
         }
     }
 
@@ -85,7 +87,7 @@ public struct DockerCredentialHelper {
     public func erase(_ serverURL: String) throws -> Bool {
         let found = try items(at: serverURL, withData: false)
         for item in found {
-            try door.delete(Query(.internetPassword, persistentReference: item.id))
+            try door.delete(Query(.internetPassword, synchronizableAny: true, persistentReference: item.id))
         }
         return !found.isEmpty
     }
@@ -94,7 +96,9 @@ public struct DockerCredentialHelper {
         let all: [KeychainItem]
         do {
             all = try door.copyMatching(
-                Query(.internetPassword, [Schema.label: .string(Self.label)], matchLimit: .all))
+                Query(
+                    .internetPassword, [Schema.label: .string(Self.label)], matchLimit: .all,
+                    synchronizableAny: true))
         } catch KeychainStatus.itemNotFound {
             return [:]
         }

@@ -27,7 +27,9 @@ public struct GitCredentialHelper {
         let candidates: [KeychainItem]
         do {
             candidates = try door.copyMatching(
-                Query(.internetPassword, location.query(account: request.username), matchLimit: .all))
+                Query(
+                    .internetPassword, location.query(account: request.username), matchLimit: .all,
+                    synchronizableAny: true))
         } catch KeychainStatus.itemNotFound {
             return nil
         }
@@ -95,7 +97,9 @@ public struct GitCredentialHelper {
         let matching: [KeychainItem]
         do {
             matching = try door.copyMatching(
-                Query(.internetPassword, location.query(account: request.username), matchLimit: .all))
+                Query(
+                    .internetPassword, location.query(account: request.username), matchLimit: .all,
+                    synchronizableAny: true))
         } catch KeychainStatus.itemNotFound {
             return 0
         }
@@ -106,7 +110,8 @@ public struct GitCredentialHelper {
                 guard item.data == Array(rejected.utf8) else { continue }
             }
             do {
-                deleted += try door.delete(Query(.internetPassword, persistentReference: candidate.id))
+                deleted += try door.delete(
+                    Query(.internetPassword, synchronizableAny: true, persistentReference: candidate.id))
             } catch KeychainStatus.itemNotFound {
                 continue  // gone meanwhile: erased all the same
             }

@@ -74,7 +74,7 @@ public struct ItemReference: Equatable, Sendable, CustomStringConvertible {
     public func resolve(in door: any KeychainDoor) throws -> [UInt8] {
         let matches: [KeychainItem]
         do {
-            matches = try door.copyMatching(Query(itemClass, attributes, matchLimit: .all))
+            matches = try door.copyMatching(Query(itemClass, attributes, matchLimit: .all, synchronizableAny: true))
         } catch KeychainStatus.itemNotFound {
             throw KeychainError(.itemNotFound, "\(text): no such item")
         }

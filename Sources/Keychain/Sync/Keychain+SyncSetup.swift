@@ -18,6 +18,10 @@ public struct SyncConfiguration: Sendable, Equatable {
     public let joined: Date?
     public let lastPush: Date?
     public let lastPull: Date?
+    /// What the keychain service's engine last failed on, and since when it has been failing
+    /// (nil while its rounds succeed).
+    public let problem: String?
+    public let problemSince: Date?
 }
 
 extension Keychain {
@@ -37,7 +41,9 @@ extension Keychain {
                     cursor: Self.int64(try vault.syncValue(SyncStateName.cursor) ?? []),
                     outbox: try vault.outboxCount(), conflicts: try vault.conflicts().count,
                     joined: try date(SyncStateName.joined), lastPush: try date(SyncStateName.lastPush),
-                    lastPull: try date(SyncStateName.lastPull))
+                    lastPull: try date(SyncStateName.lastPull),
+                    problem: try vault.syncValue(SyncStateName.problem).map { String(decoding: $0, as: UTF8.self) },
+                    problemSince: try date(SyncStateName.problemSince))
             }
         }
     }
@@ -95,6 +101,26 @@ extension Keychain {
         } catch {
             try? loadSync(keys: keys)
             throw error
+        }
+    }
+
+    /// Records what the engine failed on (nil: its round succeeded), for `sync status`; the
+    /// time is kept from the first failure of a run of them. Written only when it changes.
+    public func noteSyncProblem(_ problem: String?) throws {
+        let keys = try currentKeys()
+        try writeTransaction(keys: keys.manifest, origin: syncOrigin) { vault in
+            guard try vault.syncValue(SyncStateName.group) != nil else { return }
+            let had = try vault.syncValue(SyncStateName.problem)
+            if let problem {
+                if had == nil {
+                    try vault.setSyncValue(
+                        SyncStateName.problemSince, Framing.int(Int64(Date().timeIntervalSince1970)))
+                }
+                try vault.setSyncValue(SyncStateName.problem, Array(problem.utf8))
+            } else if had != nil {
+                try vault.setSyncValue(SyncStateName.problem, nil)
+                try vault.setSyncValue(SyncStateName.problemSince, nil)
+            }
         }
     }
 

@@ -76,6 +76,10 @@ enum SyncStateName {
     static let clock = "clock"
     static let lastPush = "last_push"
     static let lastPull = "last_pull"
+    /// The service's last sync failure (the server unreachable, refused credentials, a newer
+    /// schema) and since when it has failed; removed when a round succeeds.
+    static let problem = "problem"
+    static let problemSince = "problem_since"
     static let joined = "joined"
 }
 

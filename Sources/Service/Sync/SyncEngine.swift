@@ -16,6 +16,8 @@ import Synchronization
 public final class SyncEngine: @unchecked Sendable {
     // @unchecked: `server` and the backoff are the engine thread's alone; the rest is in `state`.
     private let keychain: Keychain
+    /// Where the rounds are audited (`sync-apply`, `sync-refuse`, `via=sync`).
+    private let audit: KeychainSession
     private let wake = WakePipe()
     private var server: SyncServer?
     private let state = Mutex(Status())
@@ -33,8 +35,9 @@ public final class SyncEngine: @unchecked Sendable {
 
     public var status: Status { state.withLock { $0 } }
 
-    public init(keychain: Keychain) {
+    public init(keychain: Keychain, audit: KeychainSession) {
         self.keychain = keychain
+        self.audit = audit
         keychain.onCommit { [weak self] changes in
             // A local change may have written the outbox; a pulled one has nothing to send.
             if changes.contains(where: { $0.origin != syncOrigin }) { self?.wake.signal() }
@@ -78,17 +81,24 @@ public final class SyncEngine: @unchecked Sendable {
                 let server = try connected(config)
                 try syncOnce(server)
                 backoff = 0.5
-                state.withLock { $0.lastError = nil }
+                let hadError = state.withLock { s -> Bool in
+                    defer { s.lastError = nil }
+                    return s.lastError != nil
+                }
+                if hadError { try? keychain.noteSyncProblem(nil) }
                 // Sleep until the server notifies a push or something local happens.
                 _ = try server.waitForChange(timeout: nil, wakeFD: wake.readFD)
                 wake.drain()
             } catch {
                 self.server = nil
-                state.withLock {
-                    $0.connected = false
-                    if $0.unreachableSince == nil { $0.unreachableSince = Date() }
-                    $0.lastError = "\(error)"
+                let changed = state.withLock { s -> Bool in
+                    s.connected = false
+                    if s.unreachableSince == nil { s.unreachableSince = Date() }
+                    defer { s.lastError = "\(error)" }
+                    return s.lastError != "\(error)"
                 }
+                // `sync status` reads it from the vault (the first failure's time is kept).
+                if changed { try? keychain.noteSyncProblem("\(error)") }
                 Log.warning("sync: \(error); retrying in \(backoff) s")
                 wake.wait(timeout: backoff)
                 wake.drain()
@@ -117,6 +127,7 @@ public final class SyncEngine: @unchecked Sendable {
 
     private func syncOnce(_ server: SyncServer) throws {
         let report = try SyncRound(keychain: keychain, server: server).run()
+        audit.recordSync(applied: report.applied, refused: report.refused)
         for reason in report.refused { Log.warning("sync: \(reason)") }
         if !report.refused.isEmpty { state.withLock { $0.refused += report.refused.count } }
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Keychain
 import KeychainSync
+import Synchronization
 
 /// What one round of sync did.
 public struct SyncRoundReport: Sendable, Equatable {
@@ -33,6 +34,13 @@ public struct SyncRound {
             throw KeychainError(.itemNotFound, "this vault is in no sync group")
         }
         var report = SyncRoundReport()
+        // Offline longer than the server keeps tombstones: some deletions left no trace to
+        // pull. Pull the whole group again and delete what the server no longer has.
+        if try keychain.syncCursor() < server.purgedThrough(group: group) {
+            var present = Set<[UInt8]>()
+            try pullAll(group: group, from: 0, into: &report) { present.insert($0.recordID) }
+            report.applied += try keychain.reconcile(present: present)
+        }
         for _ in 0..<8 {
             try pullAll(group: group, into: &report)
             let uploads = try keychain.pendingUploads()
@@ -59,20 +67,44 @@ public struct SyncRound {
         if let device = Self.bytes(config.device) {
             try server.touchDevice(group: group, device: device, cursor: try keychain.syncCursor())
         }
+        try purgeTombstones(group: group)
         return report
     }
 
-    private func pullAll(group: [UInt8], into report: inout SyncRoundReport) throws {
+    /// How long the server keeps a tombstone (docs/sync.md): a device offline longer does a
+    /// full reconciliation.
+    public static let tombstoneWindow: Duration = .seconds(90 * 24 * 3600)
+    private static let lastPurge = Mutex<Date?>(nil)
+
+    /// At most once a day per process: tombstones older than the window are dropped.
+    private func purgeTombstones(group: [UInt8]) throws {
+        let due = Self.lastPurge.withLock { last -> Bool in
+            guard last.map({ Date().timeIntervalSince($0) > 24 * 3600 }) ?? true else { return false }
+            last = Date()
+            return true
+        }
+        if due { try server.purgeTombstones(group: group, olderThan: Self.tombstoneWindow) }
+    }
+
+    private func pullAll(
+        group: [UInt8], from start: Int64? = nil, into report: inout SyncRoundReport,
+        seen: (ServerRecord) -> Void = { _ in }
+    ) throws {
         var pulled = 0
+        // Where the next page starts; the cursor stored with each page never goes back (a full
+        // reconciliation reads from 0 again).
+        var position = try start ?? keychain.syncCursor()
         while true {
-            let cursor = try keychain.syncCursor()
-            let page = try server.pull(group: group, after: cursor, limit: 1_000)
+            let page = try server.pull(group: group, after: position, limit: 1_000)
+            page.forEach(seen)
             guard let last = page.last else { return }
+            position = last.seq
+            let cursor = max(last.seq, try keychain.syncCursor())
             let applied = try keychain.applyPulled(
                 page.map {
                     SyncIncoming(
                         recordID: $0.recordID, version: $0.version, seq: $0.seq, deleted: $0.deleted, blob: $0.blob)
-                }, cursor: last.seq)
+                }, cursor: cursor)
             report.applied += applied.applied
             report.kept += applied.kept
             report.refused += applied.refused
@@ -81,8 +113,11 @@ public struct SyncRound {
         }
     }
 
+    /// Bytes to lower-case hex (ids, never secrets).
+    public static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+
     /// Hex to bytes; nil when it is not hex.
-    static func bytes(_ hex: String) -> [UInt8]? {
+    public static func bytes(_ hex: String) -> [UInt8]? {
         let digits = Array(hex.utf8)
         guard digits.count % 2 == 0 else { return nil }
         var out: [UInt8] = []

@@ -15,12 +15,13 @@ public final class PGConnection {
 
     /// Connects (blocking) with `conninfo`, a `key=value` string or a `postgresql://` URI.
     /// libpq's own connect timeout is infinite: 10 s applies unless the conninfo sets one.
-    public init(conninfo: String) throws(PGError) {
+    /// `connectTimeout`: seconds, unless the connection string sets its own.
+    public init(conninfo: String, connectTimeout: Int = 10) throws(PGError) {
         secrets = Self.passwords(in: conninfo)
         // expand_dbname: the conninfo in "dbname" is parsed as a whole connection string, and
         // its settings override the defaults listed before it.
         let keywords = ["connect_timeout", "fallback_application_name", "dbname"]
-        let values = ["10", "keychainfs-sync", conninfo]
+        let values = [String(connectTimeout), "keychainfs-sync", conninfo]
         let keywordPointers = keywords.map { UnsafePointer(strdup($0)) } + [nil]
         let valuePointers = values.map { UnsafePointer(strdup($0)) } + [nil]
         defer {

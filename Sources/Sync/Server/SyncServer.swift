@@ -22,8 +22,10 @@ public final class SyncServer {
         "BEGIN;\n" + SyncServerSchema.schemaSQL + SyncServerSchema.grantsSQL + "COMMIT;\n"
 
     /// Connects with a libpq conninfo (`host=… port=… user=… password=… dbname=…` or a URI).
-    public init(conninfo: String) throws(SyncServerError) {
-        do { connection = try PGConnection(conninfo: conninfo) } catch { throw .postgres(error) }
+    public init(conninfo: String, connectTimeout: Int = 10) throws(SyncServerError) {
+        do { connection = try PGConnection(conninfo: conninfo, connectTimeout: connectTimeout) } catch {
+            throw .postgres(error)
+        }
     }
 
     /// Maps what a body threw onto `SyncServerError`, including the schema's own SQLSTATEs.
