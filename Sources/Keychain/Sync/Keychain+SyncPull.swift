@@ -101,6 +101,16 @@ extension Keychain {
             recordID: record.recordID, version: record.version, clock: clock.encoded, deleted: record.deleted,
             hash: hash)
         if let pending = try vault.outboxEntry(record.recordID), let local = HybridTime(encoded: pending.clock) {
+            if local == clock {
+                // This device's own pending change, stored by the server before this process
+                // could mark it done (killed in between, or `sync now` and the service's
+                // engine uploading the same row): a clock names one change of one device, and
+                // any later local change would have restamped the row. The vault already holds
+                // it: no conflict to keep, no rewrite, only the row marked uploaded.
+                try vault.removeOutbox(record.recordID, generation: pending.generation)
+                try vault.setSyncRecord(remote)
+                return
+            }
             if local > clock {
                 // The local change is later: it stays queued (on top of this version), and
                 // this version is kept as history.
