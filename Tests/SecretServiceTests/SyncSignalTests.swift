@@ -22,28 +22,32 @@ struct SyncSignalTests {
             let item = ["service", "sig.example", "username", "ann"]
             let file = SyncPeers.file(a, "sig.example", "ann")
 
-            var seen = monitor.signals.count
+            func lookup() -> String? { try? b.secretTool(address, ["lookup"] + item).stdout }
+
             try #require(try SyncPeers.write(a, file, "one"))
-            let created = monitor.next(after: seen, within: 15) { $0.member == "ItemCreated" }
+            let created = monitor.next(after: 0, within: 15) { $0.member == "ItemCreated" }
             let path = try #require(created?.object, "no ItemCreated on B within 15 s: \(monitor.text)")
-            #expect(try b.secretTool(address, ["lookup"] + item).stdout == "one")
+            #expect(waitUntil(15) { lookup() == "one" }, "B's Secret Service reads \(lookup() ?? "-")")
             #expect(try b.itemPath(address, item) == path, "the signal names the pulled item's object path")
 
-            seen = monitor.signals.count
             try #require(try SyncPeers.write(a, file, "two"))
-            let changed = monitor.next(after: seen, within: 15) { $0.member == "ItemChanged" }
-            #expect(changed?.object == path, "no ItemChanged of \(path): \(monitor.text)")
-            #expect(try b.secretTool(address, ["lookup"] + item).stdout == "two")
+            #expect(waitUntil(15) { lookup() == "two" }, "B's Secret Service reads \(lookup() ?? "-")")
+            let changed = monitor.next(after: 0, within: 5) { $0.member == "ItemChanged" && $0.object == path }
+            #expect(changed != nil, "no ItemChanged of \(path): \(monitor.text)")
 
-            seen = monitor.signals.count
             let rm = try a.run("/bin/rm", [file])
             try #require(rm.status == 0, "rm on A: \(rm.summary)")
-            let deleted = monitor.next(after: seen, within: 15) { $0.member == "ItemDeleted" }
+            let deleted = monitor.next(after: 0, within: 15) { $0.member == "ItemDeleted" }
             #expect(deleted?.object == path, "no ItemDeleted of \(path): \(monitor.text)")
             #expect(try b.itemPath(address, item) == nil)
-            // One signal per change.
+            // Created once, deleted once, changed in between. (`printf > file` through A's mount
+            // commits twice, the empty item or the truncation first and then the bytes, and each
+            // commit is a version that syncs: B hears an ItemChanged per version.)
             let members = monitor.itemSignals.filter { $0.object == path }.map(\.member)
-            #expect(members == ["ItemCreated", "ItemChanged", "ItemDeleted"], "\(members)")
+            #expect(members.first == "ItemCreated" && members.last == "ItemDeleted", "\(members)")
+            #expect(
+                members.dropFirst().dropLast().allSatisfy { $0 == "ItemChanged" } && members.count >= 3,
+                "\(members)")
         }
     }
 }

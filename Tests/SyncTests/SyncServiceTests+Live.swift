@@ -1,0 +1,62 @@
+import Foundation
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+extension SyncServiceTests {
+    @Test(
+        "setup and join while both vaults are mounted: the running services sync at once; leave and a new group while mounted: the service seals for the new group"
+    )
+    func groupChangesWhileMounted() throws {
+        try withSyncPeers(
+            group: false, setup: { try $0.a.addGeneric("live.example", "ann", "a1", extra: ["--synchronizable"]) }
+        ) { p in
+            let a = p.a, b = p.b
+            // The CLI joins the vaults the services hold.
+            try p.setup()
+            try p.joinByRecoveryCode()
+            #expect(
+                waitUntil(Self.propagation) { SyncPeers.read(b, SyncPeers.file(b, "live.example", "ann")) == "a1" },
+                "the item B's join pulled is not in B's mount")
+            try #require(try SyncPeers.write(a, SyncPeers.file(a, "live.example", "bob"), "b1"))
+            #expect(
+                waitUntil(Self.propagation) { SyncPeers.read(b, SyncPeers.file(b, "live.example", "bob")) == "b1" },
+                "A's service did not push, or B's did not pull, after a join made while they ran: \(b.daemonLog.suffix(600))"
+            )
+            try #require(try SyncPeers.write(b, SyncPeers.file(b, "live.example", "cat"), "c1"))
+            #expect(
+                waitUntil(Self.propagation) { SyncPeers.read(a, SyncPeers.file(a, "live.example", "cat")) == "c1" },
+                "B's change did not reach A")
+
+            // B leaves and starts a new group (a new root key) while its service runs; then
+            // changes an item through its mount: the service must seal it for the new group.
+            let leave = try b.cli(["sync", "leave"] + b.unlockArgs)
+            try #require(leave.status == 0, "leave: \(leave.summary)")
+            let setup = try b.cli(["sync", "setup"] + b.unlockArgs + [p.uri], timeout: 60)
+            try #require(setup.status == 0, "setup of a new group on B: \(setup.summary)")
+            try #require(try SyncPeers.write(b, SyncPeers.file(b, "live.example", "dora"), "d1"))
+            #expect(waitUntil(Self.propagation) { p.outbox(b) == 0 }, "B's outbox: \(p.status(b) ?? [:])")
+
+            // A, unmounted (so only B's service is the one under test), joins the new group by
+            // B's recovery code and pulls in a process of its own.
+            try a.unmount()
+            let aLeave = try a.cli(["sync", "leave"] + a.unlockArgs)
+            try #require(aLeave.status == 0, "leave on A: \(aLeave.summary)")
+            let code = try b.cli(["sync", "recovery-code"] + b.unlockArgs)
+            try #require(code.status == 0, "\(code.summary)")
+            let file = a.root + "/recovery-code-2"
+            try Data(code.stdoutBytes).write(to: URL(fileURLWithPath: file))
+            let join = try a.cli(["sync", "join"] + a.unlockArgs + [p.uri, "--recovery-code-file", file], timeout: 60)
+            #expect(join.status == 0, "join of the new group on A: \(join.summary)")
+            let now = try a.cli(["sync", "now"] + a.unlockArgs, timeout: 60)
+            #expect(now.status == 0 && !now.stderr.contains("refused"), "sync now on A: \(now.summary)")
+            let dora = try a.cli(["find-generic-password", "-s", "live.example", "-a", "dora", "-w"] + a.unlockArgs)
+            #expect(
+                dora.status == 0 && dora.stdout == "d1\n",
+                "the item B's service uploaded after the new setup: \(dora.summary)")
+        }
+    }
+}
