@@ -59,4 +59,37 @@ extension SyncServiceTests {
                 "the item B's service uploaded after the new setup: \(dora.summary)")
         }
     }
+
+    @Test(
+        "B locked: a delete made on B while locked is journaled; A's new item waits; at unlock B pulls it and A loses the deleted one"
+    )
+    func lockedDeviceCatchesUpAtUnlock() throws {
+        try withSyncPeers(setup: { p in
+            try p.a.addGeneric("lock.example", "gone", "g", extra: ["--synchronizable"])
+            try p.a.addGeneric("lock.example", "kept", "k", extra: ["--synchronizable"])
+        }) { p in
+            let a = p.a, b = p.b
+            try #require(SyncPeers.read(b, SyncPeers.file(b, "lock.example", "gone")) == "g")
+            let lock = try b.cli(["lock", b.mnt])
+            try #require(lock.status == 0, "lock: \(lock.summary)")
+            let delete = try b.cli(["delete-generic-password", "-s", "lock.example", "-a", "gone", "--vault", b.vault])
+            #expect(delete.status == 0, "a delete on the locked B: \(delete.summary)")
+            #expect(p.outbox(b) == 1, "the delete made while locked is not journaled: \(p.status(b) ?? [:])")
+            try #require(try SyncPeers.write(a, SyncPeers.file(a, "lock.example", "late"), "l1"))
+            #expect(waitUntil(Self.propagation) { p.outbox(a) == 0 }, "A did not upload")
+            #expect(
+                SyncPeers.read(a, SyncPeers.file(a, "lock.example", "gone")) == "g",
+                "the delete left the locked B before its unlock")
+
+            let unlock = try b.cli(["unlock", b.mnt, "--passphrase-file", b.passphraseFile])
+            try #require(unlock.status == 0, "unlock: \(unlock.summary)")
+            #expect(
+                waitUntil(Self.propagation) { SyncPeers.read(b, SyncPeers.file(b, "lock.example", "late")) == "l1" },
+                "B did not pull after its unlock: \(p.status(b) ?? [:])")
+            #expect(
+                waitUntil(Self.propagation) { SyncPeers.read(a, SyncPeers.file(a, "lock.example", "gone")) == nil },
+                "the delete made on the locked B did not reach A: B's outbox \(p.outbox(b) ?? -1)")
+            #expect(SyncPeers.read(a, SyncPeers.file(a, "lock.example", "kept")) == "k")
+        }
+    }
 }
