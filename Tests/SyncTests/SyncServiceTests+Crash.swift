@@ -14,12 +14,13 @@ extension SyncServiceTests {
     static let minimumCycles = 10
 
     @Test(
-        "kill -9 of A's service 0–50 ms after writes, 50 times, remounting each time: both vaults end equal, nothing lost, nothing doubled, no conflict"
+        "kill -9 of A's service 0–50 ms after writes, a sync now racing its engine, 50 times, remounting each time: both vaults end equal, nothing lost, nothing doubled, no conflict"
     )
     func killNineDuringSync() throws {
         try withSyncPeers(setup: { try $0.a.addGeneric("kill", "counter", "c-initial", extra: ["--synchronizable"]) }) {
             p in
             let a = p.a, b = p.b
+            let bin = try requireBinary()
             // What A acknowledged: the file names of genp/kill and their contents.
             var model: [String: String] = ["counter;synchronizable=true": "c-initial"]
             var generator = SystemRandomNumberGenerator()
@@ -43,8 +44,13 @@ extension SyncServiceTests {
                     try #require(d.status == 0, "cycle \(c): delete \(victim): \(d.summary)")
                     model[victim + ";synchronizable=true"] = nil
                 }
+                // A `sync now` of the CLI races the service's engine for the same outbox rows
+                // (each seals its own bytes: the loser meets its twin on the server).
+                let now = try a.spawn(bin, ["sync", "now"] + a.unlockArgs)
                 usleep(UInt32.random(in: 0...50_000, using: &generator))
                 try a.signalDaemon(SIGKILL)
+                let ran = now.wait(timeout: 60)
+                #expect(ran.status == 0 && ran.stderr.isEmpty, "cycle \(c): sync now beside the engine: \(ran.summary)")
                 try SyncPeers.remount(a)
                 cycles += 1
             }
