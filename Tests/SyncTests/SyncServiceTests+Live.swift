@@ -92,4 +92,25 @@ extension SyncServiceTests {
             #expect(SyncPeers.read(a, SyncPeers.file(a, "lock.example", "kept")) == "k")
         }
     }
+
+    @Test("a server that needs a password: each device reads it from ~/.pgpass, the services' engines too")
+    func passwordFromPgpass() throws {
+        let password = "pg-" + UUID().uuidString
+        try withSyncPeers(
+            serverPassword: password,
+            setup: { try $0.a.addGeneric("pgpass.example", "ann", "a1", extra: ["--synchronizable"]) }
+        ) { p in
+            let a = p.a, b = p.b
+            #expect(SyncPeers.read(b, SyncPeers.file(b, "pgpass.example", "ann")) == "a1")
+            try #require(try SyncPeers.write(a, SyncPeers.file(a, "pgpass.example", "bob"), "b1"))
+            #expect(
+                waitUntil(Self.propagation) { SyncPeers.read(b, SyncPeers.file(b, "pgpass.example", "bob")) == "b1" },
+                "A's change did not reach B through engines that log in with ~/.pgpass: \(p.status(a) ?? [:])")
+            for box in [a, b] {
+                #expect(!box.daemonLog.contains(password), "the password is in a daemon log")
+                let status = try box.cli(["sync", "status", "--vault", box.vault])
+                #expect(!status.stdout.contains(password), "the password is in sync status")
+            }
+        }
+    }
 }

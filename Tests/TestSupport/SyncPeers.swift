@@ -110,19 +110,29 @@ public final class SyncPeers: @unchecked Sendable {
 /// is made (CLI adds on A or B). With `group`, A starts the group and B joins it by the
 /// recovery code; with `mount`, both vaults are then mounted. Teardown always unmounts both,
 /// ends what they started, and stops the server (by its own `stop`).
+/// With `serverPassword`, TCP logins need it and each device finds it in `~/.pgpass` (mode 0600),
+/// where `sync setup` tells users to put it.
 public func withSyncPeers(
-    _ label: String = #function, group: Bool = true, mount: Bool = true,
+    _ label: String = #function, group: Bool = true, mount: Bool = true, serverPassword: String? = nil,
     setup: (SyncPeers) throws -> Void = { _ in },
     sourceLocation: SourceLocation = #_sourceLocation,
     _ body: (SyncPeers) throws -> Void
 ) throws {
     try requireBinary(sourceLocation: sourceLocation)
-    let server = try PostgresServer()
+    let server = try PostgresServer(password: serverPassword)
     defer { server.stop() }
     let a = try TestSandbox(label + "-A")
     defer { a.teardown() }
     let b = try TestSandbox(label + "-B")
     defer { b.teardown() }
+    if let serverPassword {
+        for box in [a, b] {
+            let file = box.home + "/.pgpass"
+            try Data("127.0.0.1:\(server.port):*:postgres:\(serverPassword)\n".utf8).write(
+                to: URL(fileURLWithPath: file))
+            try #require(chmod(file, 0o600) == 0, sourceLocation: sourceLocation)
+        }
+    }
     try a.initVault(sourceLocation: sourceLocation)
     try b.initVault(sourceLocation: sourceLocation)
     let peers = SyncPeers(server: server, a: a, b: b)
