@@ -1,4 +1,5 @@
 import Foundation
+import KeychainSync
 import TestSupport
 import Testing
 
@@ -111,6 +112,46 @@ extension SyncServiceTests {
                 let status = try box.cli(["sync", "status", "--vault", box.vault])
                 #expect(!status.stdout.contains(password), "the password is in sync status")
             }
+        }
+    }
+}
+
+extension SyncServiceTests {
+    @Test(
+        "a multi-user server prepared by its administrator (docs/sync-admin.sql): a device role syncs through the CLI and the mounts, and pairs"
+    )
+    func deviceRoleOnAdministeredServer() throws {
+        let password = "alice-" + UUID().uuidString
+        try withSyncPeers(
+            serverPassword: "su-" + UUID().uuidString, login: ("alice", password),
+            prepare: { server in
+                try server.psql(SyncServer.adminSQL)
+                try server.createRole("alice", password: password, memberOf: ["kcfs_sync_device"])
+            },
+            setup: { try $0.a.addGeneric("role.example", "ann", "a1", extra: ["--synchronizable"]) }
+        ) { p in
+            let a = p.a, b = p.b
+            #expect(SyncPeers.read(b, SyncPeers.file(b, "role.example", "ann")) == "a1")
+            try #require(try SyncPeers.write(a, SyncPeers.file(a, "role.example", "bob"), "b1"))
+            #expect(
+                waitUntil(Self.propagation) { SyncPeers.read(b, SyncPeers.file(b, "role.example", "bob")) == "b1" },
+                "A's change did not reach B as the device role: \(p.status(a) ?? [:]) \(a.daemonLog.suffix(600))")
+            let owner = try p.server.psql("SELECT owner FROM kcfs_sync.groups")
+            #expect(owner.trimmingCharacters(in: .whitespacesAndNewlines) == "alice", "group owners: \(owner)")
+
+            // B leaves and pairs back in: the rendezvous rows as the device role.
+            let leave = try b.cli(["sync", "leave"] + b.unlockArgs)
+            try #require(leave.status == 0, "leave: \(leave.summary)")
+            let pairing = try Pairing(a)
+            let (join, digits) = try Self.join(p, code: pairing.code)
+            pairing.type(try #require(digits, "join showed no digits: \(join.stdoutSoFar) \(join.stderrSoFar)"))
+            let paired = pairing.process.wait(timeout: 30)
+            let joined = join.wait(timeout: 60)
+            #expect(paired.status == 0 && joined.status == 0, "pair: \(paired.summary)\njoin: \(joined.summary)")
+            try #require(try SyncPeers.write(a, SyncPeers.file(a, "role.example", "cid"), "c1"))
+            #expect(
+                waitUntil(Self.propagation) { SyncPeers.read(b, SyncPeers.file(b, "role.example", "cid")) == "c1" },
+                "after pairing back in, A's change did not reach B's running service")
         }
     }
 }

@@ -13,15 +13,18 @@ public final class SyncPeers: @unchecked Sendable {
     public let server: PostgresServer
     public let a: TestSandbox
     public let b: TestSandbox
+    /// The role the devices log in as.
+    public let user: String
 
-    init(server: PostgresServer, a: TestSandbox, b: TestSandbox) {
+    init(server: PostgresServer, a: TestSandbox, b: TestSandbox, user: String) {
         self.server = server
         self.a = a
         self.b = b
+        self.user = user
     }
 
-    /// The connection string the devices are given: no password (the cluster trusts TCP).
-    public var uri: String { "host=127.0.0.1 port=\(server.port) user=postgres dbname=postgres" }
+    /// The connection string the devices are given: never a password (trusted TCP, or ~/.pgpass).
+    public var uri: String { "host=127.0.0.1 port=\(server.port) user=\(user) dbname=postgres" }
 
     /// `keychainfs sync setup URI` on A: a new group, A's synchronizable items uploaded.
     public func setup(sourceLocation: SourceLocation = #_sourceLocation) throws {
@@ -110,10 +113,12 @@ public final class SyncPeers: @unchecked Sendable {
 /// is made (CLI adds on A or B). With `group`, A starts the group and B joins it by the
 /// recovery code; with `mount`, both vaults are then mounted. Teardown always unmounts both,
 /// ends what they started, and stops the server (by its own `stop`).
-/// With `serverPassword`, TCP logins need it and each device finds it in `~/.pgpass` (mode 0600),
-/// where `sync setup` tells users to put it.
+/// With `serverPassword`, TCP logins need a password and each device finds its role's in
+/// `~/.pgpass` (mode 0600), where `sync setup` tells users to put it: the superuser's, or with
+/// `login` that role's (`prepare` makes it, given the running server).
 public func withSyncPeers(
     _ label: String = #function, group: Bool = true, mount: Bool = true, serverPassword: String? = nil,
+    login: (user: String, password: String)? = nil, prepare: (PostgresServer) throws -> Void = { _ in },
     setup: (SyncPeers) throws -> Void = { _ in },
     sourceLocation: SourceLocation = #_sourceLocation,
     _ body: (SyncPeers) throws -> Void
@@ -125,17 +130,18 @@ public func withSyncPeers(
     defer { a.teardown() }
     let b = try TestSandbox(label + "-B")
     defer { b.teardown() }
-    if let serverPassword {
+    try prepare(server)
+    if let password = login?.password ?? serverPassword {
         for box in [a, b] {
             let file = box.home + "/.pgpass"
-            try Data("127.0.0.1:\(server.port):*:postgres:\(serverPassword)\n".utf8).write(
+            try Data("127.0.0.1:\(server.port):*:\(login?.user ?? "postgres"):\(password)\n".utf8).write(
                 to: URL(fileURLWithPath: file))
             try #require(chmod(file, 0o600) == 0, sourceLocation: sourceLocation)
         }
     }
     try a.initVault(sourceLocation: sourceLocation)
     try b.initVault(sourceLocation: sourceLocation)
-    let peers = SyncPeers(server: server, a: a, b: b)
+    let peers = SyncPeers(server: server, a: a, b: b, user: login?.user ?? "postgres")
     try setup(peers)
     if group {
         try peers.setup(sourceLocation: sourceLocation)
