@@ -155,3 +155,39 @@ extension SyncServiceTests {
         }
     }
 }
+
+extension SyncServiceTests {
+    @Test(
+        "sync rotate on A while both are mounted: A's service seals for the new group; B, paired in again, has every change"
+    )
+    func rotateWhileMounted() throws {
+        try withSyncPeers(setup: { try $0.a.addGeneric("rotate.example", "ann", "a1", extra: ["--synchronizable"]) }) {
+            p in
+            let a = p.a, b = p.b
+            #expect(SyncPeers.read(b, SyncPeers.file(b, "rotate.example", "ann")) == "a1")
+            let rotate = try a.cli(["sync", "rotate"] + a.unlockArgs, timeout: 60)
+            try #require(rotate.status == 0, "rotate: \(rotate.summary)")
+            try #require(try SyncPeers.write(a, SyncPeers.file(a, "rotate.example", "bob"), "b1"))
+            #expect(waitUntil(Self.propagation) { p.outbox(a) == 0 }, "A's outbox after rotate: \(p.status(a) ?? [:])")
+
+            let leave = try b.cli(["sync", "leave"] + b.unlockArgs)
+            try #require(leave.status == 0, "leave: \(leave.summary)")
+            let pairing = try Pairing(a)
+            let (join, digits) = try Self.join(p, code: pairing.code)
+            pairing.type(try #require(digits, "join showed no digits: \(join.stdoutSoFar) \(join.stderrSoFar)"))
+            let paired = pairing.process.wait(timeout: 30)
+            let joined = join.wait(timeout: 60)
+            #expect(paired.status == 0 && joined.status == 0, "pair: \(paired.summary)\njoin: \(joined.summary)")
+            #expect(!joined.stderr.contains("refused"), "join: \(joined.summary)")
+            #expect(
+                waitUntil(Self.propagation) { SyncPeers.read(b, SyncPeers.file(b, "rotate.example", "bob")) == "b1" },
+                "what A's service uploaded after the rotation is not on B: \(p.status(b) ?? [:])")
+            try #require(try SyncPeers.write(a, SyncPeers.file(a, "rotate.example", "cid"), "c1"))
+            #expect(
+                waitUntil(Self.propagation) { SyncPeers.read(b, SyncPeers.file(b, "rotate.example", "cid")) == "c1" },
+                "A's next change did not reach B in the new group")
+            let now = try b.cli(["sync", "now"] + b.unlockArgs, timeout: 60)
+            #expect(now.status == 0 && now.stderr.isEmpty, "sync now on B: \(now.summary)")
+        }
+    }
+}
