@@ -254,6 +254,11 @@ extension Keychain {
     /// since the last durable one (a create's empty item), a durable commit of the manifest
     /// alone (its counter up by one), grouped with whatever else commits then; else nothing.
     /// What a handle's close or fsync owes for a create it has not written to.
+    /// Whether this process's last commit was made without an fsync (a create's empty item,
+    /// which the writer's close or fsync makes durable next): the sync engine waits for that
+    /// commit rather than upload an item whose data is about to come.
+    public var lastCommitUndurable: Bool { state.withLock { $0.undurableCommits } }
+
     public func makeCommitsDurable() throws {
         guard state.withLock({ $0.undurableCommits }) else { return }
         try writeTransaction(keys: try currentKeys().manifest) { _ in }

@@ -20,7 +20,7 @@ public enum SecretServiceMapping {
     /// The attribute libsecret adds to name an item's schema.
     public static let schemaAttribute = "xdg:schema"
     /// keychainfs's own: `true` makes the item synchronizable (docs/sync.md), at CreateItem and
-    /// through SetAttributes; never part of the item's name.
+    /// through SetAttributes (`false` stops it); never part of the item's name.
     public static let syncAttribute = "keychainfs:synchronizable"
 
     /// What `secretServiceAttributes` holds.
@@ -130,7 +130,6 @@ public enum SecretServiceMapping {
             out["service"] = item.string(Schema.service) ?? ""
             out["username"] = item.string(Schema.account) ?? ""
         }
-        if case .bool(true)? = item[Schema.synchronizable] { out[syncAttribute] = "true" }
         return out
     }
 
@@ -154,12 +153,6 @@ public enum SecretServiceMapping {
             let serviceSource = ["service", schemaAttribute, "application"].first { given[$0] != nil }
             if serviceSource != schemaAttribute { overlay(serviceSource, Schema.service) }
         }
-        // Whether it syncs now, however that was set (the mount's xattr, the CLI).
-        if case .bool(true)? = item[Schema.synchronizable] {
-            out[syncAttribute] = "true"
-        } else {
-            out[syncAttribute] = nil
-        }
         return out
     }
 
@@ -179,12 +172,15 @@ public enum SecretServiceMapping {
     /// property): the kept map is replaced; service, account and server stay as they are (a
     /// rename is the mount's or the CLI's business).
     public static func changes(settingAttributes new: [String: String], of item: KeychainItem) throws -> Attributes {
-        [
+        var changes: Attributes = [
             keptAttribute: try keptValue(
-                Kept(attributes: new, contentType: contentType(of: item), copy: kept(item)?.copy)),
-            // `keychainfs:synchronizable` set or cleared starts or stops syncing the item.
-            Schema.synchronizable: .bool(new[syncAttribute] == "true"),
+                Kept(attributes: new, contentType: contentType(of: item), copy: kept(item)?.copy))
         ]
+        // `keychainfs:synchronizable` given starts (`true`) or stops (anything else) syncing the
+        // item; absent, the item syncs as before. It is never derived into the attributes a
+        // client sees: those are what the attribute index holds, for every vault already made.
+        if let sync = new[syncAttribute] { changes[Schema.synchronizable] = .bool(sync == "true") }
+        return changes
     }
 
     /// The attribute changes that set an item's content type, keeping its map.

@@ -94,7 +94,7 @@ public enum AuditOperation: Sendable, Equatable {
             lookup, openRead, openWrite, openTruncate, write, create, delete, rename, renameToScratch, replaceData,
             sshSign,
             dbusSearch, dbusGetSecret, dbusCreate, dbusSetSecret, dbusDelete, dbusSetProperty, dbusLookup,
-            dbusPresence, read, search, update, lock, unlock,
+            dbusPresence, read, search, update, lock, unlock, syncApply, syncRefuse,
         ].map(\.text) + ["set-<attr>"]
 }
 

@@ -99,6 +99,8 @@ final class Cleanup: Sendable {
         var children: [pid_t] = []
         var mountpoints: [String] = []
         var directories: [String] = []
+        /// Stops of servers that are not children (a PostgreSQL cluster run by `pg_ctl`).
+        var stops: [@Sendable () -> Void] = []
     }
     private let state = Mutex(State())
     /// Held for a whole run: a second caller (the main thread failing because the signal
@@ -109,17 +111,20 @@ final class Cleanup: Sendable {
     func removeChild(_ pid: pid_t) { state.withLock { $0.children.removeAll { $0 == pid } } }
     func addMountpoint(_ path: String) { state.withLock { $0.mountpoints.append(path) } }
     func addDirectory(_ path: String) { state.withLock { $0.directories.append(path) } }
+    /// `stop` runs after the children and mounts are gone, before the directories are removed.
+    func addStop(_ stop: @escaping @Sendable () -> Void) { state.withLock { $0.stops.append(stop) } }
 
     func run() {
         running.lock()
         defer { running.unlock() }
-        let (kids, mounts, dirs) = state.withLock { s -> ([pid_t], [String], [String]) in
+        let (kids, mounts, dirs, stops) = state.withLock { s -> ([pid_t], [String], [String], [@Sendable () -> Void]) in
             defer {
                 s.children = []
                 s.mountpoints = []
                 s.directories = []
+                s.stops = []
             }
-            return (s.children, s.mountpoints, s.directories)
+            return (s.children, s.mountpoints, s.directories, s.stops)
         }
         for pid in kids { kill(pid, SIGTERM) }
         for pid in kids where Spawn.wait(pid, timeout: 10) == nil {
@@ -129,6 +134,7 @@ final class Cleanup: Sendable {
             _ = Spawn.wait(pid, timeout: 5)
         }
         for m in mounts where MountTable.isMounted(m) { MountTable.lazyUnmount(m) }
+        for stop in stops.reversed() { stop() }
         for d in dirs {
             // Never recurse into a live mount: it would delete through it.
             if MountTable.mountpoints().contains(where: { $0 == d || $0.hasPrefix(d + "/") }) {

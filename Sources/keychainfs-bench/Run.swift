@@ -8,7 +8,7 @@ import KeychainStore
 struct HelpRequested: Error {}
 
 struct Options {
-    enum Command: String { case core, fs, all, faces, agent, creates, notify }
+    enum Command: String { case core, fs, all, faces, agent, creates, notify, sync }
     var command: Command = .all
     var sizes: [Int] = [1_000, 100_000]
     var cpu = 0
@@ -28,6 +28,8 @@ struct Options {
     /// `notify`: changes made, and the idle time the daemon's wake-ups are counted over.
     var changes = 1_000
     var idleSeconds = 60.0
+    /// `sync`: the synchronizable items of the device the other joins.
+    var syncItems = 10_000
     /// git's contrib/credential/libsecret/git-credential-libsecret.c, built at run time (Debian's
     /// git package ships it; the project does not carry git's source).
     var gitLibsecretSource: String? = {
@@ -44,6 +46,8 @@ struct Options {
                keychainfs-bench agent [--calls N] [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
                keychainfs-bench creates [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
                keychainfs-bench notify [--changes N] [--idle SECONDS] [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
+               keychainfs-bench sync [--changes N] [--items N] [--idle SECONDS] [--cpu N] [--tmpdir DIR]
+                                     [--keychainfs PATH]
 
           core   the keychain core: add, find, update ops/s, unlock time, bytes per item,
                  against raw SQLite and libsodium baselines measured in the same run
@@ -64,6 +68,11 @@ struct Options {
                  1000): command start → a watcher's IN_CLOSE_WRITE (p50, p99), events heard
                  before their command returned, stale reads right after; the daemon's wake-ups
                  over --idle seconds of nothing changing (default 60). Not part of `all`
+          sync   two devices through a private PostgreSQL 15 on loopback (run as root): sync setup
+                 of --items synchronizable items (default 10000) and sync join of the other
+                 device; --changes writes through one mount, each until the other mount reads
+                 it (p50, p99); creates+fsync and overwrites+fsync in a group against in none;
+                 the services' wake-ups over --idle seconds. Not part of `all`
 
           --items   vault sizes, comma-separated, each ≥ 1000 (k suffix allowed: 1k,100k);
                     default 1000,100000. The 10,000-entry directory exists from 11,000 items.
@@ -109,6 +118,14 @@ struct Options {
                 return v
             }
             switch name {
+            case "--items" where o.command == .sync:
+                var s = try next().lowercased().replacingOccurrences(of: "_", with: "")
+                var scale = 1
+                if s.hasSuffix("k") { scale = 1_000; s.removeLast() }
+                guard let n = Int(s), n * scale >= 1, n * scale <= 1_000_000 else {
+                    throw BenchError("sync --items takes a count from 1 to 1000000")
+                }
+                o.syncItems = n * scale
             case "--items":
                 o.sizes = try next().split(separator: ",").map { part in
                     var s = part.trimmingCharacters(in: .whitespaces).lowercased().replacingOccurrences(
@@ -192,7 +209,9 @@ enum Runner {
                     ? "--calls \(o.calls) --direct-calls \(o.directCalls)"
                     : o.command == .notify
                         ? "--changes \(o.changes) --idle \(Int(o.idleSeconds))"
-                        : "--items \(o.sizes.map(String.init).joined(separator: ","))"))
+                        : o.command == .sync
+                            ? "--changes \(o.changes) --items \(o.syncItems) --idle \(Int(o.idleSeconds))"
+                            : "--items \(o.sizes.map(String.init).joined(separator: ","))"))
         Out.line("date \(formatter.string(from: Date())); \(build)")
         Out.line(
             "machine: \(sysconf(Int32(_SC_NPROCESSORS_ONLN))) CPUs (\(cpuModel)), Linux \(kernel), load average at start \(load)"
@@ -210,11 +229,17 @@ enum Runner {
             let daemons =
                 o.command == .agent
                 ? "keychainfs ssh-agent, OpenSSH's ssh-agent"
-                : o.command == .faces ? "keychainfs, dbus-daemon, gnome-keyring-daemon" : "the floors and keychainfs"
+                : o.command == .faces
+                    ? "keychainfs, dbus-daemon, gnome-keyring-daemon"
+                    : o.command == .sync
+                        ? "the keychainfs services of devices A, B and C; PostgreSQL (pg_ctl's own)"
+                        : "the floors and keychainfs"
             let clients =
                 o.command == .agent
                 ? "the bench's own agent client"
-                : o.command == .faces ? "the git, helper, CLI and secret-tool runs" : "the cat/ls runs and the loops"
+                : o.command == .faces
+                    ? "the git, helper, CLI and secret-tool runs"
+                    : o.command == .sync ? "the sync CLI runs and the loops" : "the cat/ls runs and the loops"
             Out.line(
                 "sessions: every daemon (\(daemons)) in a session of its own, as users run them; \(clients) in this one (kernel.sched_autogroup_enabled=\(autogroup): the scheduler groups tasks by session)"
             )
@@ -227,12 +252,15 @@ enum Runner {
         Out.line(
             o.command == .faces || o.command == .agent
                 ? "ratios are cost ratios, keychainfs ÷ peer: 1.00× = as fast as the peer, 2.00× = twice the time"
-                : "ratios are cost ratios, keychainfs (or the keychain) ÷ floor: 1.00× = as cheap as the floor, 2.00× = twice the time (or the bytes)"
+                : o.command == .sync
+                    ? "ratios are throughput ratios, in a sync group ÷ in none: 1.00× = as fast, 0.50× = half the closes/s"
+                    : "ratios are cost ratios, keychainfs (or the keychain) ÷ floor: 1.00× = as cheap as the floor, 2.00× = twice the time (or the bytes)"
         )
     }
 
     static func run(_ o: Options) throws {
-        let root = try makeTempDirectory(base: o.tmpdir, prefix: "keychainfs-bench-")
+        let root = try makeTempDirectory(
+            base: o.tmpdir, prefix: o.command == .sync ? "keychainfs-bench-syncbench-" : "keychainfs-bench-")
         Out.progress("temp directory \(root)")
         if o.command == .faces {
             try FacesBench.run(o, directory: root)
@@ -241,6 +269,7 @@ enum Runner {
         if o.command == .agent { return try AgentBench.run(o, directory: root) }
         if o.command == .creates { return try CreateBench.run(o, directory: root) }
         if o.command == .notify { return try NotifyBench.run(o, directory: root) }
+        if o.command == .sync { return try SyncBench.run(o, directory: root) }
 
         Out.progress("crypto baseline")
         let crypto = try CryptoBaseline.measure()

@@ -18,16 +18,20 @@ struct SecretServiceSyncMappingTests {
         #expect(plain[Schema.synchronizable] == nil)
     }
 
-    @Test("SetAttributes sets or clears synchronizable; a syncing item shows the attribute however it was set")
+    @Test("SetAttributes sets or clears synchronizable when it names it, and leaves it as it was otherwise")
     func setAttributes() throws {
         let item = KeychainItem(
             id: 1, itemClass: .genericPassword,
             attributes: [
                 Schema.service: .string("s"), Schema.account: .string("a"), Schema.synchronizable: .bool(true),
             ], data: nil)
-        #expect(SecretServiceMapping.attributes(of: item)["keychainfs:synchronizable"] == "true")
+        // Not derived into what clients see: the attribute index holds exactly that.
+        #expect(SecretServiceMapping.attributes(of: item)["keychainfs:synchronizable"] == nil)
         let kept = try SecretServiceMapping.changes(settingAttributes: ["service": "s", "username": "a"], of: item)
-        #expect(kept[Schema.synchronizable] == .bool(false))
+        #expect(kept[Schema.synchronizable] == nil)
+        let off = try SecretServiceMapping.changes(
+            settingAttributes: ["service": "s", "username": "a", "keychainfs:synchronizable": "false"], of: item)
+        #expect(off[Schema.synchronizable] == .bool(false))
         let on = try SecretServiceMapping.changes(
             settingAttributes: ["service": "s", "username": "a", "keychainfs:synchronizable": "true"], of: item)
         #expect(on[Schema.synchronizable] == .bool(true))

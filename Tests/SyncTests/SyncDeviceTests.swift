@@ -269,6 +269,28 @@ struct SyncDeviceTests {
         }
     }
 
+    @Test("a server whose group went back in time (restored from an older copy) is refused before anything is pulled")
+    func serverRollback() throws {
+        try withSyncServer { pg, dir in
+            let a = try SyncDevice("a", root: dir, server: pg.conninfo)
+            let b = try SyncDevice("b", root: dir, server: pg.conninfo)
+            try a.add("one", "x", "v1")
+            let (group, root) = try a.startGroup()
+            try a.sync()
+            try b.join(group, root)
+            try b.sync()
+            try a.update("one", "x", "v2")
+            try a.sync()
+            try b.sync()
+            // The server is put back to its state before v2: the newest row and the counter.
+            _ = try pg.psql(
+                "DELETE FROM kcfs_sync.records WHERE seq = (SELECT max(seq) FROM kcfs_sync.records); UPDATE kcfs_sync.groups SET seq = seq - 1"
+            )
+            #expect(throws: SyncRollback.self) { try b.sync() }
+            #expect(try b.secret("one", "x") == "v2")
+        }
+    }
+
     @Test("a device whose clock is an hour behind still wins with an edit made after it saw the other's")
     func skewedClock() throws {
         try withSyncServer { pg, dir in

@@ -147,6 +147,35 @@ extension SyncLifecycleTests {
     }
 }
 
+extension SyncLifecycleTests {
+    @Test(
+        "an upload whose mark was lost (a power cut after the push) comes back as this device's own change, no conflict"
+    )
+    func lostUploadMark() throws {
+        try withSyncServer { pg, dir in
+            let a = try SyncDevice("a", root: dir, server: pg.conninfo)
+            let (group, _) = try a.startGroup()
+            try a.add("one", "x", "v1")
+            // Pushed, but the transaction that marks it uploaded never happened.
+            let uploads = try a.keychain.pendingUploads()
+            #expect(uploads.count == 1)
+            let outcomes = try SyncServer(conninfo: pg.conninfo).push(
+                group: group.bytes,
+                uploads.map {
+                    PushRequest(
+                        recordID: $0.recordID, expectedVersion: $0.expectedVersion, version: $0.version,
+                        deleted: $0.deleted, blob: $0.blob)
+                })
+            #expect(outcomes.count == 1)
+            let report = try a.sync()
+            #expect(report.kept == 0 && report.refused.isEmpty, "\(report)")
+            #expect(try a.keychain.syncOutboxCount() == 0)
+            #expect(try a.keychain.syncConflicts().isEmpty)
+            #expect(try a.secret("one", "x") == "v1")
+        }
+    }
+}
+
 func expectThrows(_ body: () throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) {
     do {
         try body()

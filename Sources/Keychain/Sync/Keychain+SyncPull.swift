@@ -38,13 +38,16 @@ extension Keychain {
     /// rollback and is refused. The rest of the page applies. A record whose item has a local
     /// change not yet uploaded is a conflict: the later clock wins, the loser is kept
     /// (SyncMerge in `merge`). Pulled changes reach every face as another face's (origin
-    /// `sync`): the mount, the Secret Service's signals, the agent, watchers.
+    /// `sync`): the mount, the Secret Service's signals, the agent, watchers. Not durable
+    /// (CommitQueue): the server keeps every record, so a page lost to a power cut, cursor and
+    /// all, is pulled again; an fsync here cost every local change a second one (its own
+    /// upload's echo moves the cursor).
     public func applyPulled(_ records: [SyncIncoming], cursor: Int64) throws -> SyncPullReport {
         guard let syncKeys = sync.keys, syncKeys.canSeal else {
             throw KeychainError(.interactionNotAllowed, "the vault is in no sync group, or not unlocked")
         }
         let keys = try currentKeys()
-        return try writeTransaction(keys: keys.manifest, origin: syncOrigin) { vault in
+        return try writeTransaction(keys: keys.manifest, durable: false, origin: syncOrigin) { vault in
             var report = SyncPullReport()
             for record in records {
                 do {
@@ -102,11 +105,8 @@ extension Keychain {
             hash: hash)
         if let pending = try vault.outboxEntry(record.recordID), let local = HybridTime(encoded: pending.clock) {
             if local == clock {
-                // This device's own pending change, stored by the server before this process
-                // could mark it done (killed in between, or `sync now` and the service's
-                // engine uploading the same row): a clock names one change of one device, and
-                // any later local change would have restamped the row. The vault already holds
-                // it: no conflict to keep, no rewrite, only the row marked uploaded.
+                // This device's own upload, whose mark was lost (`uploaded` commits without an
+                // fsync: a power cut can undo it): the same change, not a conflict.
                 try vault.removeOutbox(record.recordID, generation: pending.generation)
                 try vault.setSyncRecord(remote)
                 return

@@ -69,11 +69,13 @@ extension Keychain {
 
     /// After the server stored `stored` (or already held them): each becomes this device's
     /// known version of its record, and its outbox row goes unless it was rewritten since. One
-    /// transaction; nothing else changes.
+    /// transaction; nothing else changes. Not durable (CommitQueue): lost to a power cut, it
+    /// leaves the vault as a push whose answer never came does, which the next round settles
+    /// (the server holds the version); an fsync here cost every local change a second one.
     public func uploaded(_ stored: [SyncUpload]) throws {
         guard !stored.isEmpty else { return }
         let keys = try currentKeys()
-        try writeTransaction(keys: keys.manifest, origin: syncOrigin) { vault in
+        try writeTransaction(keys: keys.manifest, durable: false, origin: syncOrigin) { vault in
             for upload in stored {
                 try vault.setSyncRecord(
                     StoredSyncRecord(

@@ -1,3 +1,4 @@
+import CPlatform
 import Foundation
 import Keychain
 import KeychainAccess
@@ -31,6 +32,8 @@ public final class SyncEngine: @unchecked Sendable {
         public var lastError: String?
         public var refused = 0
         public var paused: String?
+        /// The last local commit was a create's empty item, not yet made durable.
+        var createPending = false
     }
 
     public var status: Status { state.withLock { $0 } }
@@ -40,7 +43,12 @@ public final class SyncEngine: @unchecked Sendable {
         self.audit = audit
         keychain.onCommit { [weak self] changes in
             // A local change may have written the outbox; a pulled one has nothing to send.
-            if changes.contains(where: { $0.origin != syncOrigin }) { self?.wake.signal() }
+            guard let self, changes.contains(where: { $0.origin != syncOrigin }) else { return }
+            // A local commit without an fsync is a create's empty item (its data follows);
+            // pulled pages are committed so too, and are not waited for.
+            let undurable = self.keychain.lastCommitUndurable
+            self.state.withLock { $0.createPending = undurable }
+            self.wake.signal()
         }
         keychain.onUnlock { [weak self] in self?.wake.signal() }
         keychain.onLock { [weak self] in self?.wake.signal() }
@@ -51,7 +59,11 @@ public final class SyncEngine: @unchecked Sendable {
     }
 
     public func start() {
-        let thread = Thread { [self] in run() }
+        let thread = Thread { [self] in
+            // Named for ps, top and perf (Foundation's `Thread.name` does not reach the kernel).
+            _ = "kcfs-sync".withCString { kcfs_set_thread_name($0) }
+            run()
+        }
         thread.name = "sync"
         self.thread = thread
         thread.start()
@@ -79,6 +91,14 @@ public final class SyncEngine: @unchecked Sendable {
                 continue
             }
             state.withLock { if $0.paused != "stopped" { $0.paused = nil } }
+            // A create's empty item commits first without an fsync, then its data at the
+            // writer's close: wait (at most 1 s) for that durable commit, so an item is uploaded
+            // once, with its data, and no device sees it empty meanwhile.
+            if state.withLock({ $0.createPending }) {
+                wake.drain()
+                wake.wait(timeout: 1)
+                state.withLock { $0.createPending = false }
+            }
             do {
                 let server = try connected(config)
                 try syncOnce(server)
@@ -92,6 +112,7 @@ public final class SyncEngine: @unchecked Sendable {
                 _ = try server.waitForChange(timeout: nil, wakeFD: wake.readFD)
                 wake.drain()
             } catch {
+                if let rollback = error as? SyncRollback { audit.recordSync(applied: 0, refused: [rollback.reason]) }
                 self.server = nil
                 let changed = state.withLock { s -> Bool in
                     s.connected = false

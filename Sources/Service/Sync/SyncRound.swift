@@ -3,6 +3,13 @@ import Keychain
 import KeychainSync
 import Synchronization
 
+/// The server's group went back in time (its sequence is behind this device's cursor): the
+/// round stops before it pulls or sends anything, and the engine audits it (`sync-refuse`).
+public struct SyncRollback: Error, CustomStringConvertible {
+    public let reason: String
+    public var description: String { reason }
+}
+
 /// What one round of sync did.
 public struct SyncRoundReport: Sendable, Equatable {
     public var applied = 0
@@ -15,7 +22,9 @@ public struct SyncRoundReport: Sendable, Equatable {
 /// sync of `setup` and `join`): pull every record after the cursor, a page at a time, each
 /// page applied with the cursor in one transaction; then upload the outbox. An upload that
 /// meets a newer version on the server pulls and merges first and tries again (each round
-/// either stores or learns a newer version, so a few suffice).
+/// either stores or learns a newer version, so a few suffice). The outbox is sent whole, 500
+/// records a push: only the pushes that stored nothing new or met a conflict are counted
+/// against those few (a first sync of 10,000 items is 20 pushes).
 public struct SyncRound {
     let keychain: Keychain
     let server: SyncServer
@@ -34,6 +43,16 @@ public struct SyncRound {
             throw KeychainError(.itemNotFound, "this vault is in no sync group")
         }
         var report = SyncRoundReport()
+        // The group's sequence never goes back: a server restored from an older copy (or
+        // replaying one) would hand this device an old state as the current one.
+        let cursor = try keychain.syncCursor()
+        let last = try server.lastSeq(group: group)
+        if last < cursor {
+            throw SyncRollback(
+                reason:
+                    "the server's sequence for this group is \(last), behind the \(cursor) this device has applied: it was restored from an older copy or is replaying one; nothing was pulled or sent"
+            )
+        }
         // Offline longer than the server keeps tombstones: some deletions left no trace to
         // pull. Pull the whole group again and delete what the server no longer has.
         if try keychain.syncCursor() < server.purgedThrough(group: group) {
@@ -41,7 +60,8 @@ public struct SyncRound {
             try pullAll(group: group, from: 0, into: &report) { present.insert($0.recordID) }
             report.applied += try keychain.reconcile(present: present)
         }
-        for _ in 0..<8 {
+        var retries = 0
+        while retries < 8 {
             try pullAll(group: group, into: &report)
             let uploads = try keychain.pendingUploads()
             if uploads.isEmpty { break }
@@ -63,9 +83,15 @@ public struct SyncRound {
             try keychain.uploaded(stored)
             report.uploaded += stored.count
             if !conflicted && uploads.count < 500 { break }
+            if conflicted || stored.isEmpty { retries += 1 }
         }
-        if let device = Self.bytes(config.device) {
-            try server.touchDevice(group: group, device: device, cursor: try keychain.syncCursor())
+        // The server's list of devices (`sync status`): written when this device's cursor moved
+        // or it uploaded, and once per process, not at every round (a write and a WAL fsync on
+        // the server for nothing new).
+        let now = try keychain.syncCursor()
+        let firstTouch = Self.touched.withLock { $0.insert(config.device).inserted }
+        if let device = Self.bytes(config.device), firstTouch || now != cursor || report.uploaded > 0 {
+            try server.touchDevice(group: group, device: device, cursor: now)
         }
         try purgeTombstones(group: group)
         return report
@@ -75,6 +101,7 @@ public struct SyncRound {
     /// full reconciliation.
     public static let tombstoneWindow: Duration = .seconds(90 * 24 * 3600)
     private static let lastPurge = Mutex<Date?>(nil)
+    private static let touched = Mutex<Set<String>>([])
 
     /// At most once a day per process: tombstones older than the window are dropped.
     private func purgeTombstones(group: [UInt8]) throws {
