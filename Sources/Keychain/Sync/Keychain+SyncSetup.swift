@@ -54,7 +54,22 @@ extension Keychain {
     /// Loads the group's keys when the vault joined a group since this process unlocked it
     /// (another process's `sync join`); true when they are held now.
     public func refreshSync() -> Bool {
-        if sync.keys?.canSeal == true { return true }
+        // Checked against the vault, not only the keys held: another process may have left the
+        // group (`sync leave`), or left it and joined or started another (a new root, group and
+        // device id) while this one ran. Keys kept from before would journal and seal this
+        // process's changes for a group the vault is no longer in, which its devices refuse.
+        let stored = try? storeCall {
+            try store.read { (try $0.syncValue(SyncStateName.group), try $0.syncValue(SyncStateName.device)) }
+        }
+        if let (group, device) = stored {
+            if group == nil || device == nil {
+                if sync.keys != nil { sync.install(keys: nil, device: [], clock: nil) }
+                return false
+            }
+            if sync.keys?.canSeal == true && sync.keys?.group.bytes == group && sync.device == device { return true }
+        } else if sync.keys?.canSeal == true {
+            return true
+        }
         guard let keys = try? currentKeys(), keys.classKeys[.whenUnlocked] != nil else { return false }
         try? loadSync(keys: keys)
         return sync.keys?.canSeal == true

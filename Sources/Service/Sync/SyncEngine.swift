@@ -60,8 +60,10 @@ public final class SyncEngine: @unchecked Sendable {
         }
         keychain.onUnlock { [weak self] in self?.wake.signal() }
         keychain.onLock { [weak self] in self?.wake.signal() }
-        // A `sync join` or `setup` the CLI made while this service runs.
-        keychain.onOtherProcessWrite { [weak self, keychain] in if !keychain.syncReady { self?.wake.signal() } }
+        // A `sync join`, `setup` or `leave` the CLI made while this service runs: the round
+        // checks the vault's group against the keys held (`refreshSync`), so a leave, or a
+        // leave and a new group, is taken up at once and not only when the vault had none.
+        keychain.onOtherProcessWrite { [weak self] in self?.wake.signal() }
     }
 
     public func start() {
