@@ -176,6 +176,31 @@ extension SyncLifecycleTests {
     }
 }
 
+extension SyncLifecycleTests {
+    @Test("a process that holds the vault journals its next change under the group another process just joined")
+    func otherProcessJoins() throws {
+        try withSyncServer { pg, dir in
+            let a = try SyncDevice("a", root: dir, server: pg.conninfo)
+            let b = try SyncDevice("b", root: dir, server: pg.conninfo)
+            let (group, root) = try b.startGroup()
+            // A second holder of A's vault (the service beside the CLI), unlocked before the join.
+            let service = try Keychain.open(at: a.dir + "/vault", deviceKeyPath: a.dir + "/device.key")
+            try service.unlock(passphrase: try SyncDevice.secret(SyncDevice.passphrase))
+            try a.join(group, root)
+            // Its very next commit, before anything told it of the join.
+            try service.add(
+                .genericPassword,
+                [
+                    Schema.service: .string("from"), Schema.account: .string("service"),
+                    Schema.synchronizable: .bool(true),
+                ], data: Array("v1".utf8))
+            try a.sync()
+            try b.sync()
+            #expect(try b.secret("from", "service") == "v1")
+        }
+    }
+}
+
 func expectThrows(_ body: () throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) {
     do {
         try body()

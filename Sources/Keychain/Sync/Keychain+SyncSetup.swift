@@ -173,12 +173,14 @@ extension Keychain {
     /// The group and its root key, unwrapped with the whenUnlocked class key;
     /// errSecItemNotFound when the vault is in no group.
     func syncRoot(keys: Keys) throws -> (SyncGroupID, SecureBytes) {
-        let (groupBytes, box) = try storeCall {
-            try store.read { (try $0.syncValue(SyncStateName.group), try $0.syncValue(SyncStateName.root)) }
-        }
-        guard let groupBytes, let box, let group = SyncGroupID(bytes: groupBytes) else {
-            throw KeychainError(.itemNotFound, "this vault is in no sync group")
-        }
+        try storeCall { try store.read { try syncRoot(keys: keys, in: $0) } }
+    }
+
+    func syncRoot(keys: Keys, in vault: any ItemStoreReader) throws -> (SyncGroupID, SecureBytes) {
+        guard let groupBytes = try vault.syncValue(SyncStateName.group),
+            let box = try vault.syncValue(SyncStateName.root),
+            let group = SyncGroupID(bytes: groupBytes)
+        else { throw KeychainError(.itemNotFound, "this vault is in no sync group") }
         do {
             return (group, try SyncKeys.unwrapRoot(box, group: group, vaultID: vaultID, under: try rootWrapKey(keys)))
         } catch {
@@ -189,14 +191,17 @@ extension Keychain {
     /// At unlock (and when another process joined the vault to a group meanwhile): the
     /// group's keys, when the vault is in one.
     func loadSync(keys: Keys) throws {
-        let (device, clock) = try storeCall {
-            try store.read { (try $0.syncValue(SyncStateName.device), try $0.syncValue(SyncStateName.clock)) }
-        }
-        guard let device else {
+        try storeCall { try store.read { try loadSync(keys: keys, from: $0) } }
+    }
+
+    /// The same, read in `vault`'s snapshot (a commit's own transaction: SyncJournal.swift).
+    func loadSync(keys: Keys, from vault: any ItemStoreReader) throws {
+        guard let device = try vault.syncValue(SyncStateName.device) else {
             sync.install(keys: nil, device: [], clock: nil)
             return
         }
-        let (group, root) = try syncRoot(keys: keys)
+        let clock = try vault.syncValue(SyncStateName.clock)
+        let (group, root) = try syncRoot(keys: keys, in: vault)
         sync.install(
             keys: try SyncKeys(group: group, root: root), device: device,
             clock: clock.flatMap { HybridTime(encoded: $0) })

@@ -12,8 +12,23 @@ import KeychainStore
 
 extension Keychain {
     /// The commit's changes journaled (CommitQueue, after the change log, in the commit's
-    /// transaction). Nothing when the vault is in no group: one lock grab.
+    /// transaction). When the vault is in no group: one point read of `sync_state`.
     func journalSyncChanges(_ writer: ManifestedWriter) throws {
+        guard writer.changes.contains(where: { $0.origin != syncOrigin }) else { return }
+        // The group as this transaction sees it, not as this process last loaded it: another
+        // process may have joined, left or rotated it since (the CLI beside the service), and a
+        // change journaled under the keys of a group the vault has left is lost to the new one.
+        // One point read of a tiny table per commit.
+        let stored = try writer.syncValue(SyncStateName.group)
+        var stale = stored != sync.keys?.group.bytes
+        if !stale, stored != nil { stale = try writer.syncValue(SyncStateName.device) != sync.device }
+        if stale {
+            // Locked, the new group's key cannot be opened: nothing is journaled under the old.
+            sync.install(keys: nil, device: [], clock: nil)
+            if stored != nil, let keys = state.withLock({ $0.keys }), keys.classKeys[.whenUnlocked] != nil {
+                try? loadSync(keys: keys, from: writer)
+            }
+        }
         guard sync.keys != nil, let metadata = state.withLock({ $0.keys?.metadata }) else { return }
         var journaled = false
         for change in writer.changes where change.origin != syncOrigin {
