@@ -201,6 +201,33 @@ extension SyncLifecycleTests {
     }
 }
 
+extension SyncLifecycleTests {
+    @Test("a round's own uploads move the cursor past them: the round their NOTIFY starts pulls nothing")
+    func cursorMovesPastOwnUploads() throws {
+        try withSyncServer { pg, dir in
+            let a = try SyncDevice("a", root: dir, server: pg.conninfo)
+            let b = try SyncDevice("b", root: dir, server: pg.conninfo)
+            let (group, root) = try a.startGroup()
+            try b.join(group, root)
+            for i in 0..<3 { try a.add("item\(i)", "x", "v1") }
+            let server = try SyncServer(conninfo: pg.conninfo)
+            #expect(try a.sync().uploaded == 3)
+            #expect(try a.keychain.syncCursor() == server.lastSeq(group: group.bytes))
+            let again = try a.sync()
+            #expect(again.applied == 0 && again.uploaded == 0)
+            // Another device's version in between: the cursor waits for the pull that brings it.
+            try b.add("from-b", "x", "v1")
+            try b.sync()
+            try a.update("item0", "x", "v2")
+            try a.sync()
+            #expect(try a.secret("from-b", "x") == "v1")
+            #expect(try a.keychain.syncCursor() == server.lastSeq(group: group.bytes))
+            try b.sync()
+            #expect(try b.secret("item0", "x") == "v2")
+        }
+    }
+}
+
 func expectThrows(_ body: () throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) {
     do {
         try body()

@@ -72,10 +72,18 @@ extension Keychain {
     /// transaction; nothing else changes. Not durable (CommitQueue): lost to a power cut, it
     /// leaves the vault as a push whose answer never came does, which the next round settles
     /// (the server holds the version); an fsync here cost every local change a second one.
-    public func uploaded(_ stored: [SyncUpload]) throws {
+    ///
+    /// `cursor`: when the server numbered these versions right after the cursor, with nothing
+    /// between (`from` the cursor the round read, `through` the last of them), the cursor moves
+    /// past them in the same transaction: they are this device's own, so the round their NOTIFY
+    /// starts pulls nothing and writes nothing.
+    public func uploaded(_ stored: [SyncUpload], cursor: (from: Int64, through: Int64)? = nil) throws {
         guard !stored.isEmpty else { return }
         let keys = try currentKeys()
         try writeTransaction(keys: keys.manifest, durable: false, origin: syncOrigin) { vault in
+            if let cursor, Self.int64(try vault.syncValue(SyncStateName.cursor) ?? []) == cursor.from {
+                try vault.setSyncValue(SyncStateName.cursor, Framing.int(cursor.through))
+            }
             for upload in stored {
                 try vault.setSyncRecord(
                     StoredSyncRecord(

@@ -73,14 +73,26 @@ public struct SyncRound {
                         deleted: $0.deleted, blob: $0.blob)
                 })
             var stored: [SyncUpload] = []
-            var conflicted = false
+            var seqs: [Int64] = []
+            var conflicted = false, repeated = false
             for (upload, outcome) in zip(uploads, outcomes) {
                 switch outcome {
-                case .stored, .alreadyStored: stored.append(upload)
+                case .stored(let seq):
+                    stored.append(upload)
+                    seqs.append(seq)
+                case .alreadyStored:
+                    stored.append(upload)
+                    repeated = true
                 case .conflict: conflicted = true
                 }
             }
-            try keychain.uploaded(stored)
+            // Numbered right after the cursor with no other device's version between: the
+            // cursor moves past this device's own versions with their marks.
+            let from = try keychain.syncCursor()
+            seqs.sort()
+            let contiguous =
+                !repeated && seqs.first == from + 1 && zip(seqs, seqs.dropFirst()).allSatisfy { $1 == $0 + 1 }
+            try keychain.uploaded(stored, cursor: contiguous ? (from, seqs.last!) : nil)
             report.uploaded += stored.count
             if !conflicted && uploads.count < 500 { break }
             if conflicted || stored.isEmpty { retries += 1 }
