@@ -21,7 +21,7 @@ struct SyncCrashWindowTests {
             try a.add("crash.example", "ann", "v1")
             let server = try SyncServer(conninfo: pg.conninfo)
             let config = try #require(try a.keychain.syncConfiguration())
-            let group = try #require(SyncRound.bytes(config.group))
+            let group = config.groupID
             // The server stores the upload; the process "dies" before `uploaded`.
             let uploads = try a.keychain.pendingUploads()
             try #require(uploads.count == 1)

@@ -25,8 +25,7 @@ extension SyncCommand {
             }
             // The devices the server has seen, when it answers within 3 s (status works offline).
             let devices = Result { () throws -> [(device: [UInt8], lastSeen: Date, cursor: Int64)] in
-                guard let group = SyncRound.bytes(config.group) else { return [] }
-                return try SyncServer(conninfo: config.server, connectTimeout: 3).devices(group: group)
+                try SyncServer(conninfo: config.server, connectTimeout: 3).devices(group: config.groupID)
             }
             if json {
                 Output.line(Self.json(config, devices: devices))
@@ -48,9 +47,9 @@ extension SyncCommand {
             case .success(let seen):
                 Output.line("devices seen: \(seen.count)")
                 for d in seen {
-                    let mark = SyncRound.hex(d.device) == config.device ? " (this one)" : ""
+                    let mark = d.device == config.deviceID ? " (this one)" : ""
                     Output.line(
-                        "  \(SyncRound.hex(d.device))\(mark): last seen \(AttributeText.iso8601(d.lastSeen)), cursor \(d.cursor)"
+                        "  \(AttributeText.hex(d.device))\(mark): last seen \(AttributeText.iso8601(d.lastSeen)), cursor \(d.cursor)"
                     )
                 }
             case .failure(let error): Output.line("server: not reachable now (\(error))")
@@ -71,7 +70,7 @@ extension SyncCommand {
             case .success(let seen):
                 object["devices"] = seen.map {
                     [
-                        "device": SyncRound.hex($0.device), "lastSeen": AttributeText.iso8601($0.lastSeen),
+                        "device": AttributeText.hex($0.device), "lastSeen": AttributeText.iso8601($0.lastSeen),
                         "cursor": $0.cursor,
                     ] as [String: Any]
                 }

@@ -45,7 +45,7 @@ public struct HybridTime: Comparable, Hashable, Sendable, CustomStringConvertibl
         device = Array(b[12...])
     }
 
-    public var description: String { "\(wall).\(counter)@\(syncHex(device))" }
+    public var description: String { "\(wall).\(counter)@\(AttributeText.hex(device))" }
 }
 
 /// One device's hybrid logical clock. The engine keeps `last` with the vault's sync state and

@@ -72,7 +72,7 @@ extension Keychain {
         _ record: SyncIncoming, syncKeys: SyncKeys, keys: Keys, in vault: any ItemStoreWriter,
         report: inout SyncPullReport
     ) throws {
-        let name = "record \(Self.hex(Array(record.recordID.prefix(8)))) version \(record.version)"
+        let name = "record \(AttributeText.hex(Array(record.recordID.prefix(8)))) version \(record.version)"
         let hash = SyncRecord.hash(record.blob)
         let known = try vault.syncRecord(record.recordID)
         if let known, record.version <= known.version {

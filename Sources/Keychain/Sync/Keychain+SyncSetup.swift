@@ -6,9 +6,12 @@ import KeychainStore
 /// without the keys: nothing in it is secret (the server's connection string holds no password:
 /// libpq reads it from `PGPASSFILE` or the service file, docs/sync.md).
 public struct SyncConfiguration: Sendable, Equatable {
-    public let group: String
+    public let groupID: [UInt8]
     public let server: String
-    public let device: String
+    public let deviceID: [UInt8]
+    /// The ids in lower-case hex, as `sync status` prints them.
+    public var group: String { AttributeText.hex(groupID) }
+    public var device: String { AttributeText.hex(deviceID) }
     /// The server's sequence number this device has applied everything up to.
     public let cursor: Int64
     /// Local changes not yet uploaded.
@@ -36,8 +39,8 @@ extension Keychain {
                     try vault.syncValue(name).map { Date(timeIntervalSince1970: Double(Self.int64($0))) }
                 }
                 return SyncConfiguration(
-                    group: Self.hex(group), server: String(decoding: server, as: UTF8.self),
-                    device: Self.hex(try vault.syncValue(SyncStateName.device) ?? []),
+                    groupID: group, server: String(decoding: server, as: UTF8.self),
+                    deviceID: try vault.syncValue(SyncStateName.device) ?? [],
                     cursor: Self.int64(try vault.syncValue(SyncStateName.cursor) ?? []),
                     outbox: try vault.outboxCount(), conflicts: try vault.conflicts().count,
                     joined: try date(SyncStateName.joined), lastPush: try date(SyncStateName.lastPush),
@@ -73,16 +76,6 @@ extension Keychain {
         guard let keys = try? currentKeys(), keys.classKeys[.whenUnlocked] != nil else { return false }
         try? loadSync(keys: keys)
         return sync.keys?.canSeal == true
-    }
-
-    /// Starts a new sync group on `server` (a libpq connection string): a random root key,
-    /// then `joinSyncGroup`. The passphrase authorises it, as a change of the access policy:
-    /// joining a group sends every synchronizable item, sealed, to a server.
-    @discardableResult
-    public func createSyncGroup(server: String, passphrase: SecureBytes) throws -> SyncGroupID {
-        let group = SyncGroupID.random()
-        try joinSyncGroup(group: group, root: try SyncKeys.newRoot(), server: server, passphrase: passphrase)
-        return group
     }
 
     /// Joins a group with its root key (from pairing or a recovery code): the root wrapped
@@ -221,8 +214,6 @@ extension Keychain {
 
     /// Lower-case hex. Not `String(format:)` a byte: Foundation's formatter cost the sync thread
     /// about a tenth of its CPU (`syncConfiguration` and every pulled record's name, each round).
-    static func hex(_ bytes: [UInt8]) -> String { AttributeText.hex(bytes) }
-
     static func int64(_ bytes: [UInt8]) -> Int64 {
         guard bytes.count == 8 else { return 0 }
         return bytes.reversed().reduce(Int64(0)) { ($0 << 8) | Int64($1) }

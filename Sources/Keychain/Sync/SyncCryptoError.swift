@@ -85,12 +85,3 @@ enum SyncHash {
         }
     }
 }
-
-/// Lower-case hex, for ids in messages and descriptions (never for secrets).
-func syncHex(_ bytes: [UInt8]) -> String {
-    let digits = Array("0123456789abcdef".utf8)
-    var out: [UInt8] = []
-    out.reserveCapacity(bytes.count * 2)
-    for b in bytes { out += [digits[Int(b >> 4)], digits[Int(b & 0x0f)]] }
-    return String(decoding: out, as: UTF8.self)
-}

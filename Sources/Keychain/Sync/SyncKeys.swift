@@ -14,7 +14,7 @@ public struct SyncGroupID: Hashable, Sendable, CustomStringConvertible {
 
     public static func random() -> SyncGroupID { SyncGroupID(bytes: Sodium.randomBytes(byteCount))! }
 
-    public var hex: String { syncHex(bytes) }
+    public var hex: String { AttributeText.hex(bytes) }
 
     public var description: String { hex }
 }

@@ -15,30 +15,24 @@ import Synchronization
 /// (0.5 s to 30 s) and catches up from its cursor; local work goes on meanwhile, the outbox
 /// growing. Locked: it waits for the unlock (the group's keys are held only while unlocked).
 public final class SyncEngine: @unchecked Sendable {
-    // @unchecked: `server` and the backoff are the engine thread's alone; the rest is in `state`.
+    // @unchecked: `server`, the backoff and the last error are the engine thread's alone; what
+    // other threads set is in `state`.
     private let keychain: Keychain
     /// Where the rounds are audited (`sync-apply`, `sync-refuse`, `via=sync`).
     private let audit: KeychainSession
     private let wake = WakePipe()
     private var server: SyncServer?
-    private let state = Mutex(Status())
-    private var thread: Thread?
+    private let state = Mutex(Signals())
 
-    /// What `sync status` shows of the engine.
-    public struct Status: Sendable, Equatable {
-        public var connected = false
-        /// When the server was last unreachable, and why (nil while connected).
-        public var unreachableSince: Date?
-        public var lastError: String?
-        public var refused = 0
-        public var paused: String?
+    /// What other threads tell the engine thread. Its failures reach `sync status` through the
+    /// vault (`Keychain.noteSyncProblem`), not from here.
+    private struct Signals {
+        var stopped = false
         /// The last local commit was a create's empty item, not yet made durable.
         var createPending = false
         /// A local commit woke the engine (its round gathers the next few first).
         var localWake = false
     }
-
-    public var status: Status { state.withLock { $0 } }
 
     /// How long a round started by a local commit waits for the commits that follow it.
     static let gatherMicroseconds: UInt32 = 10_000
@@ -73,32 +67,27 @@ public final class SyncEngine: @unchecked Sendable {
             run()
         }
         thread.name = "sync"
-        self.thread = thread
         thread.start()
     }
 
     public func stop() {
-        state.withLock { $0.paused = "stopped" }
+        state.withLock { $0.stopped = true }
         wake.signal()
     }
 
-    /// Wakes the engine to sync now (a local change, `keychainfs sync now`).
-    public func kick() { wake.signal() }
-
-    private var stopped: Bool { state.withLock { $0.paused == "stopped" } }
-
     private func run() {
         var backoff = 0.5
-        while !stopped {
+        /// The failure `sync status` shows now (written to the vault only when it changes).
+        var lastError: String?
+        while !state.withLock({ $0.stopped }) {
             guard case .unlocked = keychain.lockState, keychain.refreshSync(),
                 let config = try? keychain.syncConfiguration()
             else {
-                state.withLock { if $0.paused != "stopped" { $0.paused = "waiting for the vault to be unlocked" } }
+                // In no group, or locked: until a commit, an unlock or another process's write.
                 wake.wait(timeout: nil)
                 wake.drain()
                 continue
             }
-            state.withLock { if $0.paused != "stopped" { $0.paused = nil } }
             // A create's empty item commits first without an fsync, then its data at the
             // writer's close: wait (at most 1 s) for that durable commit, so an item is uploaded
             // once, with its data, and no device sees it empty meanwhile.
@@ -118,25 +107,17 @@ public final class SyncEngine: @unchecked Sendable {
                 let server = try connected(config)
                 try syncOnce(server)
                 backoff = 0.5
-                let hadError = state.withLock { s -> Bool in
-                    defer { s.lastError = nil }
-                    return s.lastError != nil
-                }
-                if hadError { try? keychain.noteSyncProblem(nil) }
+                if lastError != nil { try? keychain.noteSyncProblem(nil) }
+                lastError = nil
                 // Sleep until the server notifies a push or something local happens.
                 _ = try server.waitForChange(timeout: nil, wakeFD: wake.readFD)
                 wake.drain()
             } catch {
                 if let rollback = error as? SyncRollback { audit.recordSync(applied: 0, refused: [rollback.reason]) }
                 self.server = nil
-                let changed = state.withLock { s -> Bool in
-                    s.connected = false
-                    if s.unreachableSince == nil { s.unreachableSince = Date() }
-                    defer { s.lastError = "\(error)" }
-                    return s.lastError != "\(error)"
-                }
                 // `sync status` reads it from the vault (the first failure's time is kept).
-                if changed { try? keychain.noteSyncProblem("\(error)") }
+                if lastError != "\(error)" { try? keychain.noteSyncProblem("\(error)") }
+                lastError = "\(error)"
                 Log.warning("sync: \(error); retrying in \(backoff) s")
                 wake.wait(timeout: backoff)
                 wake.drain()
@@ -150,15 +131,8 @@ public final class SyncEngine: @unchecked Sendable {
         if let server { return server }
         let server = try SyncServer(conninfo: config.server)
         try server.checkSchema()
-        guard let group = SyncRound.bytes(config.group) else {
-            throw KeychainError(.decode, "the vault's sync group id is not hexadecimal")
-        }
-        try server.listen(group: group)
+        try server.listen(group: config.groupID)
         self.server = server
-        state.withLock {
-            $0.connected = true
-            $0.unreachableSince = nil
-        }
         Log.info("sync: connected to the group's server")
         return server
     }
@@ -167,7 +141,6 @@ public final class SyncEngine: @unchecked Sendable {
         let report = try SyncRound(keychain: keychain, server: server).run()
         audit.recordSync(applied: report.applied, refused: report.refused)
         for reason in report.refused { Log.warning("sync: \(reason)") }
-        if !report.refused.isEmpty { state.withLock { $0.refused += report.refused.count } }
     }
 }
 

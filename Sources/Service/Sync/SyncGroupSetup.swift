@@ -28,9 +28,10 @@ public enum SyncGroupSetup {
     /// the new one (`sync pair` here; `sync leave` and `sync join` there): none of them can read
     /// anything sealed under the new key until it does.
     public static func rotate(keychain: Keychain, passphrase: SecureBytes) throws -> (SyncGroupID, SyncRoundReport) {
-        guard let config = try keychain.syncConfiguration(), let old = SyncRound.bytes(config.group) else {
+        guard let config = try keychain.syncConfiguration() else {
             throw KeychainError(.itemNotFound, "this vault is in no sync group")
         }
+        let old = config.groupID
         // First everything this device has not uploaded yet, so no change of the old group is lost.
         let connection = try SyncServer(conninfo: config.server)
         try SyncRound(keychain: keychain, server: connection).run()

@@ -39,9 +39,10 @@ public struct SyncRound {
 
     @discardableResult
     public func run() throws -> SyncRoundReport {
-        guard let config = try keychain.syncConfiguration(), let group = Self.bytes(config.group) else {
+        guard let config = try keychain.syncConfiguration() else {
             throw KeychainError(.itemNotFound, "this vault is in no sync group")
         }
+        let group = config.groupID
         var report = SyncRoundReport()
         // The group's sequence never goes back: a server restored from an older copy (or
         // replaying one) would hand this device an old state as the current one.
@@ -101,9 +102,9 @@ public struct SyncRound {
         // or it uploaded, and once per process, not at every round (a write and a WAL fsync on
         // the server for nothing new).
         let now = try keychain.syncCursor()
-        let firstTouch = Self.touched.withLock { $0.insert(config.device).inserted }
-        if let device = Self.bytes(config.device), firstTouch || now != cursor || report.uploaded > 0 {
-            try server.touchDevice(group: group, device: device, cursor: now)
+        let firstTouch = Self.touched.withLock { $0.insert(config.deviceID).inserted }
+        if firstTouch || now != cursor || report.uploaded > 0 {
+            try server.touchDevice(group: group, device: config.deviceID, cursor: now)
         }
         try purgeTombstones(group: group)
         return report
@@ -113,7 +114,7 @@ public struct SyncRound {
     /// full reconciliation.
     public static let tombstoneWindow: Duration = .seconds(90 * 24 * 3600)
     private static let lastPurge = Mutex<Date?>(nil)
-    private static let touched = Mutex<Set<String>>([])
+    private static let touched = Mutex<Set<[UInt8]>>([])
 
     /// At most once a day per process: tombstones older than the window are dropped.
     private func purgeTombstones(group: [UInt8]) throws {
@@ -150,23 +151,5 @@ public struct SyncRound {
             pulled += page.count
             progress?(pulled)
         }
-    }
-
-    /// Bytes to lower-case hex (ids, never secrets).
-    public static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
-
-    /// Hex to bytes; nil when it is not hex.
-    public static func bytes(_ hex: String) -> [UInt8]? {
-        let digits = Array(hex.utf8)
-        guard digits.count % 2 == 0 else { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(digits.count / 2)
-        for i in stride(from: 0, to: digits.count, by: 2) {
-            guard let byte = UInt8(String(decoding: digits[i..<(i + 2)], as: UTF8.self), radix: 16) else {
-                return nil
-            }
-            out.append(byte)
-        }
-        return out
     }
 }

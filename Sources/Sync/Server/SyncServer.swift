@@ -1,4 +1,5 @@
 import Foundation
+import Keychain
 
 /// The sync server as the sync engine sees it: groups of opaque records in PostgreSQL (schema
 /// `kcfs_sync`), each write numbered by its group's gap-free sequence, a pull after a cursor,
@@ -108,16 +109,7 @@ public final class SyncServer {
     /// The NOTIFY channel of a group: a name of 37 characters, within PostgreSQL's 63.
     static func channel(group: [UInt8]) -> String { "kcfs_" + hex(group) }
 
-    static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count * 2)
-        for b in bytes {
-            out.append(digits[Int(b >> 4)])
-            out.append(digits[Int(b & 15)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
+    static func hex(_ bytes: [UInt8]) -> String { AttributeText.hex(bytes) }
 
     /// Creates a group (16 bytes) owned by the connecting role; nothing when it exists. A group
     /// id another role owns is `.unknownGroup` (its row stays invisible).
