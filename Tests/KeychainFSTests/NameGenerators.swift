@@ -40,14 +40,16 @@ enum Names {
     }
 
     /// Mostly short (0–24 scalars, empty included), sometimes 60–300 (past 255 bytes), and
-    /// sometimes a leading dot or a trailing tilde, or an NFC/NFD twin of a common word.
+    /// sometimes a leading dot or a trailing tilde, rsync's temp shape `.….XXXXXX`, or an NFC/NFD
+    /// twin of a common word.
     static func name(_ rng: inout any SeededRandomNumberGenerator) -> String {
         switch Int.random(in: 0..<100, using: &rng) {
         case 0..<8: return ""
         case 8..<70: return string(Int.random(in: 1...24, using: &rng), &rng)
         case 70..<78: return string(Int.random(in: 60...300, using: &rng), &rng)
         case 78..<84: return "." + string(Int.random(in: 0...8, using: &rng), &rng)
-        case 84..<90: return string(Int.random(in: 0...8, using: &rng), &rng) + "~"
+        case 84..<88: return string(Int.random(in: 0...8, using: &rng), &rng) + "~"
+        case 88..<90: return "." + string(Int.random(in: 0...8, using: &rng), &rng) + "." + tempSuffix(&rng)
         default:
             let word = [
                 "caf\u{E9}", "cafe\u{301}", "\u{C5}ngstr\u{F6}m", "\u{212B}ngstro\u{308}m", "\u{AC00}",
@@ -55,6 +57,12 @@ enum Names {
             ]
             return word.randomElement(using: &rng)!
         }
+    }
+
+    /// Six letters or digits: the `XXXXXX` of rsync's temp names (mkstemp's alphabet).
+    static func tempSuffix(_ rng: inout any SeededRandomNumberGenerator) -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
+        return String((0..<6).map { _ in alphabet.randomElement(using: &rng)! })
     }
 
     /// Its canonical twin: NFD if `s` is NFC, else NFC (often `s` itself).

@@ -140,12 +140,10 @@ enum Spec {
     }
 
     static func leaf(_ item: PathItem) -> [UInt8] {
-        var out: [UInt8]
         var suffix: [(String, String)] = []
         switch item.itemClass {
-        case .genericPassword: out = escape(item.account, semicolon)
+        case .genericPassword: break
         case .internetPassword:
-            out = escape(item.account, semicolon)
             suffix = [
                 ("path", item.path), ("securityDomain", item.securityDomain),
                 ("authenticationType", item.authenticationType),
@@ -154,12 +152,36 @@ enum Spec {
             if !item.protocolCode.isEmpty && InternetProtocol.name(for: item.protocolCode) == nil {
                 suffix.append(("protocol", item.protocolCode))
             }
-        default: out = escape(item.label, semicolon)
+        default: break
         }
         if item.accessGroup != Caller.defaultAccessGroup { suffix.append(("accessGroup", item.accessGroup)) }
         if item.synchronizable { suffix.append(("synchronizable", "true")) }
-        for (name, value) in suffix { out += Array(";\(name)=".utf8) + escape(value, semicolon) }
-        return component(out)
+        var fields: [UInt8] = []
+        for (name, value) in suffix { fields += Array(";\(name)=".utf8) + escape(value, semicolon) }
+        let main = item.itemClass == .genericPassword || item.itemClass == .internetPassword ? item.account : item.label
+        return spell(Array(main.utf8), fields)
+    }
+
+    /// Rule 10's shape, as a regular expression over the bytes: `.`, anything, `.` and six
+    /// ASCII letters or digits. The inner part and the suffix, or nil.
+    static func rsyncShape(_ b: [UInt8]) -> (inner: [UInt8], tail: [UInt8])? {
+        let text = String(String.UnicodeScalarView(b.map { Unicode.Scalar($0) }))
+        let pattern = try! Regex(#"(?s)^\.(.*)(\.[A-Za-z0-9]{6})$"#).matchingSemantics(.unicodeScalar)
+        guard let m = text.wholeMatch(of: pattern) else { return nil }
+        let bytes = { (s: Substring) in s.unicodeScalars.map { UInt8($0.value) } }
+        return (bytes(m.output[1].substring!), bytes(m.output[2].substring!))
+    }
+
+    /// Rules 2 and 10: a main part of rsync's temp shape `.M.XXXXXX` is spelled `.` + the name of
+    /// M with the same fields + `.XXXXXX` (unless that is emacs's `.#…`); any other name escaped,
+    /// its leading `.` too when it would have the shape.
+    static func spell(_ main: [UInt8], _ fields: [UInt8]) -> [UInt8] {
+        if let (inner, tail) = rsyncShape(main) {
+            let temp = [0x2E] + spell(inner, fields) + tail
+            if !isScratch(temp) { return temp }
+        }
+        let plain = component(escape(String(decoding: main, as: UTF8.self), semicolon) + fields)
+        return rsyncShape(plain) == nil ? plain : Array("%2E".utf8) + plain.dropFirst()
     }
 
     static func directory(_ item: PathItem) -> [UInt8]? {

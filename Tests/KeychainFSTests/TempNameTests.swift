@@ -1,11 +1,14 @@
 import Foundation
 import Keychain
 @testable import KeychainFS
+import PropertyBased
 import Testing
 
 /// `PathCodec.isTempName`: rsync's temp file for a name, and nothing else. A key attribute set on
 /// such a file is left to rsync's rename (XattrNamespaces.swift), so a name it wrongly took for a
-/// temp file would keep a move from happening.
+/// temp file would keep a move from happening. And docs/paths.md rule 10: a name `.N.XXXXXX` is
+/// rsync's temp file for N whatever N's fields (`.alice;accessGroup=team.U37dgM` is not group
+/// `team.U37dgM`), and no other name has that shape.
 @Suite("PathCodec: rsync's temp names")
 struct TempNameTests {
     @Test("`.f.XXXXXX` (six letters or digits) is rsync's temp file for f, byte for byte")
@@ -13,6 +16,10 @@ struct TempNameTests {
         #expect(PathCodec.isTempName(".one.3KDcn8", for: "one"))
         #expect(PathCodec.isTempName(".a b.hPFhin", for: "a b"))
         #expect(PathCodec.isTempName(".é.000000", for: "é"))
+        // A name's own leading dot is not doubled (rsync's get_tmpname).
+        #expect(PathCodec.isTempName(".env.3KDcn8", for: ".env"))
+        #expect(PathCodec.isTempName("..env.3KDcn8", for: "..env"))
+        #expect(PathCodec.isTempName(".env;accessGroup=team.3KDcn8", for: ".env;accessGroup=team"))
     }
 
     @Test(
@@ -20,9 +27,194 @@ struct TempNameTests {
         arguments: [
             (".one.3KDcn8", "two"), (".one.3KDcn", "one"), (".one.3KDcn8x", "one"), (".one.3KD-n8", "one"),
             ("one.3KDcn8.", "one"), ("x.one.3KDcn8", "one"), (".one_3KDcn8", "one"), (".e\u{301}.000000", "\u{e9}"),
-            ("..000000", ""), (".one.3KDcn8", ".one.3KDcn8"),
+            ("..000000", ""), (".one.3KDcn8", ".one.3KDcn8"), ("..env.3KDcn8", ".env"), (".env.3KDcn8", "..env"),
+            ("..000000", "."),
         ])
     func notTempNames(_ name: String, _ leaf: String) {
         #expect(!PathCodec.isTempName(name, for: leaf))
+    }
+
+    static let classes: [ItemClass] = [.genericPassword, .internetPassword, .certificate, .key]
+
+    /// The attributes a name in the item's directory is parsed with (those its directory gives).
+    static func directoryAttributes(_ item: PathItem) -> Attributes {
+        let all = item.attributes
+        var out = Attributes()
+        for a in [Schema.service, Schema.server, Schema.protocolAttribute, Schema.port] where all[a] != nil {
+            out[a] = all[a]
+        }
+        return out
+    }
+
+    static func mainAttribute(_ c: ItemClass) -> Attribute {
+        c == .genericPassword || c == .internetPassword ? Schema.account : Schema.label
+    }
+
+    /// `parsed` holds exactly `expected`, strings compared as bytes.
+    static func expectSame(
+        _ parsed: Attributes?, _ expected: Attributes, _ what: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        guard let parsed else {
+            Issue.record("\(what) does not parse", sourceLocation: sourceLocation)
+            return
+        }
+        #expect(Set(parsed.keys) == Set(expected.keys), "\(what): keys", sourceLocation: sourceLocation)
+        for (attribute, value) in expected {
+            if case .string(let s) = value {
+                #expect(
+                    stringBytes(parsed, attribute) == Array(s.utf8), "\(what): \(attribute)",
+                    sourceLocation: sourceLocation)
+            } else {
+                #expect(parsed[attribute] == value, "\(what): \(attribute)", sourceLocation: sourceLocation)
+            }
+        }
+    }
+
+    @Test("5,000 random names N of every class and field: rsync's temp name for N is a temp item that maps back to N")
+    func randomTempNames() async {
+        let input = Generator { rng in
+            var item = PathItem.random(Self.classes.randomElement(using: &rng)!, &rng)
+            if Int.random(in: 0..<4, using: &rng) == 0 {
+                item.account = "." + item.account; item.label = "." + item.label
+            }
+            return (item, Names.tempSuffix(&rng))
+        }
+        await propertyCheck(count: 5000, input: input) { pair in
+            let (item, suffix) = pair
+            let c = item.itemClass, main = Self.mainAttribute(c), directory = Self.directoryAttributes(item)
+            let name = PathCodec.leaf(of: c, item.attributes)
+            // rsync makes no such name for N over 247 bytes (it cuts N), nor reaches an item for
+            // `.#…` (emacs's, kept in memory: rule 6).
+            guard name.utf8.count <= 247, !PathCodec.isLongSpelling(name) else { return }
+            // rsync's get_tmpname: `.` + N + `.XXXXXX`, N's own leading dot not doubled.
+            let inner =
+                name.utf8.first == UInt8(ascii: ".") ? String(decoding: name.utf8.dropFirst(), as: UTF8.self) : name
+            let temp = "." + inner + "." + suffix
+            guard !PathCodec.isScratchName(temp) else { return }
+            let what = "\"\(scalars(temp))\" (\(item))"
+            #expect(PathCodec.isTempName(temp, for: name), "\(what) is the temp name of N")
+            let parsed = PathCodec.parseLeaf(c, temp, in: directory)
+            // The temp item is that of the name inside, R: N itself, or N without its leading dot.
+            var rest = PathCodec.parseLeaf(c, inner, in: directory)
+            rest?[main] = item.attributes[main]
+            guard let rest, Self.same(rest, item.attributes) else {
+                // Documented (rule 10): R names no item, or one with other fields.
+                #expect(name.utf8.first == UInt8(ascii: "."), "\(what): R names another item")
+                return
+            }
+            var expected = item.attributes
+            expected[main] = .string(
+                "." + PathCodec.string(PathCodec.parseLeaf(c, inner, in: directory)!, main) + "." + suffix)
+            Self.expectSame(parsed, expected, what)
+            guard let parsed else { return }
+            // Spelled back byte for byte: the temp item's one name.
+            #expect(Array(PathCodec.leaf(of: c, parsed).utf8) == Array(temp.utf8), "\(what) spelled back")
+            // Its own account (label) given back, it is N again: what rsync's setxattr and rename do.
+            var back = parsed
+            back[main] = item.attributes[main]
+            #expect(Array(PathCodec.leaf(of: c, back).utf8) == Array(name.utf8), "\(what) maps back")
+            Self.expectSame(PathCodec.parseLeaf(c, name, in: directory), item.attributes, "N of \(what)")
+        }
+    }
+
+    /// Equal attributes, strings compared as bytes.
+    static func same(_ a: Attributes, _ b: Attributes) -> Bool {
+        Set(a.keys) == Set(b.keys)
+            && a.allSatisfy { key, value in
+                if case .string(let s) = value { return stringBytes(b, key) == Array(s.utf8) }
+                return b[key] == value
+            }
+    }
+
+    @Test(
+        "5,000 random items whose name is not of rsync's shape: spelled as without rule 10, parsed back to themselves")
+    func otherNamesUntouched() async {
+        let input = Generator { rng in
+            var item = PathItem.random(Self.classes.randomElement(using: &rng)!, &rng)
+            if Int.random(in: 0..<4, using: &rng) == 0 {
+                // A hidden name whose last field ends like rsync's suffix: the one case rule 10 escapes.
+                item.account = "." + item.account; item.label = "." + item.label
+                item.accessGroup += "." + Names.tempSuffix(&rng); item.synchronizable = false
+            }
+            return item
+        }
+        await propertyCheck(count: 5000, input: input) { item in
+            let c = item.itemClass, attributes = item.attributes
+            let main = PathCodec.string(attributes, Self.mainAttribute(c))
+            guard PathCodec.rsyncTempParts(Array(main.utf8)) == nil else { return }
+            var withoutMain = attributes
+            withoutMain[Self.mainAttribute(c)] = .string("x")
+            let fields = String(decoding: PathCodec.leaf(of: c, withoutMain).utf8.dropFirst(), as: UTF8.self)
+            let plain = PathCodec.component(PathCodec.escape(main, extra: PathCodec.leafExtra) + fields)
+            let name = PathCodec.leaf(of: c, attributes)
+            guard !PathCodec.isLongSpelling(name) else { return }
+            if PathCodec.rsyncTempParts(Array(plain.utf8)) == nil {
+                #expect(Array(name.utf8) == Array(plain.utf8), "\(item) is spelled \(scalars(name))")
+            } else {
+                // The one spelling rule 10 changes: a leading `.` that would make rsync's shape.
+                #expect(Array(name.utf8) == Array("%2E".utf8) + Array(plain.utf8).dropFirst(), "\(item)")
+            }
+            Self.expectSame(
+                PathCodec.parseLeaf(c, name, in: Self.directoryAttributes(item)), attributes, "\(scalars(name))")
+        }
+    }
+
+    static func genp(_ account: String, group: String = Caller.defaultAccessGroup, sync: Bool = false) -> Attributes {
+        [
+            Schema.service: .string("svc"), Schema.account: .string(account), Schema.accessGroup: .string(group),
+            Schema.synchronizable: .bool(sync),
+        ]
+    }
+
+    @Test(
+        "known names: rsync's temp names with fields; values ending in .ABC123 read as themselves",
+        arguments: [
+            (".alice;accessGroup=team.U37dgM", genp(".alice.U37dgM", group: "team")),
+            (".alice;synchronizable=true.U37dgM", genp(".alice.U37dgM", sync: true)),
+            (".alice;accessGroup=t;synchronizable=true.000000", genp(".alice.000000", group: "t", sync: true)),
+            ("alice;accessGroup=team.ABC123", genp("alice", group: "team.ABC123")),
+            ("%2Eenv;accessGroup=team.ABC123", genp(".env", group: "team.ABC123")),
+            (".%2Eenv;accessGroup=team.ABC123.xyz789", genp("..env.xyz789", group: "team.ABC123")),
+            (".%;accessGroup=team.U37dgM", genp("..U37dgM", group: "team")), (".one.3KDcn8", genp(".one.3KDcn8")),
+            (".%.abc123", genp("..abc123")), (".env.abc123", genp(".env.abc123")),
+            (".env;accessGroup=team.ABC12", genp(".env", group: "team.ABC12")),
+            // rsync's temp file for `env;accessGroup=team`, never `.env` in a group `team.ABC123`.
+            (".env;accessGroup=team.ABC123", genp(".env.ABC123", group: "team")),
+            (".a%7E.abc123", genp(".a~.abc123")), ("a.abc123", genp("a.abc123")),
+        ])
+    func knownNames(_ name: String, _ attributes: Attributes) {
+        let parsed = PathCodec.parseLeaf(.genericPassword, name, in: [Schema.service: .string("svc")])
+        Self.expectSame(parsed, attributes, name)
+        #expect(PathCodec.leaf(of: .genericPassword, attributes) == name)
+    }
+
+    @Test(
+        "names of rsync's shape whose inner name is no item's, or not canonical, name nothing",
+        arguments: [
+            "..abc123", ".%ZZ;accessGroup=t.abc123", ".a;bogus=1.abc123", ".a;synchronizable=false.abc123",
+            ".%2Ea.abc123", ".a~.abc123",
+        ])
+    func notNames(_ name: String) {
+        #expect(PathCodec.parseLeaf(.genericPassword, name, in: [:]) == nil, "\(name)")
+    }
+
+    @Test("/inet: rsync's suffix after each field that may end a name")
+    func internetFields() {
+        let dir: Attributes = [
+            Schema.server: .string("example.com"), Schema.protocolAttribute: .string("htps"), Schema.port: .number(0),
+        ]
+        for (field, value) in [
+            ("path", "%2Flogin"), ("securityDomain", "realm.ABC123"), ("authenticationType", "form"),
+            ("protocol", "zzzz"), ("accessGroup", "team"), ("synchronizable", "true"),
+        ] {
+            let n = "bob;\(field)=\(value)"
+            guard let real = PathCodec.parseLeaf(.internetPassword, n, in: dir) else {
+                Issue.record("\(n) does not parse")
+                continue
+            }
+            var expected = real
+            expected[Schema.account] = .string(".bob.Zz9Zz9")
+            Self.expectSame(PathCodec.parseLeaf(.internetPassword, "." + n + ".Zz9Zz9", in: dir), expected, n)
+        }
     }
 }

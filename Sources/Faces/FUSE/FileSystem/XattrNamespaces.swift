@@ -67,6 +67,10 @@ struct KeychainAttributeXattrs: XattrNamespace {
         guard let attribute = Self.attribute(name, in: c) else { throw Errno.noData }
         if flags & 1 != 0 && item.attributes[attribute] != nil { throw Errno.fileExists }  // XATTR_CREATE
         if flags & 2 != 0 && item.attributes[attribute] == nil { throw Errno.noData }  // XATTR_REPLACE
+        // The value it has already, byte for byte as getxattr shows it (`rsync -X` and `cp -a` set
+        // every xattr of their source): nothing to change, even where that text is not one a
+        // setxattr may give (a protocol code with no name, `;protocol=zzzz` in the file name).
+        if let current = item.attributes[attribute], AttributeText.render(attribute, current) == value { return }
         let parsed = try AttributeText.parse(attribute, value, currentProtection: item.accessibility)
         // The dates are the item's own record, as a file's times are its own: a date set (`mv`
         // and `cp -a` copying an item's xattrs, `rsync -X` restoring a backup) is accepted and

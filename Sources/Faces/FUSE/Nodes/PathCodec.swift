@@ -11,6 +11,7 @@ import KeychainCrypto
 ///
 /// Every component is escaped reversibly; only the canonical spelling of an item resolves,
 /// so every item has exactly one path, computed from its own attributes.
+/// rsync's temp names (`.N.XXXXXX`) are read first: PathCodec+TempNames.swift.
 public enum PathCodec {
     public static let maxComponentBytes = 255
     static let longNameMarker = "%~"
@@ -134,19 +135,6 @@ public enum PathCodec {
             && (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b[n - 1])
     }
 
-    /// Whether `name` is rsync's temp file for `leaf`: `.` + leaf + `.` + six letters or digits
-    /// (rsync's `get_tmpname` and mkstemp's `XXXXXX`). Compared as bytes.
-    public static func isTempName(_ name: String, for leaf: String) -> Bool {
-        let n = Array(name.utf8), l = Array(leaf.utf8), dot = UInt8(ascii: ".")
-        guard !l.isEmpty, n.count == l.count + 8, n.first == dot, n[n.count - 7] == dot,
-            n[1..<(l.count + 1)].elementsEqual(l)
-        else { return false }
-        return n.suffix(6).allSatisfy { b in
-            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(b)
-                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b)
-        }
-    }
-
     /// Names compared as bytes: Swift's `==` on strings is canonical equivalence, which would
     /// make the NFC and NFD spellings of `é` one name.
     static func same(_ a: String, _ b: String) -> Bool { a.utf8.elementsEqual(b.utf8) }
@@ -189,13 +177,8 @@ public enum PathCodec {
 
     /// The file name of an item within its directory.
     public static func leaf<A: AttributeLookup>(of itemClass: ItemClass, _ attributes: A) -> String {
-        var out: String
         var suffix: [(String, String)] = []
-        switch itemClass {
-        case .genericPassword:
-            out = escape(string(attributes, Schema.account), extra: leafExtra)
-        case .internetPassword:
-            out = escape(string(attributes, Schema.account), extra: leafExtra)
+        if itemClass == .internetPassword {
             for attribute in [Schema.path, Schema.securityDomain, Schema.authenticationType] {
                 let v = string(attributes, attribute)
                 if !v.isEmpty { suffix.append((attribute.name, v)) }
@@ -204,14 +187,18 @@ public enum PathCodec {
             if !code.isEmpty && InternetProtocol.name(for: code) == nil {
                 suffix.append((Schema.protocolAttribute.name, code))
             }
-        default:
-            out = escape(string(attributes, Schema.label), extra: leafExtra)
         }
         let group = string(attributes, Schema.accessGroup)
         if !group.isEmpty && group != Caller.defaultAccessGroup { suffix.append((Schema.accessGroup.name, group)) }
         if case .bool(true)? = attributes[Schema.synchronizable] { suffix.append((Schema.synchronizable.name, "true")) }
-        for (name, value) in suffix { out += ";\(name)=" + escape(value, extra: leafExtra) }
-        return fitted(component(out))
+        var fields = ""
+        for (name, value) in suffix { fields += ";\(name)=" + escape(value, extra: leafExtra) }
+        return fitted(spell(string(attributes, mainAttribute(itemClass)), fields: fields))
+    }
+
+    /// The attribute a leaf's first part names: the account (genp, inet), else the label.
+    static func mainAttribute(_ itemClass: ItemClass) -> Attribute {
+        itemClass == .genericPassword || itemClass == .internetPassword ? Schema.account : Schema.label
     }
 
     /// File names of listed items, as `leaf(of:_:)` spells them, made once per listing. The
@@ -318,16 +305,17 @@ public enum PathCodec {
     /// Parses a leaf name (in the directory `directory` names) into the item's key attributes.
     public static func parseLeaf(_ itemClass: ItemClass, _ name: String, in directory: Attributes) -> Attributes? {
         guard !isLongSpelling(name), !isScratchName(name) else { return nil }
+        // rsync's temp file `.N.XXXXXX` for a name N: only ever that (PathCodec+TempNames.swift).
+        if let (inner, tail) = rsyncTempParts(Array(name.utf8)) {
+            return parseTempLeaf(itemClass, name, inner: inner, tail: tail, in: directory)
+        }
         // Split on bytes: U+037E (GREEK QUESTION MARK) is canonically equivalent to `;` but is
         // not a separator.
         let parts = Array(name.utf8).split(separator: UInt8(ascii: ";"), omittingEmptySubsequences: false)
             .map { String(decoding: $0, as: UTF8.self) }
         guard let first = parts.first, let main = unescape(first) else { return nil }
         var attributes = directory
-        switch itemClass {
-        case .genericPassword, .internetPassword: attributes[Schema.account] = .string(main)
-        default: attributes[Schema.label] = .string(main)
-        }
+        attributes[mainAttribute(itemClass)] = .string(main)
         attributes[Schema.accessGroup] = .string(Caller.defaultAccessGroup)
         attributes[Schema.synchronizable] = .bool(false)
         if itemClass == .internetPassword {

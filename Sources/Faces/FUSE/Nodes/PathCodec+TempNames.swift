@@ -1,0 +1,65 @@
+import Foundation
+import Keychain
+
+// rsync's temp files (docs/paths.md, rule 10). `rsync -aX` writes each file N to `.N.XXXXXX`
+// beside it (a leading `.` unless N has one, N, `.` and six letters or digits: mkstemp's), sets
+// N's xattrs on it, then renames it to N. N may end with a `;field=value`
+// (`alice;accessGroup=team`), whose value the suffix would run into
+// (`.alice;accessGroup=team.U37dgM` read plainly is group `team.U37dgM`), so a name `.R.XXXXXX`
+// is read as the temp file of R (or of `.R`) before anything else, whatever R's fields: the item
+// whose account (label) is `.` + R's account (label) + `.XXXXXX`, with R's other attributes. Such
+// an item is spelled that way back, so one item has one name; and no other name has that shape
+// (a plain spelling that would have it escapes its leading `.` as `%2E`).
+extension PathCodec {
+    /// rsync's temp name shape: a leading `.`, then N, `.` and six ASCII letters or digits. The
+    /// inner name N and the suffix `.XXXXXX`, or nil.
+    static func rsyncTempParts(_ b: [UInt8]) -> (inner: String, tail: String)? {
+        guard b.count >= 8, b[0] == UInt8(ascii: "."), b[b.count - 7] == UInt8(ascii: ".") else { return nil }
+        guard b.suffix(6).allSatisfy(isTempSuffixByte) else { return nil }
+        return (String(decoding: b[1..<(b.count - 7)], as: UTF8.self), String(decoding: b.suffix(7), as: UTF8.self))
+    }
+
+    static func isTempSuffixByte(_ b: UInt8) -> Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(b)
+            || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b)
+    }
+
+    /// Whether `name` is rsync's temp file for `leaf`: `.` + leaf + `.` + six letters or digits,
+    /// the leaf's own leading `.` (if any) not doubled: `.env`'s is `.env.XXXXXX` (rsync's
+    /// `get_tmpname` and mkstemp's `XXXXXX`). Compared as bytes.
+    public static func isTempName(_ name: String, for leaf: String) -> Bool {
+        var l = Array(leaf.utf8)
+        if l.first == UInt8(ascii: ".") { l.removeFirst() }
+        guard !l.isEmpty, let (inner, _) = rsyncTempParts(Array(name.utf8)) else { return false }
+        return inner.utf8.elementsEqual(l)
+    }
+
+    /// The spelling of a leaf (before `fitted`) whose account or label is `main` and whose
+    /// `;field=value` parts are `fields`. A `main` of rsync's temp shape `.M.XXXXXX` is spelled as
+    /// rsync names the temp file of M's item: `.` + that item's name + `.XXXXXX` (unless that is
+    /// emacs's `.#…`, a scratch name). Every other name is escaped as always, and its leading `.`
+    /// escaped too when it would otherwise have rsync's temp shape (`.env;accessGroup=t.abc123`
+    /// is `%2Eenv;accessGroup=t.abc123`): rsync's shape is rsync's temp files only.
+    static func spell(_ main: String, fields: String) -> String {
+        if let (inner, tail) = rsyncTempParts(Array(main.utf8)) {
+            let temp = "." + spell(inner, fields: fields) + tail
+            if !isScratchName(temp) { return temp }
+        }
+        let plain = component(escape(main, extra: leafExtra) + fields)
+        guard rsyncTempParts(Array(plain.utf8)) != nil else { return plain }
+        return "%2E" + String(decoding: Array(plain.utf8).dropFirst(), as: UTF8.self)
+    }
+
+    /// The key attributes of rsync's temp file `name` = `.` + `inner` + `tail`: those of the item
+    /// `inner` names, its account (label) `.` + that one's + `tail`. Nil when `inner` names
+    /// nothing or `name` is not the canonical spelling of that item.
+    static func parseTempLeaf(
+        _ itemClass: ItemClass, _ name: String, inner: String, tail: String, in directory: Attributes
+    ) -> Attributes? {
+        guard var attributes = parseLeaf(itemClass, inner, in: directory) else { return nil }
+        let main = mainAttribute(itemClass)
+        attributes[main] = .string("." + string(attributes, main) + tail)
+        guard same(leaf(of: itemClass, attributes), name) else { return nil }
+        return attributes
+    }
+}
