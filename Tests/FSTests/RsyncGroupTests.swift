@@ -44,6 +44,10 @@ struct RsyncGroupTests {
         Item(
             directory: "genp/rsvc", name: "dave", find: ["-s", "rsvc", "-a", "dave"], add: [],
             secret: Array("dave".utf8)),
+        // A hidden name: rsync's temp file is `.npmrc.XXXXXX` (no second dot).
+        Item(
+            directory: "genp/rsvc", name: ".npmrc", find: ["-s", "rsvc", "-a", ".npmrc"], add: ["-j", "npm"],
+            secret: Array("//registry/:_authToken=x\n".utf8)),
         Item(
             directory: "inet/https:rsync.example.com",
             name: "erin;path=%2Flogin;securityDomain=realm;authenticationType=form;accessGroup=team",
@@ -67,7 +71,8 @@ struct RsyncGroupTests {
     /// Every executable that touches the items, in both groups.
     static func addGroups(_ box: TestSandbox) throws {
         let python = URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path
-        let tools = ["rsync", "cat", "getfattr", "ls", "rm", "mv", "find"].map { "/usr/bin/" + $0 } + [python]
+        let tools =
+            ["rsync", "cat", "getfattr", "setfattr", "ls", "rm", "mv", "find"].map { "/usr/bin/" + $0 } + [python]
         for group in groups {
             for exe in tools {
                 let r = try box.cli(["access-group", "add"] + box.unlockArgs + [group, exe])
@@ -165,6 +170,13 @@ struct RsyncGroupTests {
                 #expect(try Self.findSecret(box, item) == item.secret, "CLI find of \(item.name)")
             }
             #expect(try Self.dumpedAttributes(box) == before, "the items' attributes after the restore")
+            // The protocol code with no name: its own bytes are accepted (what rsync -X did), another
+            // code with no name is not a value a setxattr may give.
+            let ivan = box.mnt + "/inet/ssh.example.com:2222/ivan;protocol=zzzz;accessGroup=team"
+            let same = try box.run("/usr/bin/setfattr", ["-n", "user.keychain.protocol", "-v", "zzzz", ivan])
+            #expect(same.status == 0 && same.stderr.isEmpty, "setfattr protocol zzzz: \(same.summary)")
+            let other = try box.run("/usr/bin/setfattr", ["-n", "user.keychain.protocol", "-v", "yyyy", ivan])
+            #expect(other.status != 0 && other.stderr.contains("Invalid argument"), "\(other.summary)")
 
             // Restored again over the items, with one secret changed in the backup: rsync's temp
             // file is renamed over the item.
