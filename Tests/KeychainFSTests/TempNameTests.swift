@@ -141,14 +141,14 @@ struct TempNameTests {
         await propertyCheck(count: 5000, input: input) { item in
             let c = item.itemClass, attributes = item.attributes
             let main = PathCodec.string(attributes, Self.mainAttribute(c))
-            guard PathCodec.rsyncTempParts(Array(main.utf8)) == nil else { return }
+            guard PathCodec.rsyncTempParts(main) == nil else { return }
             var withoutMain = attributes
             withoutMain[Self.mainAttribute(c)] = .string("x")
             let fields = String(decoding: PathCodec.leaf(of: c, withoutMain).utf8.dropFirst(), as: UTF8.self)
             let plain = PathCodec.component(PathCodec.escape(main, extra: PathCodec.leafExtra) + fields)
             let name = PathCodec.leaf(of: c, attributes)
             guard !PathCodec.isLongSpelling(name) else { return }
-            if PathCodec.rsyncTempParts(Array(plain.utf8)) == nil {
+            if PathCodec.rsyncTempParts(plain) == nil {
                 #expect(Array(name.utf8) == Array(plain.utf8), "\(item) is spelled \(scalars(name))")
             } else {
                 // The one spelling rule 10 changes: a leading `.` that would make rsync's shape.

@@ -13,8 +13,12 @@ import Keychain
 extension PathCodec {
     /// rsync's temp name shape: a leading `.`, then N, `.` and six ASCII letters or digits. The
     /// inner name N and the suffix `.XXXXXX`, or nil.
-    static func rsyncTempParts(_ b: [UInt8]) -> (inner: String, tail: String)? {
-        guard b.count >= 8, b[0] == UInt8(ascii: "."), b[b.count - 7] == UInt8(ascii: ".") else { return nil }
+    static func rsyncTempParts(_ name: String) -> (inner: String, tail: String)? {
+        // Most names do not begin with `.`: answered without copying their bytes (a listing
+        // spells thousands).
+        guard name.utf8.first == UInt8(ascii: ".") else { return nil }
+        let b = Array(name.utf8)
+        guard b.count >= 8, b[b.count - 7] == UInt8(ascii: ".") else { return nil }
         guard b.suffix(6).allSatisfy(isTempSuffixByte) else { return nil }
         return (String(decoding: b[1..<(b.count - 7)], as: UTF8.self), String(decoding: b.suffix(7), as: UTF8.self))
     }
@@ -30,7 +34,7 @@ extension PathCodec {
     public static func isTempName(_ name: String, for leaf: String) -> Bool {
         var l = Array(leaf.utf8)
         if l.first == UInt8(ascii: ".") { l.removeFirst() }
-        guard !l.isEmpty, let (inner, _) = rsyncTempParts(Array(name.utf8)) else { return false }
+        guard !l.isEmpty, let (inner, _) = rsyncTempParts(name) else { return false }
         return inner.utf8.elementsEqual(l)
     }
 
@@ -41,12 +45,12 @@ extension PathCodec {
     /// escaped too when it would otherwise have rsync's temp shape (`.env;accessGroup=t.abc123`
     /// is `%2Eenv;accessGroup=t.abc123`): rsync's shape is rsync's temp files only.
     static func spell(_ main: String, fields: String) -> String {
-        if let (inner, tail) = rsyncTempParts(Array(main.utf8)) {
+        if let (inner, tail) = rsyncTempParts(main) {
             let temp = "." + spell(inner, fields: fields) + tail
             if !isScratchName(temp) { return temp }
         }
         let plain = component(escape(main, extra: leafExtra) + fields)
-        guard rsyncTempParts(Array(plain.utf8)) != nil else { return plain }
+        guard rsyncTempParts(plain) != nil else { return plain }
         return "%2E" + String(decoding: Array(plain.utf8).dropFirst(), as: UTF8.self)
     }
 

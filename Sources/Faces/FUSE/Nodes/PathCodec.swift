@@ -306,7 +306,7 @@ public enum PathCodec {
     public static func parseLeaf(_ itemClass: ItemClass, _ name: String, in directory: Attributes) -> Attributes? {
         guard !isLongSpelling(name), !isScratchName(name) else { return nil }
         // rsync's temp file `.N.XXXXXX` for a name N: only ever that (PathCodec+TempNames.swift).
-        if let (inner, tail) = rsyncTempParts(Array(name.utf8)) {
+        if let (inner, tail) = rsyncTempParts(name) {
             return parseTempLeaf(itemClass, name, inner: inner, tail: tail, in: directory)
         }
         // Split on bytes: U+037E (GREEK QUESTION MARK) is canonically equivalent to `;` but is
