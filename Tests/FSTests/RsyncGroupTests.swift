@@ -41,9 +41,10 @@ struct RsyncGroupTests {
         Item(
             directory: "genp/rsvc", name: "%2Eenv;accessGroup=team.ABC123", find: ["-s", "rsvc", "-a", ".env"],
             add: ["--access-group", "team.ABC123"], secret: Array("TOKEN=2\n".utf8)),
+        // Its protection class, set by rsync before its account (name order), is not the default.
         Item(
-            directory: "genp/rsvc", name: "dave", find: ["-s", "rsvc", "-a", "dave"], add: [],
-            secret: Array("dave".utf8)),
+            directory: "genp/rsvc", name: "dave", find: ["-s", "rsvc", "-a", "dave"],
+            add: ["--accessible", "afterFirstUnlock"], secret: Array("dave".utf8)),
         // A hidden name: rsync's temp file is `.npmrc.XXXXXX` (no second dot).
         Item(
             directory: "genp/rsvc", name: ".npmrc", find: ["-s", "rsvc", "-a", ".npmrc"], add: ["-j", "npm"],
@@ -221,6 +222,34 @@ struct RsyncGroupTests {
             #expect(try box.run("/usr/bin/ls", ["-A1", box.mnt + "/genp/mvsvc"]).lines == [])
             #expect(try box.dump().filter { $0.itemClass == "genp" }.isEmpty)
             #expect(try box.dump().filter { $0.itemClass == "inet" }.count == 2)
+        }
+    }
+}
+
+extension RsyncGroupTests {
+    @Test("rsync -aX restores /keys (default group and team) into an empty mount: bytes and attributes")
+    func restoresKeys() throws {
+        try withMount(setup: { box in try Self.addGroups(box) }) { box in
+            let keys = box.mnt + "/keys", names = ["id1", "id2;accessGroup=team"]
+            let made = try box.sh(
+                """
+                set -e; ssh-keygen -q -t ed25519 -N '' -f k1; ssh-keygen -q -t ed25519 -N '' -f k2
+                rsync k1 \(q(keys + "/" + names[0])); rsync k2 \(q(keys + "/" + names[1]))
+                rsync -aX \(q(keys + "/")) backup/
+                """)
+            try #require(made.status == 0, "keys and backup: \(made.summary)")
+            let attributes = try names.map { try Self.xattrs(box, box.w + "/backup/" + $0) }
+            #expect(attributes.allSatisfy { $0.contains { $0.hasPrefix("user.keychain.applicationLabel=") } })
+            let wipe = try box.run("/usr/bin/rm", names.map { keys + "/" + $0 })
+            try #require(wipe.status == 0 && (try box.dump()).isEmpty, "rm: \(wipe.summary)")
+            let restore = try box.sh("rsync -aX backup/ \(q(keys + "/"))", timeout: 60)
+            #expect(restore.status == 0 && restore.stderr.isEmpty, "rsync -aX restore: \(restore.summary)")
+            #expect(try box.run("/usr/bin/ls", ["-A1", keys], env: ["LC_ALL": "C"]).lines == names)
+            for (i, name) in names.enumerated() {
+                let key = try Data(contentsOf: URL(fileURLWithPath: box.w + "/k\(i + 1)"))
+                #expect(try box.run("/usr/bin/cat", [keys + "/" + name]).stdoutBytes == Array(key), "cat \(name)")
+                #expect(try Self.xattrs(box, keys + "/" + name) == attributes[i], "xattrs of \(name)")
+            }
         }
     }
 }

@@ -56,6 +56,7 @@ extension KeychainFileSystem {
             // temp item goes. One transaction.
             try session(caller).replaceData(of: existingID, withDataOf: id, itemClass: itemClass)
             memoryFiles.forgetFresh(id)
+            memoryFiles.forgetCreated(id)
             // The kernel now holds the temp's inode under the item's name: it stands for the
             // item from here on, so `cat f` right after `sed -i` finds it.
             aliases.alias(Inode.item(itemClass, id: id), replacing: id, to: itemClass, id: existingID)
@@ -70,6 +71,7 @@ extension KeychainFileSystem {
             victim = existingID
         }
         try session(caller).rename(id: id, itemClass: itemClass, to: key, replacing: !noReplace, victim: victim)
+        memoryFiles.forgetCreated(id)
         directories.unmarkEmpty(newParent)
         if parent != newParent, directories.directory(parent) != nil { directories.keep(parent) }
     }

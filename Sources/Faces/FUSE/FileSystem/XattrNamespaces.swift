@@ -83,14 +83,16 @@ struct KeychainAttributeXattrs: XattrNamespace {
         let oldLeaf = PathCodec.leaf(of: c, item.attributes)
         var moved = item.attributes
         moved[attribute] = parsed
-        if fs.memoryFiles.isFresh(id), PathCodec.directory(of: c, moved) == oldDirectory,
+        if fs.memoryFiles.isCreatedHere(id), PathCodec.directory(of: c, moved) == oldDirectory,
             PathCodec.isTempName(oldLeaf, for: PathCodec.leaf(of: c, moved))
         {
-            // rsync names its temp file `.f.XXXXXX` (created through the mount, no attribute set
-            // yet) and sets f's xattrs on it before renaming it to f: the attribute that would move
-            // it to f is the name that rename gives it. Moving it now would leave rsync's rename
-            // nothing to rename (or meet f itself: EEXIST). The temp stays fresh, so the rename
-            // onto an existing f gives f its bytes, as `sed -i`'s does.
+            // rsync names its temp file `.f.XXXXXX` (created through the mount, not renamed since)
+            // and sets f's xattrs on it, in name order, before renaming it to f: the attribute that
+            // would move it to f is the name that rename gives it. Moving it now would leave
+            // rsync's rename nothing to rename (or meet f itself: EEXIST). Whatever it was given
+            // before (`accessible`, a key's `applicationTag`, sorted before `account` and `label`).
+            // A temp still fresh stays fresh, so the rename onto an existing f gives f its bytes,
+            // as `sed -i`'s does.
             return
         }
         fs.memoryFiles.forgetFresh(id)

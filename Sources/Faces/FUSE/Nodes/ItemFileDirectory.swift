@@ -60,6 +60,7 @@ extension ItemFileDirectory {
         // when it wrote none) makes it durable with them: one fsync per created file.
         let (item, granted) = try fs.session(caller).create(itemClass, key, data: [], durable: false)
         fs.memoryFiles.markFresh(item.id)
+        fs.memoryFiles.markCreated(item.id)
         fs.directories.unmarkEmpty(ino)
         let file = OpenFile(
             ino: Inode.item(itemClass, id: item.id), target: .item(itemClass, item.id), caller: granted,

@@ -83,6 +83,7 @@ final class MemoryFiles: Sendable {
         var files: [UInt64: MemoryFile] = [:]
         var next: UInt64 = 1
         var freshItems: Set<Int64> = []
+        var createdItems: Set<Int64> = []
     }
 
     private let state = Mutex(State())
@@ -151,4 +152,15 @@ final class MemoryFiles: Sendable {
     }
     func isFresh(_ id: Int64) -> Bool { state.withLock { $0.freshItems.contains(id) } }
     func forgetFresh(_ id: Int64) { _ = state.withLock { $0.freshItems.remove(id) } }
+
+    /// Items created through the mount and not renamed since (whatever attributes were set on
+    /// them): where rsync's temp files are (XattrNamespaces.swift). Bounded as the fresh ones.
+    func markCreated(_ id: Int64) {
+        state.withLock {
+            if $0.createdItems.count >= Self.freshCapacity { $0.createdItems.removeAll() }
+            $0.createdItems.insert(id)
+        }
+    }
+    func isCreatedHere(_ id: Int64) -> Bool { state.withLock { $0.createdItems.contains(id) } }
+    func forgetCreated(_ id: Int64) { _ = state.withLock { $0.createdItems.remove(id) } }
 }
