@@ -32,10 +32,15 @@ public final class SyncEngine: @unchecked Sendable {
         var createPending = false
         /// A local commit woke the engine (its round gathers the next few first).
         var localWake = false
+        /// Local commits seen (the gather waits while it grows).
+        var commits = 0
     }
 
-    /// How long a round started by a local commit waits for the commits that follow it.
-    static let gatherMicroseconds: UInt32 = 10_000
+    /// A round started by a local commit waits until this long passes with no further local
+    /// commit, so a burst of writes is one round, one push and one server commit…
+    static let gatherQuiet: Duration = .milliseconds(10)
+    /// …but no longer than this after the first (the propagation a steady writer's changes see).
+    static let gatherLimit: Duration = .milliseconds(200)
 
     public init(keychain: Keychain, audit: KeychainSession) {
         self.keychain = keychain
@@ -49,6 +54,7 @@ public final class SyncEngine: @unchecked Sendable {
             self.state.withLock {
                 $0.createPending = undurable
                 $0.localWake = true
+                $0.commits += 1
             }
             self.wake.signal()
         }
@@ -96,22 +102,14 @@ public final class SyncEngine: @unchecked Sendable {
                 wake.wait(timeout: 1)
                 state.withLock { $0.createPending = false }
             }
-            // Woken by a local commit: a few milliseconds more gather the commits that follow
-            // it (a script writing many items, an import) into one round, one push and one
-            // server commit, instead of one each (docs/benchmarks.md, "Issue 31: sync").
-            if state.withLock({ $0.localWake }) {
-                usleep(Self.gatherMicroseconds)
-                state.withLock { $0.localWake = false }
-            }
+            gather()
             do {
                 let server = try connected(config)
                 try syncOnce(server)
                 backoff = 0.5
                 if lastError != nil { try? keychain.noteSyncProblem(nil) }
                 lastError = nil
-                // Sleep until the server notifies a push or something local happens.
-                _ = try server.waitForChange(timeout: nil, wakeFD: wake.readFD)
-                wake.drain()
+                try sleep(server)
             } catch {
                 if let rollback = error as? SyncRollback { audit.recordSync(applied: 0, refused: [rollback.reason]) }
                 self.server = nil
@@ -125,6 +123,35 @@ public final class SyncEngine: @unchecked Sendable {
             }
         }
         server = nil
+    }
+
+    /// Woken by a local commit: wait while the commits that follow it keep coming (a script
+    /// writing many items, an import, a writer in a loop), until `gatherQuiet` passes without
+    /// one or `gatherLimit` after the first, so they make one round, one push and one server
+    /// commit instead of one each (docs/benchmarks.md, "Issue 31: sync").
+    private func gather() {
+        guard state.withLock({ $0.localWake }) else { return }
+        let started = ContinuousClock.now
+        var seen = state.withLock { $0.commits }
+        while ContinuousClock.now - started < Self.gatherLimit {
+            wake.drain()
+            wake.wait(timeout: 0.010)
+            let now = state.withLock { $0.commits }
+            if now == seen && ContinuousClock.now - started >= Self.gatherQuiet { break }
+            seen = now
+        }
+        state.withLock { $0.localWake = false }
+    }
+
+    /// Sleeps until another device's push (a NOTIFY of the group's channel) or something local
+    /// (a commit, an unlock, another process's write, a stop). A NOTIFY of this device's own
+    /// push, whose seq the cursor has passed already, starts no round: it brings nothing.
+    private func sleep(_ server: SyncServer) throws {
+        while true {
+            let notice = try server.waitForNotice(timeout: nil, wakeFD: wake.readFD)
+            guard let seq = notice?.highestSeq, seq <= (try keychain.syncCursor()) else { break }
+        }
+        wake.drain()
     }
 
     private func connected(_ config: SyncConfiguration) throws -> SyncServer {
