@@ -1,5 +1,5 @@
 import Foundation
-import KeychainSync
+@testable import KeychainSync
 import Testing
 import TestSupport
 
@@ -97,4 +97,33 @@ struct PushNoticeTests {
     }
 
     private func hexString(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+}
+
+/// `PGValue.byteaArray` (PostgreSQL's binary array format, written by hand) and the text arrays,
+/// round-tripped through a real server: random batches, byte-exact.
+@Suite("PGValue arrays")
+struct PGArrayTests {
+    @Test("1,000 random bytea[] batches (empty ones, empty elements, large ones) come back exact, in order")
+    func byteaArrayRoundTrip() throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let c = try PGConnection(conninfo: server.conninfo)
+        for round in 0..<1_000 {
+            let count = round % 50 == 0 ? 0 : Int.random(in: 1...12)
+            let elements = (0..<count).map { _ in
+                randomBytes(Bool.random() ? Int.random(in: 0...4) : Int.random(in: 0...3000))
+            }
+            let ints = (0..<count).map { _ in Int64.random(in: Int64.min...Int64.max) }
+            let bools = (0..<count).map { _ in Bool.random() }
+            let r = try c.execute(
+                """
+                SELECT b, i, f, n FROM unnest($1::bytea[], $2::bigint[], $3::boolean[])
+                    WITH ORDINALITY AS t(b, i, f, n) ORDER BY n
+                """, [.byteaArray(elements), .intArray(ints), .boolArray(bools)])
+            #expect(r.rowCount == count)
+            for k in 0..<min(r.rowCount, count) {
+                #expect(try r.bytes(k, 0) == elements[k] && r.int64(k, 1) == ints[k] && r.bool(k, 2) == bools[k])
+            }
+        }
+    }
 }

@@ -171,20 +171,32 @@ public final class SyncServer {
                 let locked = try connection.execute(
                     "SELECT seq FROM kcfs_sync.groups WHERE group_id = $1 FOR UPDATE", [.bytes(group)])
                 guard locked.rowCount == 1 else { throw SyncServerError.unknownGroup }
+                // The whole batch in one statement (one round trip, not one per record): each
+                // request through push_one, in the batch's order.
+                let rows = try connection.execute(
+                    """
+                    SELECT o.outcome, o.out_seq, o.current_version
+                    FROM unnest($2::bytea[], $3::bigint[], $4::bigint[], $5::boolean[], $6::bytea[])
+                        WITH ORDINALITY AS r(record_id, expected, version, deleted, blob, n)
+                    CROSS JOIN LATERAL kcfs_sync.push_one($1, r.record_id, r.expected, r.version, r.deleted, r.blob) o
+                    ORDER BY r.n
+                    """,
+                    [
+                        .bytes(group), .byteaArray(requests.map(\.recordID)),
+                        .intArray(requests.map(\.expectedVersion)),
+                        .intArray(requests.map(\.version)), .boolArray(requests.map(\.deleted)),
+                        .byteaArray(requests.map(\.blob)),
+                    ])
+                guard rows.rowCount == requests.count else {
+                    throw PGError.decode("push answered \(rows.rowCount) rows for \(requests.count) records")
+                }
                 var outcomes: [PushOutcome] = []
                 outcomes.reserveCapacity(requests.count)
-                for r in requests {
-                    let row = try connection.execute(
-                        "SELECT outcome, out_seq, current_version FROM kcfs_sync.push_one($1, $2, $3, $4, $5, $6)",
-                        [
-                            .bytes(group), .bytes(r.recordID), .int(r.expectedVersion), .int(r.version),
-                            .bool(r.deleted),
-                            .bytes(r.blob),
-                        ])
-                    switch try row.int64(0, 0) {
-                    case 0: outcomes.append(.stored(seq: try row.int64(0, 1)))
-                    case 1: outcomes.append(.alreadyStored(seq: try row.int64(0, 1)))
-                    default: outcomes.append(.conflict(currentVersion: try row.int64(0, 2)))
+                for i in 0..<rows.rowCount {
+                    switch try rows.int64(i, 0) {
+                    case 0: outcomes.append(.stored(seq: try rows.int64(i, 1)))
+                    case 1: outcomes.append(.alreadyStored(seq: try rows.int64(i, 1)))
+                    default: outcomes.append(.conflict(currentVersion: try rows.int64(i, 2)))
                     }
                 }
                 let stored = outcomes.compactMap { if case .stored(let seq) = $0 { seq } else { nil } }
