@@ -12,6 +12,9 @@ struct Options {
     var command: Command = .all
     var sizes: [Int] = [1_000, 100_000]
     var cpu = 0
+    /// `sync`: the CPU the PostgreSQL server runs on (a server is another machine: here another
+    /// CPU when there is one); nil: the CPU after `cpu`, or `cpu` itself on a one-CPU machine.
+    var serverCPU: Int?
     var tmpdir = "/tmp"
     /// The `keychainfs` binary the fs benchmark mounts with; nil: the built-in daemon.
     var keychainfs: String? = {
@@ -46,7 +49,7 @@ struct Options {
                keychainfs-bench agent [--calls N] [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
                keychainfs-bench creates [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
                keychainfs-bench notify [--changes N] [--idle SECONDS] [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
-               keychainfs-bench sync [--changes N] [--items N] [--idle SECONDS] [--cpu N] [--tmpdir DIR]
+               keychainfs-bench sync [--changes N] [--items N] [--idle SECONDS] [--cpu N] [--server-cpu N] [--tmpdir DIR]
                                      [--keychainfs PATH]
 
           core   the keychain core: add, find, update ops/s, unlock time, bytes per item,
@@ -77,6 +80,9 @@ struct Options {
           --items   vault sizes, comma-separated, each ≥ 1000 (k suffix allowed: 1k,100k);
                     default 1000,100000. The 10,000-entry directory exists from 11,000 items.
           --cpu     the CPU the bench and its daemons are pinned to (default 0)
+          --server-cpu
+                    sync: the CPU its PostgreSQL server is pinned to (default: the next CPU,
+                    as a server is another machine; the same one on a one-CPU machine)
           --tmpdir  where the temp vaults and mountpoints go (default /tmp; use a real disk:
                     durable-commit figures on tmpfs mean nothing)
           --keychainfs PATH
@@ -143,6 +149,11 @@ struct Options {
                     throw BenchError("--cpu takes an online CPU number")
                 }
                 o.cpu = n
+            case "--server-cpu":
+                guard let n = Int(try next()), n >= 0, n < sysconf(Int32(_SC_NPROCESSORS_ONLN)) else {
+                    throw BenchError("--server-cpu takes an online CPU number")
+                }
+                o.serverCPU = n
             case "--tmpdir":
                 o.tmpdir = try next()
             case "--keychainfs":

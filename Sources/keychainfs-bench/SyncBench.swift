@@ -95,7 +95,8 @@ enum SyncBench {
         f.changes = o.changes
         let passphrase = try BenchVault.writePassphraseFile(in: directory)
         Out.progress("sync: a PostgreSQL 15 cluster of the bench's own")
-        let postgres = try SyncPostgres.start(base: o.tmpdir, log: directory + "/postgres-tools.log")
+        let postgres = try SyncPostgres.start(
+            base: o.tmpdir, log: directory + "/postgres-tools.log", cpu: SyncPostgres.serverCPU(o))
         defer { postgres.stop() }
 
         Out.progress("sync: device A with \(Fmt.grouped(o.syncItems)) synchronizable items, device B empty")
@@ -144,7 +145,7 @@ enum SyncBench {
         Out.progress(
             "sync: creates+fsync and overwrites+fsync, A (in the group, service pid \(kcA.pid)) against C (in none, pid \(kcC.pid))"
         )
-        f.writes = try SyncWrites.measure(on: kcA, off: kcC)
+        f.writes = try SyncWrites.measure(on: kcA, off: kcC, server: postgres)
         Out.progress("sync: the services of A and C idle for \(Int(o.idleSeconds)) s")
         f.idle = SyncIdle.measure([("A, in the group", kcA), ("C, in no group", kcC)], seconds: o.idleSeconds)
         try kcC.stop()

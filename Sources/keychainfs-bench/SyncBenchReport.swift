@@ -14,7 +14,15 @@ enum SyncReport {
         Out.line(
             "Sync (keychainfs-bench sync): devices A and B, each its own HOME, XDG directories and vault, through a"
         )
-        Out.line("PostgreSQL 15 of the bench's own on 127.0.0.1 (default settings: fsync on), all on one CPU")
+        let serverCPU = SyncPostgres.serverCPU(o)
+        Out.line(
+            "PostgreSQL 15 of the bench's own on 127.0.0.1 (default settings: fsync on); the bench, its writers and every"
+        )
+        Out.line(
+            "keychainfs process on CPU \(o.cpu), the server "
+                + (serverCPU == o.cpu
+                    ? "on the same CPU (a one-CPU machine, or --server-cpu)"
+                    : "on CPU \(serverCPU) (a server is another machine; --server-cpu \(o.cpu) puts it beside them)"))
         var rows = [["figure", "measured", "target", "verdict"]]
         rows.append([
             "propagation, A's mount → B's mount, p50", Fmt.duration(p50), "≤ 50 ms",
@@ -67,12 +75,12 @@ enum SyncReport {
             Out.line(
                 "  The durable write path, one writer, synchronizable items in /genp/\(SyncBench.service) (\(SyncWrites.rounds) blocks of \(SyncWrites.perBlock) each, median):"
             )
-            var table = [["", "sync", "closes/s", "service CPU per close (until idle)"]]
+            var table = [["", "sync", "closes/s", "service CPU per close (until idle)", "server CPU per close"]]
             for kind in SyncWrites.Kind.allCases {
                 for on in [false, true] {
                     table.append([
                         kind.name, on ? "in a group (A)" : "in none (C)", Fmt.rate(w.median(on, kind)),
-                        Fmt.duration(w.median(on, kind, cpu: true)),
+                        Fmt.duration(w.median(on, kind, cpu: true)), on ? Fmt.duration(w.serverMedian(kind)) : "",
                     ])
                 }
             }

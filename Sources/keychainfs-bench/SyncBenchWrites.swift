@@ -28,6 +28,13 @@ enum SyncWrites {
         var cpu: [Bool: [Kind: [Double]]] = [:]
         /// [on?]: the service's system calls per create+fsync (strace), by name.
         var calls: [Bool: [String: Double]] = [:]
+        /// [kind]: the PostgreSQL server's CPU seconds per close in the group, one per block.
+        var serverCPU: [Kind: [Double]] = [:]
+
+        func serverMedian(_ kind: Kind) -> Double {
+            let v = (serverCPU[kind] ?? []).sorted()
+            return v.isEmpty ? .nan : v[v.count / 2]
+        }
 
         func median(_ on: Bool, _ kind: Kind, cpu wantCPU: Bool = false) -> Double {
             let v = ((wantCPU ? cpu : rate)[on]?[kind] ?? []).sorted()
@@ -40,7 +47,7 @@ enum SyncWrites {
 
     static func directory(_ mp: String) -> String { mp + "/genp/\(SyncBench.service)" }
 
-    static func measure(on: Daemon, off: Daemon) throws -> Figures {
+    static func measure(on: Daemon, off: Daemon, server: SyncPostgres) throws -> Figures {
         for d in [on, off] {
             for k in 0..<targets {
                 try SyncBench.write(
@@ -56,10 +63,15 @@ enum SyncWrites {
                 for isOn in (round % 2 == 0 ? [true, false] : [false, true]) {
                     serial += 1
                     let d = isOn ? on : off
-                    let ticks = d.cpuTicks
+                    let ticks = d.cpuTicks, serverTicks = server.cpuTicks
                     let wall = try block(kind, root: directory(d.mountpoint), tag: serial)
                     _ = d.waitUntilIdle()
-                    let cpu = Double(d.cpuTicks - ticks) / Double(sysconf(Int32(_SC_CLK_TCK)))
+                    let hz = Double(sysconf(Int32(_SC_CLK_TCK)))
+                    let cpu = Double(d.cpuTicks - ticks) / hz
+                    if isOn {
+                        f.serverCPU[kind, default: []].append(
+                            Double(server.cpuTicks - serverTicks) / hz / Double(perBlock))
+                    }
                     f.rate[isOn, default: [:]][kind, default: []].append(Double(perBlock) / wall)
                     f.cpu[isOn, default: [:]][kind, default: []].append(cpu / Double(perBlock))
                 }

@@ -25,7 +25,32 @@ final class SyncPostgres: Sendable {
             && getpwnam("postgres") != nil
     }
 
-    static func start(base: String, log: String) throws -> SyncPostgres {
+    /// The CPU `start` pins the server to, for the report.
+    static func serverCPU(_ o: Options) -> Int {
+        o.serverCPU
+            ?? (sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1 ? (o.cpu + 1) % sysconf(Int32(_SC_NPROCESSORS_ONLN)) : o.cpu)
+    }
+
+    /// The CPU ticks (user + system) of the server: its postmaster and every process it forked
+    /// (the device's backend, the WAL writer, the checkpointer…), alive now.
+    var cpuTicks: Int {
+        guard let text = try? String(contentsOfFile: dataDir + "/postmaster.pid", encoding: .utf8),
+            let first = text.split(separator: "\n").first, let postmaster = pid_t(first)
+        else { return 0 }
+        var total = ProcStatus.cpuTicks(pid: postmaster)
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = pid_t(entry),
+                let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { continue }
+            // After the command: state, then the parent's pid.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            if fields.count > 1, pid_t(fields[1]) == postmaster { total += ProcStatus.cpuTicks(pid: pid) }
+        }
+        return total
+    }
+
+    static func start(base: String, log: String, cpu: Int) throws -> SyncPostgres {
         guard available() else {
             throw BenchError("sync needs root, the postgres user and PostgreSQL 15 in \(binaries) (postgresql-15)")
         }
@@ -42,7 +67,7 @@ final class SyncPostgres: Sendable {
         Cleanup.shared.addStop { server.stop() }
         let started = try asPostgres(
             "pg_ctl", ["-D", server.dataDir, "-l", root + "/server.log", "-o", options, "-w", "-t", "60", "start"],
-            log: log)
+            log: log, cpu: cpu)
         guard started == 0 else {
             let tail = (try? String(contentsOfFile: root + "/server.log", encoding: .utf8))?.suffix(500) ?? ""
             throw BenchError("pg_ctl start exited with \(started): \(tail)")
@@ -59,10 +84,13 @@ final class SyncPostgres: Sendable {
     }
 
     /// A PostgreSQL tool run as `postgres` from `/` (its home may not be the bench's directory).
-    private static func asPostgres(_ tool: String, _ args: [String], log: String) throws -> Int32 {
+    /// `cpu`: the tool (and the server it starts) pinned there by taskset; nil: the bench's CPU.
+    private static func asPostgres(_ tool: String, _ args: [String], log: String, cpu: Int? = nil) throws -> Int32 {
         let environment = ProcessInfo.processInfo.environment.map { "\($0.key)=\($0.value)" } + ["LC_MESSAGES=C"]
+        let pinned = cpu.map { ["/usr/bin/taskset", "-c", "\($0)"] } ?? []
         let pid = try Spawn.start(
-            "/usr/bin/env", ["-C", "/", "/usr/sbin/runuser", "-u", "postgres", "--", binaries + "/" + tool] + args,
+            "/usr/bin/env",
+            ["-C", "/"] + pinned + ["/usr/sbin/runuser", "-u", "postgres", "--", binaries + "/" + tool] + args,
             stdout: log, stderr: log, environment: environment)
         return Spawn.wait(pid)
     }

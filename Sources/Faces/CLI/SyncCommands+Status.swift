@@ -1,10 +1,32 @@
 import ArgumentParser
 import Foundation
 import Keychain
+import KeychainAccess
 import KeychainService
 import KeychainSync
 
 extension SyncCommand {
+    /// A round this process runs (`sync now`, `join`), audited as the service's engine audits
+    /// its own (`via=sync`): `sync-apply` for what it applied, `sync-refuse` for each record
+    /// refused and for a server that went back in time.
+    static func auditedRound(
+        _ keychain: Keychain, _ vault: VaultOptions, _ round: () throws -> SyncRoundReport
+    ) throws -> SyncRoundReport {
+        let state = KeychainPaths.stateDirectory()
+        try? makeDirectories(state, mode: 0o700)
+        let session = KeychainSession(
+            keychain: keychain, caller: try vault.holderCaller(keychain),
+            audit: try? AuditLog(path: state + "/audit.log"), via: "sync")
+        do {
+            let report = try round()
+            session.recordSync(applied: report.applied, refused: report.refused)
+            return report
+        } catch let rollback as SyncRollback {
+            session.recordSync(applied: 0, refused: [rollback.reason])
+            throw rollback
+        }
+    }
+
     struct SyncStatus: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "status",

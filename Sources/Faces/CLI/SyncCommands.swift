@@ -125,9 +125,11 @@ struct SyncCommand: ParsableCommand {
             }
             try keychain.joinSyncGroup(group: group, root: root, server: server, passphrase: passphrase)
             let onTerminal = isatty(STDERR_FILENO) == 1
-            let report = try SyncRound(keychain: keychain, server: connection) { pulled in
-                if onTerminal { Output.writeError(Array("\rpulled \(pulled) records".utf8)) }
-            }.run()
+            let report = try SyncCommand.auditedRound(keychain, vault) {
+                try SyncRound(keychain: keychain, server: connection) { pulled in
+                    if onTerminal { Output.writeError(Array("\rpulled \(pulled) records".utf8)) }
+                }.run()
+            }
             if onTerminal { Output.writeError([10]) }
             Output.line(
                 "joined sync group \(group.hex): \(report.applied) records applied, \(report.uploaded) uploaded")
@@ -186,7 +188,9 @@ struct SyncCommand: ParsableCommand {
             guard let config = try keychain.syncConfiguration() else {
                 throw KeychainError(.itemNotFound, "this vault is in no sync group")
             }
-            let report = try SyncRound(keychain: keychain, server: try SyncServer(conninfo: config.server)).run()
+            let report = try SyncCommand.auditedRound(keychain, vault) {
+                try SyncRound(keychain: keychain, server: try SyncServer(conninfo: config.server)).run()
+            }
             Output.line("pulled \(report.applied) records, uploaded \(report.uploaded)")
             for reason in report.refused { Output.errorLine("keychainfs: refused: \(reason)") }
         }

@@ -32,10 +32,18 @@ public final class SyncEngine: @unchecked Sendable {
         var createPending = false
         /// A local commit woke the engine (its round gathers the next few first).
         var localWake = false
+        /// Local commits seen (the gather waits while it grows).
+        var commits = 0
+        /// The engine waits on its wake pipe: only then does a local commit write to the pipe
+        /// (a commit made while a round or a gather runs costs no wake-up).
+        var sleeping = false
     }
 
-    /// How long a round started by a local commit waits for the commits that follow it.
-    static let gatherMicroseconds: UInt32 = 10_000
+    /// A round started by a local commit waits until this long passes with no further local
+    /// commit, so a burst of writes is one round, one push and one server commit…
+    static let gatherQuiet: Duration = .milliseconds(10)
+    /// …but no longer than this after the first (the propagation a steady writer's changes see).
+    static let gatherLimit: Duration = .milliseconds(200)
 
     public init(keychain: Keychain, audit: KeychainSession) {
         self.keychain = keychain
@@ -46,11 +54,15 @@ public final class SyncEngine: @unchecked Sendable {
             // A local commit without an fsync is a create's empty item (its data follows);
             // pulled pages are committed so too, and are not waited for.
             let undurable = self.keychain.lastCommitUndurable
-            self.state.withLock {
+            let asleep = self.state.withLock {
                 $0.createPending = undurable
                 $0.localWake = true
+                $0.commits += 1
+                let sleeping = $0.sleeping
+                $0.sleeping = false
+                return sleeping
             }
-            self.wake.signal()
+            if asleep { self.wake.signal() }
         }
         keychain.onUnlock { [weak self] in self?.wake.signal() }
         keychain.onLock { [weak self] in self?.wake.signal() }
@@ -83,7 +95,11 @@ public final class SyncEngine: @unchecked Sendable {
             guard case .unlocked = keychain.lockState, keychain.refreshSync(),
                 let config = try? keychain.syncConfiguration()
             else {
-                // In no group, or locked: until a commit, an unlock or another process's write.
+                // In no group, or locked: until an unlock, another process's write (the CLI's
+                // `sync setup` or `join`, which open the vault themselves) or a stop. A local
+                // commit does not wake it: it is journaled, and the round after the unlock or the
+                // join sends it.
+                state.withLock { $0.localWake = false }
                 wake.wait(timeout: nil)
                 wake.drain()
                 continue
@@ -91,27 +107,16 @@ public final class SyncEngine: @unchecked Sendable {
             // A create's empty item commits first without an fsync, then its data at the
             // writer's close: wait (at most 1 s) for that durable commit, so an item is uploaded
             // once, with its data, and no device sees it empty meanwhile.
-            if state.withLock({ $0.createPending }) {
-                wake.drain()
-                wake.wait(timeout: 1)
-                state.withLock { $0.createPending = false }
-            }
-            // Woken by a local commit: a few milliseconds more gather the commits that follow
-            // it (a script writing many items, an import) into one round, one push and one
-            // server commit, instead of one each (docs/benchmarks.md, "Issue 31: sync").
-            if state.withLock({ $0.localWake }) {
-                usleep(Self.gatherMicroseconds)
-                state.withLock { $0.localWake = false }
-            }
+            asSleeper(unless: { !$0.createPending }) { wake.wait(timeout: 1) }
+            state.withLock { $0.createPending = false }
+            gather()
             do {
                 let server = try connected(config)
                 try syncOnce(server)
                 backoff = 0.5
                 if lastError != nil { try? keychain.noteSyncProblem(nil) }
                 lastError = nil
-                // Sleep until the server notifies a push or something local happens.
-                _ = try server.waitForChange(timeout: nil, wakeFD: wake.readFD)
-                wake.drain()
+                try sleep(server)
             } catch {
                 if let rollback = error as? SyncRollback { audit.recordSync(applied: 0, refused: [rollback.reason]) }
                 self.server = nil
@@ -119,12 +124,62 @@ public final class SyncEngine: @unchecked Sendable {
                 if lastError != "\(error)" { try? keychain.noteSyncProblem("\(error)") }
                 lastError = "\(error)"
                 Log.warning("sync: \(error); retrying in \(backoff) s")
-                wake.wait(timeout: backoff)
-                wake.drain()
+                asSleeper(unless: \.localWake) { wake.wait(timeout: backoff) }
                 backoff = min(backoff * 2, 30)
             }
         }
         server = nil
+    }
+
+    /// Woken by a local commit: wait while the commits that follow it keep coming (a script
+    /// writing many items, an import, a writer in a loop), until `gatherQuiet` passes without
+    /// one or `gatherLimit` after the first, so they make one round, one push and one server
+    /// commit instead of one each (docs/benchmarks.md, "Issue 31: sync").
+    /// It sleeps in slices, not on the wake pipe: the commits it waits for do not write to the
+    /// pipe while it runs, and what else did (a stop, an unlock, another process's write) stays
+    /// there for the wait after the round.
+    private func gather() {
+        guard state.withLock({ $0.localWake }) else { return }
+        let started = ContinuousClock.now
+        var seen = state.withLock { $0.commits }
+        while ContinuousClock.now - started < Self.gatherLimit {
+            usleep(UInt32(Self.gatherQuiet.components.attoseconds / 1_000_000_000_000))
+            let now = state.withLock { $0.commits }
+            if now == seen { break }
+            seen = now
+        }
+        state.withLock { $0.localWake = false }
+    }
+
+    /// Runs `wait` (a wait on the wake pipe) as a sleeper: local commits write to the pipe only
+    /// meanwhile. Not at all when `unless` holds already, checked under the same lock a commit
+    /// takes, so no commit falls between the check and the sleep unheard. The pipe is drained
+    /// after.
+    private func asSleeper(unless skip: (Signals) -> Bool = { _ in false }, _ wait: () throws -> Void) rethrows {
+        let skipped = state.withLock { s -> Bool in
+            if skip(s) { return true }
+            s.sleeping = true
+            return false
+        }
+        if skipped { return }
+        defer {
+            state.withLock { $0.sleeping = false }
+            wake.drain()
+        }
+        try wait()
+    }
+
+    /// Sleeps until another device's push (a NOTIFY of the group's channel) or something local
+    /// (a commit, an unlock, another process's write, a stop). A NOTIFY of this device's own
+    /// push, whose seq the cursor has passed already, starts no round: it brings nothing.
+    /// Not at all when a local commit came during the round.
+    private func sleep(_ server: SyncServer) throws {
+        try asSleeper(unless: \.localWake) {
+            while true {
+                let notice = try server.waitForNotice(timeout: nil, wakeFD: wake.readFD)
+                guard let seq = notice?.highestSeq, seq <= (try keychain.syncCursor()) else { break }
+            }
+        }
     }
 
     private func connected(_ config: SyncConfiguration) throws -> SyncServer {

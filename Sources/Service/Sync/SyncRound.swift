@@ -47,7 +47,7 @@ public struct SyncRound {
         // The group's sequence never goes back: a server restored from an older copy (or
         // replaying one) would hand this device an old state as the current one.
         let cursor = try keychain.syncCursor()
-        let last = try server.lastSeq(group: group)
+        let (last, purged) = try server.groupState(group: group)
         if last < cursor {
             throw SyncRollback(
                 reason:
@@ -56,54 +56,53 @@ public struct SyncRound {
         }
         // Offline longer than the server keeps tombstones: some deletions left no trace to
         // pull. Pull the whole group again and delete what the server no longer has.
-        if try keychain.syncCursor() < server.purgedThrough(group: group) {
+        if cursor < purged {
             var present = Set<[UInt8]>()
             try pullAll(group: group, from: 0, into: &report) { present.insert($0.recordID) }
             report.applied += try keychain.reconcile(present: present)
         }
         var retries = 0
+        // Nothing after the cursor (the usual round a local change starts): no pull to ask for.
+        var pullFirst = last > cursor
+        // The cursor the server's list of devices holds for this device after this round's pushes.
+        var cursorTold: Int64?
         while retries < 8 {
-            try pullAll(group: group, into: &report)
+            if pullFirst { try pullAll(group: group, into: &report) }
+            pullFirst = true
             let uploads = try keychain.pendingUploads()
             if uploads.isEmpty { break }
+            let from = try keychain.syncCursor()
             let outcomes = try server.push(
                 group: group,
                 uploads.map {
                     PushRequest(
                         recordID: $0.recordID, expectedVersion: $0.expectedVersion, version: $0.version,
                         deleted: $0.deleted, blob: $0.blob)
-                })
+                }, device: (config.deviceID, from))
             var stored: [SyncUpload] = []
-            var seqs: [Int64] = []
-            var conflicted = false, repeated = false
+            var conflicted = false
             for (upload, outcome) in zip(uploads, outcomes) {
                 switch outcome {
-                case .stored(let seq):
-                    stored.append(upload)
-                    seqs.append(seq)
-                case .alreadyStored:
-                    stored.append(upload)
-                    repeated = true
+                case .stored, .alreadyStored: stored.append(upload)
                 case .conflict: conflicted = true
                 }
             }
             // Numbered right after the cursor with no other device's version between: the
-            // cursor moves past this device's own versions with their marks.
-            let from = try keychain.syncCursor()
-            seqs.sort()
-            let contiguous =
-                !repeated && seqs.first == from + 1 && zip(seqs, seqs.dropFirst()).allSatisfy { $1 == $0 + 1 }
-            try keychain.uploaded(stored, cursor: contiguous ? (from, seqs.last!) : nil)
+            // cursor moves past this device's own versions with their marks (the push told the
+            // server's list of devices the same).
+            let end = PushOutcome.contiguousEnd(after: from, outcomes)
+            try keychain.uploaded(stored, cursor: end.map { (from, $0) })
+            cursorTold = end ?? from
             report.uploaded += stored.count
             if !conflicted && uploads.count < 500 { break }
             if conflicted || stored.isEmpty { retries += 1 }
         }
-        // The server's list of devices (`sync status`): written when this device's cursor moved
-        // or it uploaded, and once per process, not at every round (a write and a WAL fsync on
-        // the server for nothing new).
+        // The server's list of devices (`sync status`): a push writes it in its own transaction;
+        // otherwise it is written when this device's cursor moved, and once per process, not at
+        // every round (a write and a WAL fsync on the server for nothing new).
         let now = try keychain.syncCursor()
         let firstTouch = Self.touched.withLock { $0.insert(config.deviceID).inserted }
-        if firstTouch || now != cursor || report.uploaded > 0 {
+        if (firstTouch && cursorTold == nil) || now != (cursorTold ?? cursor) {
             try server.touchDevice(group: group, device: config.deviceID, cursor: now)
         }
         try purgeTombstones(group: group)

@@ -9,6 +9,9 @@ public enum PGValue: Sendable, Equatable {
     case bytes([UInt8])
     case int(Int64)
     case bool(Bool)
+    /// Sent as `bytea[]` (one dimension, no NULL) in binary format: a batch of blobs in one
+    /// parameter, for `unnest`.
+    case byteaArray([[UInt8]])
     case null
 
     /// The parameter's type OID (0 lets the server infer it from the statement), its bytes and
@@ -19,8 +22,40 @@ public enum PGValue: Sendable, Equatable {
         case .bytes(let b): return (17, b, 1)
         case .int(let i): return (20, Array(String(i).utf8), 0)
         case .bool(let b): return (16, Array((b ? "t" : "f").utf8), 0)
+        case .byteaArray(let elements): return (1001, Self.binaryArray(elements, elementType: 17), 1)
         case .null: return (0, nil, 0)
         }
+    }
+
+    /// PostgreSQL's binary array format (array_recv): dimensions, a has-null flag, the element
+    /// type, each dimension's length and lower bound, then each element as a length and its
+    /// bytes, every integer big-endian. An empty array has no dimension.
+    static func binaryArray(_ elements: [[UInt8]], elementType: Oid) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(20 + elements.reduce(0) { $0 + 4 + $1.count })
+        func int32(_ v: Int32) { withUnsafeBytes(of: v.bigEndian) { out.append(contentsOf: $0) } }
+        int32(elements.isEmpty ? 0 : 1)
+        int32(0)
+        int32(Int32(bitPattern: elementType))
+        if !elements.isEmpty {
+            int32(Int32(elements.count))
+            int32(1)
+        }
+        for element in elements {
+            int32(Int32(element.count))
+            out.append(contentsOf: element)
+        }
+        return out
+    }
+
+    /// A one-dimensional array of integers as text (`{1,2,3}`), for a `$n::bigint[]` parameter.
+    public static func intArray(_ values: [Int64]) -> PGValue {
+        .text("{" + values.map(String.init).joined(separator: ",") + "}")
+    }
+
+    /// A one-dimensional array of booleans as text (`{t,f}`), for a `$n::boolean[]` parameter.
+    public static func boolArray(_ values: [Bool]) -> PGValue {
+        .text("{" + values.map { $0 ? "t" : "f" }.joined(separator: ",") + "}")
     }
 }
 

@@ -145,8 +145,19 @@ public final class SyncServer {
     /// the group's counter is bumped and the record stored at that seq. The group's row stays
     /// locked until commit, so the group's pushes serialize and commit in seq order; one NOTIFY
     /// on the group's channel follows a batch that stored anything (delivered at commit).
-    public func push(group: [UInt8], _ requests: [PushRequest]) throws(SyncServerError) -> [PushOutcome] {
+    ///
+    /// With `device`, the same transaction records that device as seen (`touchDevice`), its
+    /// cursor moved past the batch's own writes when they follow `device.cursor` with nothing
+    /// between (`PushOutcome.contiguousEnd`): one server commit for a round that uploads.
+    /// The NOTIFY's payload is the highest seq stored, so a device that hears its own push can
+    /// tell it brings nothing new (`waitForNotice`).
+    public func push(
+        group: [UInt8], _ requests: [PushRequest], device: (id: [UInt8], cursor: Int64)? = nil
+    ) throws(SyncServerError) -> [PushOutcome] {
         try Self.require(group, count: 16, "a group id")
+        if let device, !(1...64).contains(device.id.count) {
+            throw .invalidArgument("a device id must be 1 to 64 bytes")
+        }
         for request in requests {
             try Self.require(request.recordID, count: 32, "a record id")
             // Versions only grow: two contents under one version would make a repeated upload
@@ -160,24 +171,42 @@ public final class SyncServer {
                 let locked = try connection.execute(
                     "SELECT seq FROM kcfs_sync.groups WHERE group_id = $1 FOR UPDATE", [.bytes(group)])
                 guard locked.rowCount == 1 else { throw SyncServerError.unknownGroup }
+                // The whole batch in one statement (one round trip, not one per record): each
+                // request through push_one, in the batch's order.
+                let rows = try connection.execute(
+                    """
+                    SELECT o.outcome, o.out_seq, o.current_version
+                    FROM unnest($2::bytea[], $3::bigint[], $4::bigint[], $5::boolean[], $6::bytea[])
+                        WITH ORDINALITY AS r(record_id, expected, version, deleted, blob, n)
+                    CROSS JOIN LATERAL kcfs_sync.push_one($1, r.record_id, r.expected, r.version, r.deleted, r.blob) o
+                    ORDER BY r.n
+                    """,
+                    [
+                        .bytes(group), .byteaArray(requests.map(\.recordID)),
+                        .intArray(requests.map(\.expectedVersion)),
+                        .intArray(requests.map(\.version)), .boolArray(requests.map(\.deleted)),
+                        .byteaArray(requests.map(\.blob)),
+                    ])
+                guard rows.rowCount == requests.count else {
+                    throw PGError.decode("push answered \(rows.rowCount) rows for \(requests.count) records")
+                }
                 var outcomes: [PushOutcome] = []
                 outcomes.reserveCapacity(requests.count)
-                for r in requests {
-                    let row = try connection.execute(
-                        "SELECT outcome, out_seq, current_version FROM kcfs_sync.push_one($1, $2, $3, $4, $5, $6)",
-                        [
-                            .bytes(group), .bytes(r.recordID), .int(r.expectedVersion), .int(r.version),
-                            .bool(r.deleted),
-                            .bytes(r.blob),
-                        ])
-                    switch try row.int64(0, 0) {
-                    case 0: outcomes.append(.stored(seq: try row.int64(0, 1)))
-                    case 1: outcomes.append(.alreadyStored(seq: try row.int64(0, 1)))
-                    default: outcomes.append(.conflict(currentVersion: try row.int64(0, 2)))
+                for i in 0..<rows.rowCount {
+                    switch try rows.int64(i, 0) {
+                    case 0: outcomes.append(.stored(seq: try rows.int64(i, 1)))
+                    case 1: outcomes.append(.alreadyStored(seq: try rows.int64(i, 1)))
+                    default: outcomes.append(.conflict(currentVersion: try rows.int64(i, 2)))
                     }
                 }
-                if outcomes.contains(where: { if case .stored = $0 { true } else { false } }) {
-                    try connection.execute("SELECT pg_notify($1, '')", [.text(Self.channel(group: group))])
+                let stored = outcomes.compactMap { if case .stored(let seq) = $0 { seq } else { nil } }
+                if let highest = stored.max() {
+                    try connection.execute(
+                        "SELECT pg_notify($1, $2)", [.text(Self.channel(group: group)), .text(String(highest))])
+                }
+                if let device {
+                    let cursor = PushOutcome.contiguousEnd(after: device.cursor, outcomes) ?? device.cursor
+                    try upsertDevice(group: group, device: device.id, cursor: cursor)
                 }
                 return outcomes
             }
@@ -205,22 +234,24 @@ public final class SyncServer {
         }
     }
 
-    private func groupColumn(_ group: [UInt8], _ column: String) throws(SyncServerError) -> Int64 {
+    /// The group's last seq (0 before its first write) and the seq its tombstones were purged
+    /// up to (0 when none: a device whose cursor is below it may have missed a deletion and
+    /// must compare its whole state), in one query.
+    public func groupState(group: [UInt8]) throws(SyncServerError) -> (lastSeq: Int64, purgedThrough: Int64) {
         try run {
             let row = try connection.execute(
-                "SELECT \(column) FROM kcfs_sync.groups WHERE group_id = $1", [.bytes(group)])
+                "SELECT seq, purged_through FROM kcfs_sync.groups WHERE group_id = $1", [.bytes(group)])
             guard row.rowCount == 1 else { throw SyncServerError.unknownGroup }
-            return try row.int64(0, 0)
+            return (try row.int64(0, 0), try row.int64(0, 1))
         }
     }
 
     /// The group's last seq (0 before its first write).
-    public func lastSeq(group: [UInt8]) throws(SyncServerError) -> Int64 { try groupColumn(group, "seq") }
+    public func lastSeq(group: [UInt8]) throws(SyncServerError) -> Int64 { try groupState(group: group).lastSeq }
 
-    /// Tombstones were purged up to this seq (0 when none): a device whose cursor is below it
-    /// may have missed a deletion and must compare its whole state.
+    /// Tombstones were purged up to this seq (`groupState`).
     public func purgedThrough(group: [UInt8]) throws(SyncServerError) -> Int64 {
-        try groupColumn(group, "purged_through")
+        try groupState(group: group).purgedThrough
     }
 
     /// Deletes the group's tombstones last written more than `olderThan` ago and raises
@@ -261,20 +292,33 @@ public final class SyncServer {
         try run { !(try connection.waitForNotifications(timeout: timeout, wakeFD: wakeFD)).isEmpty }
     }
 
+    /// As `waitForChange`, with what the NOTIFYs said: the highest seq the pushes heard stored
+    /// (nil when one came without a number, as an older program's does), or nil when none came.
+    public func waitForNotice(timeout: Duration?, wakeFD: Int32? = nil) throws(SyncServerError) -> ChangeNotice? {
+        try run {
+            let heard = try connection.waitForNotifications(timeout: timeout, wakeFD: wakeFD)
+            if heard.isEmpty { return nil }
+            let seqs = heard.map { Int64($0.payload) }
+            return ChangeNotice(highestSeq: seqs.contains(nil) ? nil : seqs.compactMap { $0 }.max())
+        }
+    }
+
     // MARK: Devices
 
     /// Records that `device` (1…64 bytes) was seen now with its pull cursor at `cursor`.
     public func touchDevice(group: [UInt8], device: [UInt8], cursor: Int64) throws(SyncServerError) {
         guard (1...64).contains(device.count) else { throw .invalidArgument("a device id must be 1 to 64 bytes") }
-        try run {
-            let done = try connection.execute(
-                """
-                INSERT INTO kcfs_sync.devices (group_id, device, last_seen, cursor_seq)
-                SELECT $1, $2, now(), $3 WHERE EXISTS (SELECT 1 FROM kcfs_sync.groups WHERE group_id = $1)
-                ON CONFLICT (group_id, device) DO UPDATE SET last_seen = now(), cursor_seq = EXCLUDED.cursor_seq
-                """, [.bytes(group), .bytes(device), .int(cursor)])
-            guard done.affectedRows == 1 else { throw SyncServerError.unknownGroup }
-        }
+        try run { try upsertDevice(group: group, device: device, cursor: cursor) }
+    }
+
+    private func upsertDevice(group: [UInt8], device: [UInt8], cursor: Int64) throws {
+        let done = try connection.execute(
+            """
+            INSERT INTO kcfs_sync.devices (group_id, device, last_seen, cursor_seq)
+            SELECT $1, $2, now(), $3 WHERE EXISTS (SELECT 1 FROM kcfs_sync.groups WHERE group_id = $1)
+            ON CONFLICT (group_id, device) DO UPDATE SET last_seen = now(), cursor_seq = EXCLUDED.cursor_seq
+            """, [.bytes(group), .bytes(device), .int(cursor)])
+        guard done.affectedRows == 1 else { throw SyncServerError.unknownGroup }
     }
 
     /// The group's devices, by id.

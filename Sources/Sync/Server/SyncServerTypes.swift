@@ -24,6 +24,35 @@ public enum PushOutcome: Sendable, Equatable {
     case conflict(currentVersion: Int64)
 }
 
+extension PushOutcome {
+    /// The seq a device's cursor may move to after this batch: the last of its stored seqs when
+    /// they run from `cursor + 1` with no gap (no other device's write between, nothing only
+    /// already stored); nil otherwise (the cursor stays, and the next pull reads them).
+    public static func contiguousEnd(after cursor: Int64, _ outcomes: [PushOutcome]) -> Int64? {
+        var seqs: [Int64] = []
+        for outcome in outcomes {
+            switch outcome {
+            case .stored(let seq): seqs.append(seq)
+            case .alreadyStored: return nil
+            case .conflict: continue
+            }
+        }
+        seqs.sort()
+        guard let first = seqs.first, first == cursor + 1,
+            zip(seqs, seqs.dropFirst()).allSatisfy({ $1 == $0 + 1 })
+        else { return nil }
+        return seqs.last
+    }
+}
+
+/// What woke a device listening on its group's channel (`SyncServer.waitForNotice`).
+public struct ChangeNotice: Sendable, Equatable {
+    /// The highest seq the NOTIFYs heard said was stored; nil when one carried no number.
+    public let highestSeq: Int64?
+
+    public init(highestSeq: Int64?) { self.highestSeq = highestSeq }
+}
+
 /// One record to write: stored only if the server's version is `expectedVersion`.
 public struct PushRequest: Sendable, Equatable {
     /// 32 bytes.
