@@ -26,8 +26,20 @@ extension Keychain {
     /// The same entries handed to `body` one at a time, as their chunks are decoded: a listing
     /// of 10,000 names keeps no array of entries. A damaged chunk throws after `body` has seen
     /// the entries before it, so a caller drops what it gathered when this throws.
+    ///
+    /// `keptChunk` and `chunk` let a caller that kept what it made of an earlier listing of the
+    /// same list (one access group) take a chunk's entries from there: `keptChunk` is asked, for
+    /// each chunk, with the chunk's keyed entry in its list's bucket (`NameLists.chunkEntry`: its
+    /// list, place and sealed bytes, under the manifest's entry key; the same bytes this listing
+    /// compares with the authenticated bucket), whether the caller holds the entries it decoded
+    /// from those bytes, by the ids of the first and last. `chunk` is told, before each chunk,
+    /// its keyed entry and whether it is kept: a kept chunk hands no entries to `body` (the
+    /// caller copies its own, decoded from the same bytes under the same key and AD), and only its
+    /// ids are checked against its neighbours'. With several groups neither is called.
     public func forEachNameListEntry(
         _ itemClass: ItemClass, grouping value: AttributeValue, caller callerArgument: Caller? = nil,
+        keptChunk: ([UInt8]) -> (first: Int64, last: Int64)? = { _ in nil },
+        chunk chunkStarts: ([UInt8], _ kept: Bool) throws -> Void = { _, _ in },
         _ body: (NameListEntry) throws -> Void
     ) throws {
         guard NameLists.listedClasses.contains(itemClass) else {
@@ -44,7 +56,8 @@ extension Keychain {
         let sealed = try readVerifyingTable(keys: keys, names: true) { vault, _, _ in
             try indexes.map { sidx in
                 let chunks = try vault.nameChunks(secondaryIndex: sidx)
-                let found = NameLists.tally(chunks, sidx, key: keys.manifest.entry)
+                let entries = chunks.map { NameLists.chunkEntry(sidx, $0.chunk, $0.sealed, key: keys.manifest.entry) }
+                let found = NameLists.tally(entries)
                 let want = try NameLists.stored(vault, sidx)
                 guard found == want else {
                     throw KeychainError(
@@ -52,15 +65,29 @@ extension Keychain {
                         "vault integrity check failed: \(NameLists.describe(sidx)) does not match the authenticated manifest (\(found.count) chunks found, \(want.count) expected): chunks were altered, deleted, added, swapped or replayed from an older copy"
                     )
                 }
-                return chunks
+                return (chunks, entries)
             }
         }
         // One group's list is in id order as it is stored; several are merged by id.
         var merged: [NameListEntry] = []
-        for (group, (sidx, chunks)) in zip(groups, zip(indexes, sealed)) {
+        for (group, (sidx, (chunks, entries))) in zip(groups, zip(indexes, sealed)) {
             var last = Int64.min
             for (position, (chunk, box)) in chunks.enumerated() {
                 let next = position + 1 < chunks.count ? chunks[position + 1].chunk : Int64.max
+                if groups.count == 1 {
+                    if let kept = keptChunk(entries[position]) {
+                        // Its entries were in id order and in its range when decoded (the entry
+                        // binds the chunk's number); here only its place among its neighbours.
+                        guard kept.first <= kept.last, kept.first > last, kept.first >= chunk, kept.last < next else {
+                            throw KeychainError(
+                                .decode, "vault integrity check failed: \(NameLists.describe(sidx)) is malformed")
+                        }
+                        try chunkStarts(entries[position], true)
+                        last = kept.last
+                        continue
+                    }
+                    try chunkStarts(entries[position], false)
+                }
                 try lists.forEachEntry(box, itemClass, sidx, chunk, accessGroup: group, groupingValue: value) { entry in
                     // Where an honest writer puts it: in id order, in its chunk's range. (Its
                     // group is the list's: the chunk opens only under its list's sidx.)

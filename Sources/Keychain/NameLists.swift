@@ -124,13 +124,11 @@ struct NameLists {
         return top.accumulator
     }
 
-    /// One list's bucket as its chunks make it.
-    static func tally(_ chunks: [(chunk: Int64, sealed: [UInt8])], _ sidx: [UInt8], key: SecureBytes)
-        -> ManifestBucket
-    {
+    /// One list's bucket as its chunks make it, from their entries (`chunkEntry`).
+    static func tally(_ entries: [[UInt8]]) -> ManifestBucket {
         var bucket = ManifestBucket()
-        for (chunk, sealed) in chunks {
-            bucket.xor(chunkEntry(sidx, chunk, sealed, key: key))
+        for entry in entries {
+            bucket.xor(entry)
             bucket.count += 1
         }
         return bucket

@@ -208,6 +208,12 @@ final class FSBench {
                 _ = try statTimed(roots[w] + "/genp")
                 r[keyPath: figures(w)].lookupSmallCold.add(try statTimed(small(roots[w])))
                 if r.hasLarge { r[keyPath: figures(w)].lookupLargeCold.add(try statTimed(large(roots[w]))) }
+                // Names in the 1,000-entry directory (just looked up): eight LOOKUPs each round,
+                // of names whose entries expired, a different eight every round.
+                for i in 0..<8 {
+                    let name = Layout.account((k * 8 + i) * 31 % Layout.smallCount)
+                    r[keyPath: figures(w)].lookupNameCold.add(try statTimed(small(roots[w]) + "/" + name))
+                }
             }
         }
 

@@ -67,6 +67,7 @@ extension FSBench {
             rows.append(["ls -l / readdir 10,000 entries", "", "", "", "needs ≥ 11,000 items"])
         }
         lat("cold lookup of a 1,000-entry dir", f.lookupSmallCold, k.lookupSmallCold)
+        lat("cold lookup of a name in it", f.lookupNameCold, k.lookupNameCold, atMost: 1.5)
         if r.hasLarge { lat("cold lookup of a 10,000-entry dir", f.lookupLargeCold, k.lookupLargeCold) }
         rows.append([
             "durable writes/s (open O_TRUNC, write, close)", Fmt.rate(f.writes.rate), Fmt.rate(k.writes.rate),

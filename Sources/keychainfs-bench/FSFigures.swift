@@ -17,6 +17,9 @@ struct FSFigures {
     var lsLargeCold = Samples(), lsLargeWarm = Samples()
     var lookupSmallCold = Samples()  // stat of /genp/d1k after the entry timeout expired
     var lookupLargeCold = Samples()  // stat of /genp/d10k …
+    /// stat of /genp/d1k/acctNNNNNN, a name not looked up since its entry expired (its directory
+    /// looked up untimed first): one LOOKUP of a name in the 1,000-entry directory.
+    var lookupNameCold = Samples()
     var writes = Samples()  // open O_WRONLY|O_TRUNC, write 12 bytes, close
     var startup = Samples()  // spawn → live mount
     var reportedOpen = Samples(), reportedUnlock = Samples(), reportedMount = Samples()  // built-in daemon only

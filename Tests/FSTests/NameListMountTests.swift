@@ -210,4 +210,47 @@ struct NameListMountTests {
             #expect(cat.status != 0 && !cat.stdout.contains("secret-7"), "cat \(cat.summary)")
         }
     }
+
+    @Test(
+        "a listing after a change elsewhere takes the unchanged chunks from the last one; after changes in the directory it follows them"
+    )
+    func listingAfterChanges() throws {
+        try withMount(
+            "kept-chunks",
+            setup: { box in
+                try box.importGeneric(
+                    (0..<1_500).map { ("many", "acct\($0)", "secret-\($0)") } + [("else", "e0", "secret-e")])
+            }
+        ) { box in
+            let many = box.mnt + "/genp/many"
+            var names = Set((0..<1_500).map { "acct\($0)" })
+            #expect(Set(try Self.ls(box, many).lines) == names, "first listing")
+            // A change elsewhere: every chunk of `many` is kept, the listing is the same.
+            try "changed".write(toFile: box.mnt + "/genp/else/e0", atomically: false, encoding: .utf8)
+            try box.addGeneric("else", "e1", "secret-e1")
+            #expect(Set(try Self.ls(box, many).lines) == names, "after a change elsewhere")
+            // Changes in the directory: a rename in the middle, an unlink near the start, a create
+            // (the end), an add from the CLI; then a change elsewhere again.
+            let ops = try box.py(
+                """
+                import os, sys
+                d = sys.argv[1]
+                t('rename', os.rename, d + '/acct700', d + '/renamed700')
+                t('unlink', os.unlink, d + '/acct3')
+                def create():
+                    with open(d + '/zz-new', 'w') as f:
+                        f.write('made here')
+                t('create', create)
+                """, [many])
+            #expect(labelled(ops) == ["rename": "OK", "unlink": "OK", "create": "OK"], "\(ops.summary)")
+            try box.addGeneric("many", "cli-added", "secret-c")
+            names.subtract(["acct700", "acct3"])
+            names.formUnion(["renamed700", "zz-new", "cli-added"])
+            #expect(Set(try Self.ls(box, many).lines) == names, "after changes in the directory")
+            try box.addGeneric("else", "e2", "secret-e2")
+            let ls = try Self.ls(box, many)
+            #expect(Set(ls.lines) == names && ls.lines.count == names.count, "after another change elsewhere")
+            #expect(try box.sh("cat '\(many)/renamed700'").stdout == "secret-700")
+        }
+    }
 }

@@ -135,11 +135,11 @@ struct GroupDirectory: ItemFileDirectory {
         let stamp = try fs.session(caller).changeStamp()
         let cached = fs.listings.listing(ino)
         if let cached, cached.isValid(stamp: stamp, groups: caller.accessGroups) { return cached }
-        let entries = try fs.listItems(
-            inDirectory: itemClass, spelling, caller: caller, capacity: cached?.entries.count ?? 0)
-        let made = ListingCache.Listing(stamp: stamp, groups: caller.accessGroups, entries: entries)
-        fs.listings.store(made, for: ino)
-        return made
+        let made = try fs.listItems(inDirectory: itemClass, spelling, caller: caller, previous: cached)
+        let listing = ListingCache.Listing(
+            stamp: stamp, groups: caller.accessGroups, entries: made.entries, chunks: made.chunks)
+        fs.listings.store(listing, for: ino)
+        return listing
     }
 }
 

@@ -1,6 +1,7 @@
 import Foundation
 import Keychain
 import KeychainAccess
+import SystemPackage
 
 // The core queries the directory nodes share: which items a directory holds, and which item
 // a file name denotes. Names are spelled and parsed by PathCodec; visibility and matching are
@@ -24,43 +25,102 @@ extension KeychainFileSystem {
     /// lists (vault format 5): no item's attributes are opened. An inet server's list holds
     /// every protocol and port of the server: only the entries of this directory are kept. A
     /// directory whose spelling names no grouping value (a long name) is listed as `items` does.
-    /// `capacity`: the entries expected (the directory's last listing's count), so that 10,000
-    /// names are not copied from array to array as it grows.
-    func listItems(inDirectory itemClass: ItemClass, _ spelling: String, caller: Caller, capacity: Int = 0) throws
-        -> [DirectoryEntry]
+    /// `previous`: the directory's last listing (stale: the vault changed since), whose entries
+    /// of a chunk that did not change are taken as they are instead of the chunk being opened
+    /// and spelled again (`Keychain.forEachNameListEntry`, `keptChunk`); its count is also the
+    /// capacity reserved, so that 10,000 names are not copied from array to array as it grows.
+    /// When every chunk is kept in its place, the listing is the previous one's array itself.
+    func listItems(
+        inDirectory itemClass: ItemClass, _ spelling: String, caller: Caller, previous: ListingCache.Listing?
+    )
+        throws -> ListingCache.Made
     {
         let grouping = Schema.groupingAttribute(of: itemClass)
         guard let value = PathCodec.parseDirectory(itemClass, spelling)?[grouping] else {
-            return try items(inDirectory: itemClass, spelling, caller: caller)
+            let entries = try items(inDirectory: itemClass, spelling, caller: caller)
                 .map {
                     DirectoryEntry(
                         name: PathCodec.leaf(of: itemClass, $0.attributes), ino: Inode.item(itemClass, id: $0.id),
                         isDirectory: false)
                 }
+            return ListingCache.Made(entries: entries)
         }
         // A service directory is spelled from the service alone: one check for the whole list.
         let sameForAll = itemClass == .genericPassword
         if sameForAll,
             !(PathCodec.directory(of: itemClass, [grouping: value]).map { PathCodec.same($0, spelling) } ?? false)
         {
-            return []
+            return ListingCache.Made(entries: [])
         }
-        var out: [DirectoryEntry] = []
-        out.reserveCapacity(capacity)
+        var made = ListingCache.Made(entries: [])
+        let kept = previous?.groups == caller.accessGroups ? previous?.chunks ?? [:] : [:]
+        // While every chunk so far is kept, in the place it had, the listing is the start of the
+        // previous one (`shared` entries of it), not copied: after a change elsewhere in the vault
+        // the new listing shares the previous one's array. Copied at the first chunk that differs.
+        var shared = 0
+        var copied = false
+        func copyShared() {
+            guard !copied else { return }
+            copied = true
+            made.entries.reserveCapacity(previous?.entries.count ?? 0)
+            if let previous, shared > 0 { made.entries.append(contentsOf: previous.entries[0..<shared]) }
+        }
+        // The chunk being decoded: its entry, where its names start in `made.entries`, the ids
+        // of its first and last entries (every entry, those of other directories too).
+        var open: (entry: [UInt8], start: Int, first: Int64, last: Int64)?
+        func close() {
+            if let o = open, o.first <= o.last {
+                made.chunks[o.entry] = ListingCache.Chunk(
+                    first: o.first, last: o.last, range: o.start..<made.entries.count)
+            }
+            open = nil
+        }
         let leaves = PathCodec.ListedLeaves(itemClass)
         // Each name spelled from the entry itself, as its chunk is decoded (its values decoded
         // only where the spelling needs them): no attribute set and no array of entries.
-        try session(caller).forEachNameListEntry(itemClass, grouping: value) { entry in
+        try session(caller).forEachNameListEntry(
+            itemClass, grouping: value, keptChunk: { kept[$0].map { ($0.first, $0.last) } },
+            chunk: { entry, isKept in
+                close()
+                guard isKept else {
+                    copyShared()
+                    open = (entry, made.entries.count, Int64.max, Int64.min)
+                    return
+                }
+                // The core keeps only what `keptChunk` said was here.
+                guard let chunk = kept[entry], let previous else { throw Errno.ioError }
+                if !copied && chunk.range.lowerBound == shared {
+                    shared = chunk.range.upperBound
+                    made.chunks[entry] = chunk
+                    return
+                }
+                copyShared()
+                let start = made.entries.count
+                made.entries.append(contentsOf: previous.entries[chunk.range])
+                made.chunks[entry] = ListingCache.Chunk(
+                    first: chunk.first, last: chunk.last, range: start..<made.entries.count)
+            }
+        ) { entry in
+            // Several groups' lists (merged by id) come with no chunk: nothing is shared then.
+            if !copied { copyShared() }
+            if open != nil {
+                if open!.first == Int64.max { open!.first = entry.id }
+                open!.last = entry.id
+            }
             if !sameForAll {
                 guard let directory = PathCodec.directory(of: itemClass, entry), PathCodec.same(directory, spelling)
                 else { return }
             }
-            out.append(
+            made.entries.append(
                 DirectoryEntry(
                     name: leaves.leaf(entry), ino: Inode.item(itemClass, id: entry.id),
                     isDirectory: false))
         }
-        return out
+        close()
+        if !copied, let previous {
+            made.entries = shared == previous.entries.count ? previous.entries : Array(previous.entries[0..<shared])
+        }
+        return made
     }
 
     /// Every item of a class the caller can see.

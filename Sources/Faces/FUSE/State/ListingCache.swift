@@ -18,19 +18,39 @@ final class ListingCache: Sendable {
         let groups: [String]
         /// As readdir answers them: a first listing is not copied into another array for it.
         let entries: [DirectoryEntry]
+        /// A service/server directory's: where each chunk of its name list put its names in
+        /// `entries`, by the chunk's keyed entry (`Keychain.forEachNameListEntry`), so that the
+        /// listing made after a change elsewhere in the vault takes them instead of opening and
+        /// spelling the chunk again.
+        let chunks: [[UInt8]: Chunk]
         /// Keyed by the name's bytes: NFC and NFD spellings are two names (two items). Made at the
         /// first lookup, not with the listing: a readdir alone (`ls -f`, a glob) looks nothing up.
         private let byName = NameIndex()
 
-        init(stamp: [Int64], groups: [String], entries: [DirectoryEntry]) {
+        init(stamp: [Int64], groups: [String], entries: [DirectoryEntry], chunks: [[UInt8]: Chunk] = [:]) {
             self.stamp = stamp
             self.groups = groups
             self.entries = entries
+            self.chunks = chunks
         }
 
         func ino(named name: String) -> UInt64? { byName.ino(named: name, in: entries) }
 
         func isValid(stamp: [Int64], groups: [String]) -> Bool { self.stamp == stamp && self.groups == groups }
+    }
+
+    /// A chunk of a name list as a listing holds it: the ids of its first and last entries
+    /// (every entry of the chunk, listed here or not) and the range of `entries` its names fill.
+    struct Chunk: Sendable {
+        let first: Int64
+        let last: Int64
+        let range: Range<Int>
+    }
+
+    /// A listing's entries and chunks, as `listItems` makes them.
+    struct Made {
+        var entries: [DirectoryEntry]
+        var chunks: [[UInt8]: Chunk] = [:]
     }
 
     /// Entries kept at most over all listings. An entry (its name, inode and by-name key) costs
