@@ -7,7 +7,7 @@ import Testing
 /// (dates and text that scripts and stored items depend on). Foundation is the oracle here.
 @Suite("FoundationEssentials replacements agree with Foundation")
 struct EssentialsParityTests {
-    static let utc: ISO8601DateFormatter = {
+    let utc: ISO8601DateFormatter = {
         let f = ISO8601DateFormatter()
         f.formatOptions = [.withInternetDateTime]
         f.timeZone = TimeZone(identifier: "UTC")
@@ -26,7 +26,7 @@ struct EssentialsParityTests {
                 default: Double.random(in: -100...100, using: &rng)
                 }
             let date = Date(timeIntervalSince1970: t)
-            #expect(AttributeText.iso8601(date) == Self.utc.string(from: date), "\(t)")
+            #expect(AttributeText.iso8601(date) == utc.string(from: date), "\(t)")
         }
     }
 
@@ -37,11 +37,11 @@ struct EssentialsParityTests {
         var rng = SystemRandomNumberGenerator()
         for i in 0..<20000 {
             let t = Double(Int64.random(in: -15_000_000_000...253_402_300_799, using: &rng))
-            var text = Self.utc.string(from: Date(timeIntervalSince1970: t))
+            var text = utc.string(from: Date(timeIntervalSince1970: t))
             text.removeLast()
             let fraction = ["", ".5", ".123456", ".9999", ".0", ".07"][i % 6]
             text += fraction + ["Z", "+02:00", "-0530", "+23", "-00:30"][i % 5]
-            let expected = fraction.isEmpty ? Self.utc.date(from: text) : fractional.date(from: text)
+            let expected = fraction.isEmpty ? utc.date(from: text) : fractional.date(from: text)
             #expect(AttributeText.parseDate(text) == expected, "\(text)")
         }
     }
