@@ -130,7 +130,7 @@ let package = Package(
         // Importers (docs/cli.md, Import): pass stores and password managers' CSV exports read
         // into records and mapped onto item attributes; the CLI stores them through the core.
         .target(
-            name: "KeychainImport", dependencies: ["Keychain", "KeychainCrypto"],
+            name: "KeychainImport", dependencies: ["Keychain", "KeychainAccess", "KeychainCrypto"],
             path: "Sources/Faces/Import"),
         // The CLI face, and the daemon start-up of `mount`.
         .executableTarget(

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 
 /// Which executables belong to which access groups: the Linux stand-in for an app's

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The readable text form of attribute values, shared by every front end (xattr values,
 /// CLI options and output, JSON): strings as UTF-8, numbers in decimal, booleans as
@@ -20,7 +21,7 @@ public enum AttributeText {
         guard (0...Int64(UInt32.max)).contains(n) else { return nil }
         let bytes = (0..<4).map { UInt8(truncatingIfNeeded: n >> (24 - 8 * $0)) }
         guard fourCharCode(bytes) == n,
-            Int64(String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespaces)) == nil,
+            Int64(String(decoding: bytes, as: UTF8.self).trimmingWhitespace()) == nil,
             bytes.contains(where: { $0 != 0x20 })
         else { return nil }
         return bytes
@@ -84,7 +85,7 @@ public enum AttributeText {
             guard let d = unhex(try text()) else { throw bad("expected hexadecimal bytes") }
             return .data(d)
         case .number:
-            let s = try text().trimmingCharacters(in: .whitespaces)
+            let s = try text().trimmingWhitespace()
             if let n = Int64(s) { return .number(n) }
             // kSecAttrType and kSecAttrCreator are FourCharCodes ('aapl'): Apple's tools take
             // the four characters, untrimmed ('ftp ' ends in a space).
@@ -96,7 +97,7 @@ public enum AttributeText {
             }
             throw bad("expected a decimal integer")
         case .bool:
-            switch try text().trimmingCharacters(in: .whitespaces).lowercased() {
+            switch try text().trimmingWhitespace().lowercased() {
             case "true", "1", "yes": return .bool(true)
             case "false", "0", "no": return .bool(false)
             default: throw bad("expected true or false")
@@ -118,6 +119,13 @@ public enum AttributeText {
             }
             return .accessControl(AccessControl(protection: currentProtection, flags: flags))
         }
+    }
+
+    /// `value` in hex, zero-padded to `width` digits: `String(format: "%02x")` without
+    /// Foundation (issue 28).
+    public static func hex(_ value: some BinaryInteger, width: Int, uppercase: Bool = false) -> String {
+        let digits = String(value, radix: 16, uppercase: uppercase)
+        return digits.count < width ? String(repeating: "0", count: width - digits.count) + digits : digits
     }
 
     public static func hex(_ bytes: [UInt8]) -> String {
@@ -150,23 +158,14 @@ public enum AttributeText {
         return out
     }
 
-    public static func iso8601(_ date: Date) -> String {
-        let f = ISO8601DateFormatter()
-        f.formatOptions = [.withInternetDateTime]
-        f.timeZone = TimeZone(identifier: "UTC")
-        return f.string(from: date)
-    }
+    public static func iso8601(_ date: Date) -> String { InternetDate.format(date) }
 
     public static func parseDate(_ text: String) -> Date? {
-        // ISO8601DateFormatter alone reads "2026-01-31T12:00:00Zjunk" as a date, and
-        // "2026-02-30" as March 1st: what the user wrote would be dropped or moved silently. So
-        // the whole text must be a date-time with every field in range (`internetDateTime`).
-        guard let normalized = internetDateTime(text.trimmingCharacters(in: .whitespaces)) else { return nil }
-        let f = ISO8601DateFormatter()
-        f.formatOptions = [.withInternetDateTime]
-        if let d = f.date(from: normalized) { return d }
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return f.date(from: normalized)
+        // The whole text must be a date-time with every field in range (`internetDateTime`):
+        // a lenient reader takes "2026-01-31T12:00:00Zjunk" as a date and "2026-02-30" as
+        // March 1st, and what the user wrote would be dropped or moved silently.
+        guard let normalized = internetDateTime(text.trimmingWhitespace()) else { return nil }
+        return InternetDate.parse(normalized)
     }
 
     /// An RFC 3339 date-time and nothing else, `t` and `z` upper-cased for the formatter:

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// One attribute value. The case must match the attribute's `AttributeType`. Strings are
 /// equal when their UTF-8 bytes are (not Swift's canonical equivalence): the NFC and NFD
@@ -49,7 +50,7 @@ public enum AttributeValue: Hashable, Sendable {
     /// spellings, which the byte-keyed indexes keep apart: Apple compares exactly too).
     func matches(_ other: AttributeValue, caseInsensitive: Bool) -> Bool {
         if case .string(let a) = self, case .string(let b) = other {
-            if caseInsensitive { return a.compare(b, options: [.caseInsensitive, .literal]) == .orderedSame }
+            if caseInsensitive { return a.equalsIgnoringCase(b) }
             return a.utf8.elementsEqual(b.utf8)
         }
         return self == other

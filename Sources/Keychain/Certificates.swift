@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import X509
 import SwiftASN1
 import Crypto
@@ -239,7 +240,7 @@ public enum PEMBlocks {
         var label: String?
         var body = ""
         for raw in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline) {
-            let line = raw.trimmingCharacters(in: .whitespaces)
+            let line = raw.trimmingWhitespace()
             if line.hasPrefix("-----BEGIN "), line.hasSuffix("-----") {
                 label = String(line.dropFirst(11).dropLast(5))
                 body = ""

@@ -1,5 +1,6 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 import KeychainStore
 import Synchronization

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 #if canImport(Glibc)
@@ -106,7 +107,7 @@ extension Keychain {
         let watch = try VaultWatch(vault: path)
         let stop = try StopSignal()
         guard foreignCommits.start(from: try lastLoggedChange(), stop: stop) else { return }
-        let thread = Thread { [weak self, foreignCommits] in
+        Threads.detach { [weak self, foreignCommits] in
             var stamp: [Int64]?
             while watch.wait(orReadable: stop.fd) {
                 guard let self else { return }
@@ -116,8 +117,6 @@ extension Keychain {
                 }
             }
         }
-        thread.name = "keychainfs-vault-watch"
-        thread.start()
     }
 
     /// `observer` is called on the vault watch's thread after each write another process made

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 
 /// The Argon2id parameters this device last unlocked a vault with: `rollback/<vault id>.kdf`

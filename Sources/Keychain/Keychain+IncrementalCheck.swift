@@ -1,6 +1,7 @@
 import CPlatform
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 import KeychainStore
 
@@ -87,7 +88,7 @@ extension Keychain {
             $0.integrity.pass = pass
         }
         guard let pass else { return }
-        Thread.detachNewThread { [self] in
+        Threads.detach { [self] in
             // Behind the requests: each read verifies its own bucket at its own priority, and a
             // reader that needs every bucket verifies the rest itself (requireEveryBucketVerified),
             // so this pass only uses what the mount leaves idle (niceness 10 for this thread; a

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 extension Keychain {
     // MARK: Naming items in messages
@@ -36,7 +37,8 @@ extension Keychain {
             switch scalar {
             case "\"": out += "\\\""
             case "\\": out += "\\\\"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7f: out += String(format: "\\x%02x", scalar.value)
+            case _ where scalar.value < 0x20 || scalar.value == 0x7f:
+                out += "\\x" + AttributeText.hex(scalar.value, width: 2)
             default: out.unicodeScalars.append(scalar)
             }
         }

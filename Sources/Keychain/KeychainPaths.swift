@@ -1,11 +1,20 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Default locations, after the XDG base directory spec.
 public enum KeychainPaths {
     static func xdg(_ variable: String, _ fallback: String) -> String {
         if let v = ProcessInfo.processInfo.environment[variable], v.hasPrefix("/") { return v }
-        let home = ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()
+        let home = ProcessInfo.processInfo.environment["HOME"] ?? homeDirectory()
         return home + "/" + fallback
+    }
+
+    /// The user's home directory as Foundation's `NSHomeDirectory()` found it: `$HOME` if set and
+    /// not empty, else the password database's entry for our user, else `/`.
+    public static func homeDirectory() -> String {
+        if let home = ProcessInfo.processInfo.environment["HOME"], !home.isEmpty { return home }
+        if let entry = getpwuid(getuid()), let dir = entry.pointee.pw_dir { return String(cString: dir) }
+        return "/"
     }
 
     /// `$KEYCHAINFS_VAULT`, else `$XDG_DATA_HOME/keychainfs/default.vault`.

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// CLOCK_MONOTONIC in nanoseconds: for the intervals the daemon keeps (a cached row's age, an
 /// open handle's last access decision, the audit log's once-a-second checks), which must not

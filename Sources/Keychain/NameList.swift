@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Attribute values by attribute: an attribute set, or one name-list entry (`NameListEntry`),
 /// so the face can spell a name from either without building a dictionary per entry.

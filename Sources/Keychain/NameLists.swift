@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 import KeychainStore
 
@@ -157,7 +158,7 @@ struct NameLists {
     /// How a list is named in messages and logs: the first bytes of its keyed secondary index,
     /// nothing read from a row or a chunk.
     static func describe(_ sidx: [UInt8]) -> String {
-        "the name list of directory bucket " + sidx.prefix(6).map { String(format: "%02x", $0) }.joined()
+        "the name list of directory bucket " + sidx.prefix(6).map { AttributeText.hex($0, width: 2) }.joined()
     }
 
     /// The lists whose stored bucket differs from the one found, named, at most ten.

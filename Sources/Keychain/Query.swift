@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// kSecMatchLimit.
 public enum MatchLimit: Hashable, Sendable {

@@ -1,4 +1,6 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 import KeychainStore
 import Synchronization
@@ -33,7 +35,7 @@ final class RollbackMark: Sendable {
     private let syncPending = Atomic<Bool>(false)
 
     init(deviceKeyPath: String, vaultID: [UInt8]) {
-        let hex = vaultID.map { String(format: "%02x", $0) }.joined()
+        let hex = vaultID.map { AttributeText.hex($0, width: 2) }.joined()
         path = KeychainPaths.parent(of: deviceKeyPath) + "/rollback/" + hex
     }
 

@@ -1,5 +1,6 @@
 import Crypto
-import Foundation
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 import _CryptoExtras
 
@@ -238,7 +239,7 @@ public func encryptedPrivateKeyRefusal(_ data: [UInt8]) -> String? { SigningKey.
 
 /// How OpenSSH names a public key: `SHA256:` and the unpadded base64 of the blob's SHA-256.
 public func sshFingerprint(_ publicBlob: [UInt8]) -> String {
-    "SHA256:" + Data(SHA256.hash(data: publicBlob)).base64EncodedString().replacingOccurrences(of: "=", with: "")
+    "SHA256:" + Data(SHA256.hash(data: publicBlob)).base64EncodedString().replacing("=", with: "")
 }
 
 /// The SSH wire encoding (RFC 4251 5): uint32, string, mpint.

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The five item classes of Keychain Services, by their `kSecClass` codes.
 public enum ItemClass: String, CaseIterable, Sendable, CustomStringConvertible {
@@ -48,7 +49,7 @@ public enum Accessibility: String, CaseIterable, Sendable {
     /// Accepts the constant's name (`afterFirstUnlock`) or Apple's code (`ck`).
     public init?(text: String) {
         if let byCode = Accessibility(rawValue: text) { self = byCode; return }
-        guard let byName = Accessibility.allCases.first(where: { $0.name.caseInsensitiveCompare(text) == .orderedSame })
+        guard let byName = Accessibility.allCases.first(where: { $0.name.equalsIgnoringCase(text) })
         else { return nil }
         self = byName
     }
@@ -105,8 +106,8 @@ public struct AccessControlFlags: OptionSet, Hashable, Sendable {
     public init?(text: String) {
         var flags: AccessControlFlags = []
         for part in text.split(separator: ",", omittingEmptySubsequences: true) {
-            let name = part.trimmingCharacters(in: .whitespaces)
-            guard let flag = Self.names.first(where: { $0.0.caseInsensitiveCompare(name) == .orderedSame })?.1 else {
+            let name = part.trimmingWhitespace()
+            guard let flag = Self.names.first(where: { $0.0.equalsIgnoringCase(name) })?.1 else {
                 return nil
             }
             flags.insert(flag)
@@ -384,7 +385,7 @@ public enum InternetProtocol {
     public static func code(for text: String) -> String? {
         let lower = text.lowercased()
         if let hit = table.first(where: { $0.name == lower }) { return hit.code }
-        if let hit = table.first(where: { $0.code == lower || $0.code.trimmingCharacters(in: .whitespaces) == lower }) {
+        if let hit = table.first(where: { $0.code == lower || $0.code.trimmingWhitespace() == lower }) {
             return hit.code
         }
         return nil

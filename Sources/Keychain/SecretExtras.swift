@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 
 // A password item's extras: what a face keeps beside the secret and hands back only to itself

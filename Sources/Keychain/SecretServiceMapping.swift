@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// How a Secret Service item (org.freedesktop.secrets: a label, a map of string attributes, a
 /// secret and its content type) is kept as a keychain item, and how any keychain password item

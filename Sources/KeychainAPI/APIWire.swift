@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 /// The keychain service's API socket protocol (docs/service.md, "The API socket"): what the

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 // The vault verbs' parts of the API socket's messages (APIWire.swift has the requests and

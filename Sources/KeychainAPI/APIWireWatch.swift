@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 /// One logged change as `watch` streams it (docs/service.md, "watch"): its sequence number,

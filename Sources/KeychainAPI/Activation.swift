@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 /// Starting the default vault's service on demand (docs/service.md, "Started by systemd"):

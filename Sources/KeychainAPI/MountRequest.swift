@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// `keychainfs mount` when a service already holds the vault (`keychainfs serve`, or one the
 /// Secret Service's activation started): the service mounts it itself, beside the faces it

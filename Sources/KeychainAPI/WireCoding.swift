@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 // The byte-level writer and reader of the API socket's messages (APIWire.swift says the

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 import Keychain
 import KeychainCrypto
@@ -47,7 +48,7 @@ struct AssuanSession {
         var out = [UInt8]()
         for b in s.utf8 {
             switch b {
-            case UInt8(ascii: "%"), 10, 13: out += Array(String(format: "%%%02X", b).utf8)
+            case UInt8(ascii: "%"), 10, 13: out += Array(("%" + AttributeText.hex(b, width: 2, uppercase: true)).utf8)
             default: out.append(b)
             }
         }

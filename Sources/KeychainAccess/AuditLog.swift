@@ -1,4 +1,6 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import KeychainStore
 import Keychain
 import SystemPackage
@@ -121,7 +123,7 @@ public final class AuditLog: Sendable {
     /// `\\x20`, so that it is one word and can neither end the line nor forge the next.
     public static func spelled(_ path: String) -> String {
         String(decoding: Log.printable(path, escapingBackslash: true), as: UTF8.self)
-            .replacingOccurrences(of: " ", with: "\\x20")
+            .replacing(" ", with: "\\x20")
     }
 
     public let path: String

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// A process as seen in /proc: its thread-group id, its executable, and what tells it from

@@ -1,5 +1,6 @@
 import CPlatform
-import Foundation
+import FoundationEssentials
+import Glibc
 import SystemPackage
 
 /// Starting a helper process (the mount daemon, pinentry) with exactly the descriptors it
@@ -63,5 +64,45 @@ public enum ChildProcess {
             ?? posix_spawn(&pid, path, &actions, &attributes, cArgs, environ)
         guard rc == 0 else { throw Errno(rawValue: rc) }
         return pid
+    }
+
+    /// How a child ended: its exit status, or the signal that killed it.
+    public enum Termination: Equatable, Sendable {
+        case exited(Int32)
+        case signaled(Int32)
+
+        /// Foundation's `Process.terminationStatus`: the exit status, or the signal's number.
+        public var status: Int32 {
+            switch self {
+            case .exited(let s), .signaled(let s): s
+            }
+        }
+    }
+
+    /// Waits for the child `pid` to end (interrupted waits resumed).
+    public static func wait(_ pid: pid_t) -> Termination {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 {
+            guard errno == EINTR else { return .exited(127) }
+        }
+        // WIFEXITED / WEXITSTATUS / WTERMSIG, which Swift cannot call (macros).
+        return status & 0x7f == 0 ? .exited((status >> 8) & 0xff) : .signaled(status & 0x7f)
+    }
+
+    /// A pipe, both ends close-on-exec: a child gets an end only as a `.duplicate` descriptor.
+    public static func pipe() throws(Errno) -> (read: Int32, write: Int32) {
+        var ends: [Int32] = [0, 0]
+        guard Glibc.pipe(&ends) == 0 else { throw Errno(rawValue: errno) }
+        for fd in ends { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        return (ends[0], ends[1])
+    }
+
+    /// Runs `path` with `arguments` (argv[0] included), its standard input /dev/null and its
+    /// output and errors dropped, and waits for it.
+    public static func runQuietly(_ path: String, arguments: [String]) throws(Errno) -> Termination {
+        let pid = try spawn(
+            path, arguments: arguments,
+            descriptors: [(0, .null), (1, .appending("/dev/null")), (2, .appending("/dev/null"))])
+        return wait(pid)
     }
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 @_spi(CallerRule) import Keychain
 
 /// The caller of a one-shot command that opened the vault itself because no service runs for it

@@ -1,5 +1,6 @@
 import CPlatform
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// The identity of each calling thread, kept for the thread's lifetime so that a request from a

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 /// The change log (vault format 7, ChangeLog.swift) read for one caller: what a change feed of a

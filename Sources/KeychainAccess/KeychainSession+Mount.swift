@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 @_spi(CallerRule) import Keychain
 
 // The mount's verbs through the door (the FUSE face, Sources/Faces/FUSE). A file operation asks

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 @_spi(CallerRule) import Keychain
 
 /// What a signature's caller tells the user and the audit log beyond who it is: where the

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 @_spi(CallerRule) import Keychain
 import KeychainCrypto
 import Synchronization

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// The daemon's log: one line per event to stderr, which the mount command points at a

@@ -1,5 +1,6 @@
 import CPlatform
-import Foundation
+import FoundationEssentials
+import Glibc
 
 // The ssh agent's answer to "send, then exec at once" (docs/security.md, "The service's
 // callers"). The agent protocol has no greeting: a process can connect, write a request and

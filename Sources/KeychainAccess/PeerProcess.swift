@@ -1,5 +1,6 @@
 import CPlatform
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 /// The process at the other end of a Unix socket, pinned when the connection is accepted

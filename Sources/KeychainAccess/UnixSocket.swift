@@ -1,5 +1,6 @@
 import CPlatform
-import Foundation
+import FoundationEssentials
+import Glibc
 import SystemPackage
 
 /// Unix stream sockets as every face's socket uses them (the control socket, the API socket,

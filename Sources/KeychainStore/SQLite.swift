@@ -1,5 +1,6 @@
 import CSQLite
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Errors of the storage layer. Messages name SQLite's reason, never row contents.
 public enum StoreError: Error, Equatable, Sendable {

@@ -1,6 +1,7 @@
 import CPlatform
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 
 #if canImport(Glibc)
     import Glibc

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// One row of the change log (vault format 7, the core's ChangeLog.swift): its sequence number,
 /// the item's class and id, the operation's code, and the sealed names (never a name in clear).

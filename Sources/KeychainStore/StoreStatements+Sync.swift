@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// What this device knows of one sync record (vault format 8, the core's Sync/ files): the
 /// highest version it applied or pushed, that version's clock, whether it is a tombstone, and

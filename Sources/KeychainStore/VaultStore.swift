@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import CSQLite
 import Synchronization
 
@@ -97,14 +98,13 @@ public final class VaultStore: ItemStore {
     /// Creates a new vault file (mode 0600; its directory 0700 if it has to be made).
     /// Fails if the file already exists: an existing vault is never overwritten.
     public static func create(at path: String) throws -> VaultStore {
-        // Not NSString.deletingLastPathComponent: it crashes on a one-character relative path.
         let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? ""
         if !dir.isEmpty && !FileManager.default.fileExists(atPath: dir) {
             try FileManager.default.createDirectory(
                 atPath: dir, withIntermediateDirectories: true,
                 attributes: [.posixPermissions: 0o700])
         }
-        let fd = Foundation.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        let fd = Glibc.open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             let e = errno
             throw StoreError.sqlite(code: SQLITE_CANTOPEN, message: String(cString: strerror(e)))
@@ -245,7 +245,7 @@ public final class VaultStore: ItemStore {
             if r.held == nil {
                 try? readerConnection.run("COMMIT")
             } else {
-                r.held!.lastUse = DispatchTime.now().uptimeNanoseconds
+                r.held!.lastUse = SerialWorker.now()
                 if !r.releaseDue {
                     r.releaseDue = true
                     scheduleHeldReadRelease()
@@ -279,7 +279,7 @@ public final class VaultStore: ItemStore {
             guard let self else { return }
             let remaining = reading.withLock { r -> Double? in
                 if let current = r.held {
-                    let idle = Double(DispatchTime.now().uptimeNanoseconds &- current.lastUse) / 1e9
+                    let idle = Double(SerialWorker.now() &- current.lastUse) / 1e9
                     if idle < Self.heldReadIdle { return Self.heldReadIdle - idle }
                     r.endHeld(on: readerConnection)
                 }

@@ -1,5 +1,6 @@
 import CPlatform
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAPI
 import KeychainAccess

@@ -1,5 +1,6 @@
 import CPlatform
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAPI
 import KeychainAccess
@@ -61,7 +62,7 @@ public final class APIServer: Sendable {
     }
 
     private func accept(on listener: Int32) {
-        let thread = Thread { [self] in
+        Threads.detach { [self] in
             while true {
                 let client = kcfs_accept_cloexec(listener)
                 if client < 0 {
@@ -84,17 +85,13 @@ public final class APIServer: Sendable {
                     close(client)
                     continue
                 }
-                let worker = Thread { [self] in
+                Threads.detach { [self] in
                     serve(client)
                     close(client)
                     connections.release()
                 }
-                worker.name = "keychainfs-api"
-                worker.start()
             }
         }
-        thread.name = "keychainfs-api-accept"
-        thread.start()
     }
 
     public func stop() {

@@ -1,4 +1,6 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAPI
 import KeychainAccess
@@ -66,7 +68,7 @@ final class JoinedMount: Sendable {
             $0 = Live(mountpoint: request.mountpoint, session: session, control: control, finished: finished)
         }
         Log.info("mounted \(keychain.path) on \(request.mountpoint) (joined the running service)")
-        Thread.detachNewThread { [self] in
+        Threads.detach { [self] in
             let rc = session.run()
             control?.stop()
             live.withLock { $0 = nil }
@@ -81,14 +83,8 @@ final class JoinedMount: Sendable {
         guard let (mountpoint, finished) = live.withLock({ $0.map { ($0.mountpoint, $0.finished) } }) else {
             return
         }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/fusermount3")
-        p.arguments = ["-u", "-z", mountpoint]
-        p.standardOutput = FileHandle.nullDevice
-        p.standardError = FileHandle.nullDevice
         do {
-            try p.run()
-            p.waitUntilExit()
+            _ = try ChildProcess.runQuietly("/usr/bin/fusermount3", arguments: ["fusermount3", "-u", "-z", mountpoint])
         } catch {
             Log.error("cannot run fusermount3 to unmount \(mountpoint): \(error)")
             return

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAPI
 import KeychainAccess
@@ -177,7 +178,7 @@ public final class ServiceHost: Sendable {
             audit.flush()
         }
         if let agent {
-            Thread.detachNewThread { agent.serve() }
+            Threads.detach { agent.serve() }
             Log.info("ssh agent: serving \(keychain.path) on \(agent.path)")
         }
         if let idle {
@@ -195,7 +196,7 @@ public final class ServiceHost: Sendable {
             Log.info("mounted \(keychain.path) on \(configuration.mountpoint ?? "")")
         }
         if let secretService {
-            Thread.detachNewThread {
+            Threads.detach {
                 do { try secretService.serve() } catch {
                     Log.error("secret service: \(error); the service goes on without it")
                 }

@@ -79,4 +79,19 @@ struct ArchitectureRuleTests {
                 $0.path.hasSuffix("FUSE/Session/ErrnoConversion.swift") && $0.text.contains("var errno: Int32")
             })
     }
+
+    /// Issue 28: Foundation's ICU data is most of a static keychainfs, and what the product needs
+    /// is in FoundationEssentials. A file of a product module (every target under Sources but
+    /// the benchmarks) that imports Foundation, or FoundationInternationalization, links ICU back
+    /// in; the test targets may import Foundation.
+    @Test("product modules import FoundationEssentials, never Foundation")
+    func productModulesImportFoundationEssentialsOnly() {
+        let files = Self.swiftFiles().filter { !$0.path.hasPrefix("keychainfs-bench/") }
+        #expect(files.count > 200, "found \(files.count) product files")
+        let pattern =
+            #"(?m)^\s*(@\w+(\([^)]*\))?\s+)*((public|package|internal|fileprivate|private)\s+)?import\s+((struct|class|enum|protocol|typealias|func|var|let)\s+)?(Foundation|FoundationInternationalization|FoundationNetworking|FoundationXML|_FoundationICU)\s*($|\.|//)"#
+        for (path, text) in files {
+            #expect(text.range(of: pattern, options: .regularExpression) == nil, "\(path) imports Foundation")
+        }
+    }
 }

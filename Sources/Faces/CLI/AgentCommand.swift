@@ -1,5 +1,7 @@
 import ArgumentParser
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import KeychainCrypto
@@ -139,7 +141,7 @@ struct SSHAgentCommand: ParsableCommand {
         let policy = AgentPolicy(
             hosts: HostRestriction(knownHostsFiles: knownHostsFiles), prompts: prompts, reusePerHost: presenceReuse > 0)
         let server = try AgentServer(path: path, access: access, policy: policy)
-        Thread.detachNewThread {
+        Threads.detach {
             var set = AgentSignals.terminating
             var received: Int32 = 0
             sigwait(&set, &received)

@@ -1,5 +1,7 @@
 import ArgumentParser
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 
@@ -92,7 +94,7 @@ struct AuditLogCommand: ParsableCommand {
         let group = DispatchGroup()
         for mount in mounts {
             group.enter()
-            Thread.detachNewThread {
+            Threads.detach {
                 _ = try? control(mount.mountpoint, "status")
                 group.leave()
             }
@@ -112,11 +114,11 @@ struct AuditLine {
     var why: String?
 
     init?(_ line: Substring) {
-        guard let space = line.firstIndex(of: " "), let itemAt = line.range(of: " item=") else { return nil }
+        guard let space = line.firstIndex(of: " "), let itemAt = line.firstRange(of: " item=") else { return nil }
         time = String(line[..<space])
         process = String(line[line.index(after: space)..<itemAt.lowerBound])
         var rest = line[itemAt.upperBound...]
-        if let whyAt = rest.range(of: " why=") {
+        if let whyAt = rest.firstRange(of: " why=") {
             why = String(rest[whyAt.upperBound...])
             rest = rest[..<whyAt.lowerBound]
         }
@@ -152,7 +154,7 @@ struct AuditLine {
             switch scalar {
             case "\"": out += "\\\""
             case "\\": out += "\\\\"
-            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+            case _ where scalar.value < 0x20: out += "\\u" + AttributeText.hex(scalar.value, width: 4)
             default: out.unicodeScalars.append(scalar)
             }
         }

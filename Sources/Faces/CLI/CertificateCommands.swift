@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import KeychainCrypto
@@ -81,7 +82,7 @@ struct FindCertificate: ParsableCommand {
         let door = try vault.openDoor()
         var found = try certificates(door).filter { item in
             guard let name else { return true }
-            return (item.string(Schema.label) ?? "").localizedCaseInsensitiveContains(name)
+            return (item.string(Schema.label) ?? "").containsIgnoringCase(name)
         }
         guard !found.isEmpty else {
             throw KeychainError(.itemNotFound, "certificate \(name.map { "matching \"\($0)\"" } ?? "") not found")
@@ -118,7 +119,7 @@ struct FindIdentity: ParsableCommand {
     func run() throws {
         let door = try vault.openDoor()
         let found = try door.identities().filter { id in
-            name.map { id.label.localizedCaseInsensitiveContains($0) } ?? true
+            name.map { id.label.containsIgnoringCase($0) } ?? true
         }
         for (i, identity) in found.enumerated() {
             let cert = try door.item(id: identity.certificate.id, itemClass: .certificate, withData: true)
@@ -201,23 +202,52 @@ extension Import {
             password = try SecretInput.prompt("password for \(path): ") ?? []
         }
         defer { Sodium.wipe(&password) }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        p.arguments = ["pkcs12", "-in", path, "-nodes", "-passin", "stdin"]
-        let input = Pipe(), output = Pipe(), errors = Pipe()
-        p.standardInput = input
-        p.standardOutput = output
-        p.standardError = errors
-        do { try p.run() } catch { throw CLIError.failure("cannot run openssl to read \(path): \(error)") }
-        input.fileHandleForWriting.write(Data(password + [10]))
-        try? input.fileHandleForWriting.close()
-        let pem = output.fileHandleForReading.readDataToEndOfFile()
-        _ = errors.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else {
+        // openssl's errors are dropped: the message below says what went wrong.
+        let pid: pid_t
+        var pipes: [(read: Int32, write: Int32)] = []
+        do {
+            for _ in 0..<2 { pipes.append(try ChildProcess.pipe()) }
+            pid = try ChildProcess.spawn(
+                "/usr/bin/openssl", arguments: ["openssl", "pkcs12", "-in", path, "-nodes", "-passin", "stdin"],
+                descriptors: [
+                    (0, .duplicate(pipes[0].read)), (1, .duplicate(pipes[1].write)), (2, .appending("/dev/null")),
+                ])
+        } catch {
+            for p in pipes { (close(p.read), close(p.write)) }
+            throw CLIError.failure("cannot run openssl to read \(path): \(error)")
+        }
+        let (input, output) = (pipes[0], pipes[1])
+        close(input.read)
+        close(output.write)
+        // The password and a newline (a few bytes: they fit the pipe), then its output to the end.
+        var line = password + [10]
+        defer { Sodium.wipe(&line) }
+        // An openssl that exits early must make the write fail (EPIPE), not kill us.
+        let previous = signal(SIGPIPE, SIG_IGN)
+        var offset = 0
+        while offset < line.count {
+            let n = line.withUnsafeBytes { write(input.write, $0.baseAddress! + offset, $0.count - offset) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            offset += n
+        }
+        signal(SIGPIPE, previous)
+        close(input.write)
+        var pem: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(output.read, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            pem += chunk[0..<n]
+        }
+        Sodium.wipe(&chunk)
+        close(output.read)
+        guard ChildProcess.wait(pid) == .exited(0) else {
+            Sodium.wipe(&pem)
             throw CLIError.failure("cannot read PKCS#12 file \(path): wrong password or not a PKCS#12 file")
         }
-        return Array(pem)
+        return pem
     }
 }
 

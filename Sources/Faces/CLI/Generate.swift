@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 
 // Password generation: `add-…-password --generate[=LENGTH]` stores a generated secret without it

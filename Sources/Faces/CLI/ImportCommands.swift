@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainCrypto
 import KeychainImport
@@ -186,12 +187,11 @@ extension ImportRunOptions {
                 case let e as ImportError: (e.message, e.exitCode)
                 default: ("\(error)", 1)
                 }
-            let object: [String: Any] = [
-                "source": source, "dryRun": dryRun, "added": 0, "updated": 0, "skipped": 0, "failed": 0,
-                "refused": [] as [Any], "error": message, "exitCode": Int(exitCode),
+            let object: JSONValue = [
+                "source": .string(source), "dryRun": .bool(dryRun), "added": 0, "updated": 0, "skipped": 0, "failed": 0,
+                "refused": [], "error": .string(message), "exitCode": JSONValue(exitCode),
             ]
-            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
-            Output.line(String(decoding: data, as: UTF8.self))
+            Output.line(JSONText.text(object))
             throw error
         }
     }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import KeychainCrypto
@@ -257,18 +258,19 @@ struct ImportTally {
     mutating func fail(_ item: ImportItem, _ error: KeychainError) { refused.append((item, error)) }
 
     func json(dryRun: Bool) -> String {
-        let object: [String: Any] = [
-            "source": source, "dryRun": dryRun, "added": added, "updated": updated,
-            "skipped": skipped + duplicates, "failed": refused.count,
-            "refused": refused.map { item, error in
-                [
-                    "item": item.description, "origin": item.origin, "reason": error.message,
-                    "status": Int(error.status.rawValue),
-                ] as [String: Any]
-            },
+        let object: JSONValue = [
+            "source": .string(source), "dryRun": .bool(dryRun), "added": JSONValue(added),
+            "updated": JSONValue(updated),
+            "skipped": JSONValue(skipped + duplicates), "failed": JSONValue(refused.count),
+            "refused": .array(
+                refused.map { item, error in
+                    [
+                        "item": .string(item.description), "origin": .string(item.origin),
+                        "reason": .string(error.message), "status": JSONValue(error.status.rawValue),
+                    ]
+                }),
         ]
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
-        return String(decoding: data, as: UTF8.self)
+        return JSONText.text(object)
     }
 }
 

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import KeychainCrypto
@@ -196,33 +197,39 @@ enum PassphraseProgram {
     }
 
     static func run(executable: String, arguments: [String]) throws -> [UInt8] {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardInput = FileHandle.nullDevice
-        do { try process.run() } catch { throw CLIError.failure("cannot start the passphrase program: \(error)") }
-        try? output.fileHandleForWriting.close()
+        let pid: pid_t
+        let output: (read: Int32, write: Int32)
+        do {
+            output = try ChildProcess.pipe()
+            do {
+                pid = try ChildProcess.spawn(
+                    executable, arguments: [executable] + arguments,
+                    descriptors: [(0, .null), (1, .duplicate(output.write))])
+            } catch {
+                close(output.read)
+                close(output.write)
+                throw error
+            }
+        } catch { throw CLIError.failure("cannot start the passphrase program: \(error)") }
+        close(output.write)
+        defer { close(output.read) }
         var bytes: [UInt8]
         do {
-            bytes = try SecretInput.readAll(
-                fd: output.fileHandleForReading.fileDescriptor, limit: 4096, what: "the passphrase program's output")
+            bytes = try SecretInput.readAll(fd: output.read, limit: 4096, what: "the passphrase program's output")
         } catch {
-            process.terminate()
-            process.waitUntilExit()
+            kill(pid, SIGTERM)
+            _ = ChildProcess.wait(pid)
             throw error
         }
-        process.waitUntilExit()
         // Never the output in a message: it is the passphrase, or part of it.
-        guard process.terminationReason == .exit else {
+        switch ChildProcess.wait(pid) {
+        case .exited(0): return bytes
+        case .exited(let status):
             Sodium.wipe(&bytes)
-            throw CLIError.failure("the passphrase program was killed by signal \(process.terminationStatus)")
-        }
-        guard process.terminationStatus == 0 else {
+            throw CLIError.failure("the passphrase program exited with status \(status)")
+        case .signaled(let signal):
             Sodium.wipe(&bytes)
-            throw CLIError.failure("the passphrase program exited with status \(process.terminationStatus)")
+            throw CLIError.failure("the passphrase program was killed by signal \(signal)")
         }
-        return bytes
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAPI
 import KeychainCrypto
@@ -85,17 +86,20 @@ struct Verify: ParsableCommand {
     /// `verify --json`: one object; `commit` and `deviceMark` are null when the vault or the
     /// device has none; `ok` is whether it verifies (an older copy can be ok).
     static func json(_ report: VerificationReport, path: String, olderCopy: Bool) -> String {
-        let object: [String: Any] = [
-            "vault": path, "format": report.format, "commit": report.counter.map { $0 as Any } ?? NSNull(),
-            "deviceMark": report.deviceMark.map { $0 as Any } ?? NSNull(), "items": report.itemsByClass,
-            "classKeysOpened": report.classKeysOpened,
-            "damaged": report.damaged.map {
-                ["id": $0.id, "class": $0.itemClass, "reason": $0.reason] as [String: Any]
-            },
-            "failures": report.failures, "ok": report.isClean, "olderCopy": olderCopy,
+        let object: JSONValue = [
+            "vault": .string(path), "format": JSONValue(report.format),
+            "commit": report.counter.map { JSONValue($0) } ?? nil,
+            "deviceMark": report.deviceMark.map { JSONValue($0) } ?? nil,
+            "items": .object(report.itemsByClass.mapValues { JSONValue($0) }),
+            "classKeysOpened": JSONValue(report.classKeysOpened),
+            "damaged": .array(
+                report.damaged.map {
+                    ["id": JSONValue($0.id), "class": .string($0.itemClass), "reason": .string($0.reason)]
+                }),
+            "failures": .array(report.failures.map { .string($0) }), "ok": .bool(report.isClean),
+            "olderCopy": .bool(olderCopy),
         ]
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
-        return String(decoding: data, as: UTF8.self)
+        return JSONText.text(object)
     }
 
     /// `verify`'s exit status for a vault that is whole but older than this device has seen.

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 
@@ -144,7 +145,7 @@ struct DeleteCertificate: ParsableCommand {
         let door = try vault.openDoor()
         let wanted = hash.flatMap(parseHash)
         let found = try certificates(door).filter { item in
-            if let name, !(item.string(Schema.label) ?? "").localizedCaseInsensitiveContains(name) { return false }
+            if let name, !(item.string(Schema.label) ?? "").containsIgnoringCase(name) { return false }
             if let wanted, CertificateData.fingerprint(item.data ?? []) != wanted { return false }
             return true
         }

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import SystemPackage
 import Keychain
 import KeychainCrypto
@@ -104,8 +105,8 @@ struct Mount: ParsableCommand {
             _ = MountTable.fusermount(["-u", "-z", mountpoint])
             Output.errorLine("keychainfs: cleared a stale mount on \(mountpoint)")
         }
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: mountpoint, isDirectory: &isDirectory), isDirectory.boolValue
+        var isDirectory = false
+        guard FileManager.default.fileExists(atPath: mountpoint, isDirectory: &isDirectory), isDirectory
         else {
             throw CLIError.failure("mountpoint \(mountpoint) is not a directory")
         }
@@ -173,10 +174,11 @@ func control(_ mountpoint: String, _ command: String, payload: SecureBytes? = ni
 func printState(_ mountpoint: String, _ state: String, json: Bool = false) {
     let parts = state.split(separator: " ").map(String.init)
     if json {
-        var object: [String: String] = ["path": absolutePath(mountpoint), "state": parts.first ?? state]
-        if parts.count == 2 && parts[1] != "never-unlocked" { object["since"] = parts[1] }
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
-        Output.line(String(decoding: data, as: UTF8.self))
+        var object: [String: JSONValue] = [
+            "path": .string(absolutePath(mountpoint)), "state": .string(parts.first ?? state),
+        ]
+        if parts.count == 2 && parts[1] != "never-unlocked" { object["since"] = .string(parts[1]) }
+        Output.line(JSONText.text(.object(object)))
         return
     }
     if parts.count == 2 && parts[1] == "never-unlocked" {

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import KeychainAccess
 import SystemPackage
 
 /// /proc/self/mountinfo, for telling live, stale and absent mounts apart.
@@ -47,14 +49,9 @@ enum MountTable {
     }
 
     static func fusermount(_ args: [String]) -> Int32 {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/fusermount3")
-        p.arguments = args
-        p.standardOutput = FileHandle.nullDevice
-        p.standardError = FileHandle.nullDevice
-        do { try p.run() } catch { return 127 }
-        p.waitUntilExit()
-        return p.terminationStatus
+        do {
+            return try ChildProcess.runQuietly("/usr/bin/fusermount3", arguments: ["fusermount3"] + args).status
+        } catch { return 127 }
     }
 }
 

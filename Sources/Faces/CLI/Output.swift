@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 
@@ -40,7 +41,7 @@ enum ItemPrinter {
             case UInt8(ascii: "\""): out += "\\\""
             case UInt8(ascii: "\\"): out += "\\\\"
             case 0x20..<0x7f: out.unicodeScalars.append(Unicode.Scalar(b))
-            default: out += String(format: "\\%03o", b)
+            default: out += "\\" + String(b >> 6) + String(b >> 3 & 7) + String(b & 7)
             }
         }
         return out + "\""
@@ -49,35 +50,34 @@ enum ItemPrinter {
     /// `skipped`: items whose data was left out because reading it needs user presence; they
     /// carry `"dataSkipped": true` instead of `data`.
     static func json(_ items: [KeychainItem], includeData: Bool, skipped: Set<Int64> = []) -> String {
-        let objects: [[String: Any]] = items.map { item in
-            var attributes: [String: Any] = [:]
+        let objects: [JSONValue] = items.map { item in
+            var attributes: [String: JSONValue] = [:]
             for (attribute, value) in item.attributes {
                 switch value {
-                case .number(let n): attributes[attribute.name] = n
-                case .bool(let b): attributes[attribute.name] = b
+                case .number(let n): attributes[attribute.name] = JSONValue(n)
+                case .bool(let b): attributes[attribute.name] = .bool(b)
                 default:
                     let bytes = AttributeText.render(attribute, value)
                     if let s = String(validating: bytes, as: UTF8.self) {
-                        attributes[attribute.name] = s
+                        attributes[attribute.name] = .string(s)
                     } else {
-                        attributes[attribute.name + "Base64"] = Data(bytes).base64EncodedString()
+                        attributes[attribute.name + "Base64"] = .string(Data(bytes).base64EncodedString())
                     }
                 }
             }
-            var object: [String: Any] = ["class": item.itemClass.rawValue, "id": item.id, "attributes": attributes]
+            var object: [String: JSONValue] = [
+                "class": .string(item.itemClass.rawValue), "id": JSONValue(item.id), "attributes": .object(attributes),
+            ]
             if skipped.contains(item.id) { object["dataSkipped"] = true }
             if includeData, let data = item.data {
                 if let s = String(validating: data, as: UTF8.self) {
-                    object["data"] = s
+                    object["data"] = .string(s)
                 } else {
-                    object["dataBase64"] = Data(data).base64EncodedString()
+                    object["dataBase64"] = .string(Data(data).base64EncodedString())
                 }
             }
-            return object
+            return .object(object)
         }
-        let data =
-            (try? JSONSerialization.data(withJSONObject: objects, options: [.prettyPrinted, .sortedKeys]))
-            ?? Data("[]".utf8)
-        return String(decoding: data, as: UTF8.self) + "\n"
+        return JSONText.text(.array(objects), pretty: true) + "\n"
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import KeychainAPI
@@ -130,7 +131,7 @@ enum Template {
         let open = Array("{{".utf8), close = Array("}}".utf8)
         while i < bytes.count {
             if bytes[i...].starts(with: open), let end = firstIndex(of: close, in: bytes, from: i + 2) {
-                let inner = String(decoding: bytes[(i + 2)..<end], as: UTF8.self).trimmingCharacters(in: .whitespaces)
+                let inner = String(decoding: bytes[(i + 2)..<end], as: UTF8.self).trimmingWhitespace()
                 if inner.hasPrefix(ItemReference.scheme) {
                     pieces.append(.text(text))
                     text = []
@@ -165,7 +166,7 @@ enum EnvFile {
         }
         var out: [(String, String)] = []
         for (n, raw) in String(decoding: data, as: UTF8.self).split(separator: "\n").enumerated() {
-            let line = raw.trimmingCharacters(in: .whitespaces)
+            let line = raw.trimmingWhitespace()
             if line.isEmpty || line.hasPrefix("#") { continue }
             let body = line.hasPrefix("export ") ? String(line.dropFirst(7)) : line
             guard let eq = body.firstIndex(of: "="), !body[..<eq].isEmpty,

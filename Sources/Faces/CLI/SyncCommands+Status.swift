@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import KeychainService
@@ -81,28 +82,30 @@ extension SyncCommand {
         static func json(
             _ config: SyncConfiguration, devices: Result<[(device: [UInt8], lastSeen: Date, cursor: Int64)], any Error>
         ) -> String {
-            func date(_ d: Date?) -> Any { d.map { AttributeText.iso8601($0) as Any } ?? NSNull() }
-            var object: [String: Any] = [
-                "group": config.group, "server": config.server, "device": config.device, "cursor": config.cursor,
-                "outbox": config.outbox, "conflicts": config.conflicts, "joined": date(config.joined),
+            func date(_ d: Date?) -> JSONValue { JSONValue(d.map { AttributeText.iso8601($0) }) }
+            var object: [String: JSONValue] = [
+                "group": .string(config.group), "server": .string(config.server), "device": .string(config.device),
+                "cursor": JSONValue(config.cursor), "outbox": JSONValue(config.outbox),
+                "conflicts": JSONValue(config.conflicts), "joined": date(config.joined),
                 "lastPush": date(config.lastPush), "lastPull": date(config.lastPull),
-                "error": config.problem.map { $0 as Any } ?? NSNull(), "errorSince": date(config.problemSince),
+                "error": JSONValue(config.problem),
+                "errorSince": date(config.problemSince),
             ]
             switch devices {
             case .success(let seen):
-                object["devices"] = seen.map {
-                    [
-                        "device": AttributeText.hex($0.device), "lastSeen": AttributeText.iso8601($0.lastSeen),
-                        "cursor": $0.cursor,
-                    ] as [String: Any]
-                }
+                object["devices"] = .array(
+                    seen.map {
+                        [
+                            "device": .string(AttributeText.hex($0.device)),
+                            "lastSeen": .string(AttributeText.iso8601($0.lastSeen)), "cursor": JSONValue($0.cursor),
+                        ]
+                    })
                 object["serverReachable"] = true
             case .failure:
-                object["devices"] = NSNull()
+                object["devices"] = .null
                 object["serverReachable"] = false
             }
-            let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
-            return String(decoding: data, as: UTF8.self)
+            return JSONText.text(.object(object))
         }
     }
 
@@ -119,12 +122,13 @@ extension SyncCommand {
             if json {
                 let array = conflicts.map {
                     [
-                        "id": $0.id, "side": $0.side, "kept": AttributeText.iso8601($0.keptAt),
-                        "class": $0.itemClass.rawValue, "item": $0.item, "accessGroup": $0.accessGroup,
-                    ] as [String: Any]
+                        "id": JSONValue($0.id), "side": .string($0.side),
+                        "kept": .string(AttributeText.iso8601($0.keptAt)),
+                        "class": .string($0.itemClass.rawValue), "item": .string($0.item),
+                        "accessGroup": .string($0.accessGroup),
+                    ] as JSONValue
                 }
-                let data = (try? JSONSerialization.data(withJSONObject: array, options: [.sortedKeys])) ?? Data()
-                Output.line(String(decoding: data, as: UTF8.self))
+                Output.line(JSONText.text(.array(array)))
                 return
             }
             for c in conflicts {

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainCrypto
 import KeychainService
@@ -23,7 +24,7 @@ struct SyncCommand: ParsableCommand {
     /// `~/.pgpass` (`PGPASSFILE`) or the service file.
     static func checkServer(_ server: String) throws {
         var uriPassword = false
-        if let scheme = server.range(of: "://"), let at = server[scheme.upperBound...].firstIndex(of: "@") {
+        if let scheme = server.firstRange(of: "://"), let at = server[scheme.upperBound...].firstIndex(of: "@") {
             uriPassword = server[scheme.upperBound..<at].contains(":")
         }
         if server.lowercased().contains("password=") || uriPassword {

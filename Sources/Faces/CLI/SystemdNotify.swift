@@ -1,5 +1,6 @@
 import CSystemd
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// sd_notify(3), from the libsystemd the project already links for sd-bus: a `Type=notify` unit
 /// running `keychainfs mount -f` or `serve -f` is "started" only once the service is live.

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAPI
 import KeychainAccess
@@ -114,15 +115,13 @@ struct Watch: ParsableCommand {
     private func show(_ change: WireChange) {
         guard wanted(change) else { return }
         if json {
-            var object: [String: Any] = [
-                "seq": change.seq, "op": change.operation, "class": change.itemClass.rawValue, "id": change.id,
-                "path": change.path,
+            var object: [String: JSONValue] = [
+                "seq": JSONValue(change.seq), "op": .string(change.operation),
+                "class": .string(change.itemClass.rawValue),
+                "id": JSONValue(change.id), "path": .string(change.path),
             ]
-            if let old = change.oldPath { object["oldPath"] = old }
-            let data =
-                (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
-                ?? Data()
-            Output.line(String(decoding: data, as: UTF8.self))
+            if let old = change.oldPath { object["oldPath"] = .string(old) }
+            Output.line(JSONText.text(.object(object), escapingSlashes: false))
         } else {
             Output.line(
                 ChangePaths.line(

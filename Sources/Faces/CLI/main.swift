@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainCredentials
 import KeychainCrypto
@@ -117,7 +118,7 @@ func namesUnknownCommand(_ arguments: [String]) -> Bool {
 func redacted(_ message: String, _ arguments: [String]) -> String {
     var out = message
     for arg in arguments where !arg.hasPrefix("-") && !arg.isEmpty {
-        out = out.replacingOccurrences(of: "'\(arg)'", with: "'…'")
+        out = out.replacing("'\(arg)'", with: "'…'")
     }
     return out
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainCrypto
 
@@ -46,7 +47,7 @@ public enum DockerHelperMain {
 
         // What docker-credential-helpers checks before it asks its store (credentials.Serve): the
         // request itself, so a malformed one gets the Go helpers' own words whatever the vault's state.
-        let serverURL = String(decoding: input, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let serverURL = String(decoding: input, as: UTF8.self).trimmingWhitespaceAndNewlines()
         var credential: DockerCredentialHelper.Credential?
         switch options.operation {
         case "store":

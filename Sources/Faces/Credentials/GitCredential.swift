@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 /// One credential of git's helper protocol (gitcredentials(7), "custom helpers"): `key=value`

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import KeychainAPI
@@ -190,8 +191,8 @@ public enum HelperVault {
 /// Ends a helper that has waited too long, after saying why: a helper that hangs hangs git.
 public enum Watchdog {
     public static func start(seconds: Double, tool: String, exitCode: Int32, answer: [UInt8] = []) {
-        Thread.detachNewThread {
-            Thread.sleep(forTimeInterval: seconds)
+        Threads.detach {
+            Threads.sleep(seconds: seconds)
             HelperIO.errorLine("\(tool): gave up after \(Int(seconds)) s (no passphrase or vault answer); not found")
             HelperIO.write(1, answer)
             _exit(exitCode)

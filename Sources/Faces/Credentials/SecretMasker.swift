@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Replaces every occurrence of the secrets in a stream with a placeholder, however the
 /// stream is cut into chunks: bytes are held back only while they could still be the start

@@ -138,7 +138,7 @@ public enum CSV {
                 let needsQuotes =
                     quoteAll || (field.isEmpty && record.count == 1) || field.hasPrefix("\u{FEFF}")
                     || field.contains { $0 == "," || $0 == "\"" || $0 == "\r" || $0 == "\n" || $0 == "\r\n" }
-                return needsQuotes ? "\"" + field.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : field
+                return needsQuotes ? "\"" + field.replacing("\"", with: "\"\"") + "\"" : field
             }.joined(separator: ",") + "\r\n"
         }.joined()
     }

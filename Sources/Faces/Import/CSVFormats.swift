@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The CSV exports keychainfs reads, each known by its header line (columns are found by name,
 /// case-insensitively, in any order; extra columns are ignored):
@@ -57,7 +58,7 @@ public enum CSVFormat: Sendable {
         let rows: [CSV.Record]
         do { rows = try CSV.parse(bytes) } catch { throw ImportError("not a valid CSV file: \(error)") }
         guard let header = rows.first else { throw ImportError("the file is empty: no header line") }
-        let normalized = header.fields.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        let normalized = header.fields.map { $0.trimmingWhitespace().lowercased() }
         var index: [ColumnMapping.Field: Int] = [:]
         var missing: [String] = []
         for column in columns {
@@ -91,7 +92,7 @@ public enum CSVFormat: Sendable {
                 if !fields.isEmpty { record.notes += (record.notes.isEmpty ? "" : "\n") + fields }
                 record.url =
                     record.url.split(whereSeparator: { $0 == "," || $0 == "\n" }).first.map {
-                        $0.trimmingCharacters(in: .whitespaces)
+                        $0.trimmingWhitespace()
                     } ?? ""
                 let type = value(.type)
                 if type != "login" {
@@ -129,8 +130,8 @@ public struct ColumnMapping: Sendable {
             guard let equals = pair.firstIndex(of: "=") else {
                 throw ImportError("--columns: '\(pair)' is not FIELD=COLUMN")
             }
-            let key = pair[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
-            let column = pair[pair.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            let key = pair[..<equals].trimmingWhitespace().lowercased()
+            let column = pair[pair.index(after: equals)...].trimmingWhitespace()
             guard let field = key == "service" ? .title : Field(rawValue: key), usable.contains(field) else {
                 throw ImportError(
                     "--columns: unknown field '\(key)'; expected title (or service), account, password, url, notes")

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainCrypto
 
@@ -117,9 +118,9 @@ struct Site {
     /// Nil when there is no host (empty, or not a URL). Without a scheme (`example.com/login`)
     /// the host is still taken, with no protocol.
     init?(_ text: String) {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmingWhitespace()
         guard !trimmed.isEmpty else { return nil }
-        let hasScheme = trimmed.range(of: "://") != nil
+        let hasScheme = trimmed.firstRange(of: "://") != nil
         guard let components = URLComponents(string: hasScheme ? trimmed : "unknown://" + trimmed),
             let host = components.host, !host.isEmpty
         else { return nil }

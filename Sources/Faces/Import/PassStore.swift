@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Keychain
+import KeychainAccess
 import KeychainCrypto
 
 #if canImport(Glibc)
@@ -20,20 +23,20 @@ public enum PassStore {
         -> String
     {
         if let dir = environment["PASSWORD_STORE_DIR"], !dir.isEmpty { return dir }
-        return (environment["HOME"] ?? NSHomeDirectory()) + "/.password-store"
+        return (environment["HOME"] ?? KeychainPaths.homeDirectory()) + "/.password-store"
     }
 
     /// The entries under `subfolder` of the store (all when nil; one entry when it names one),
     /// sorted, as pass names them: paths relative to the store without `.gpg`. Hidden files
     /// and directories (`.git`, `.gpg-id`, `.extensions`) are not entries.
     public static func entries(in store: String, under subfolder: String? = nil) throws(ImportError) -> [String] {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: store, isDirectory: &isDirectory), isDirectory.boolValue else {
+        var isDirectory = false
+        guard FileManager.default.fileExists(atPath: store, isDirectory: &isDirectory), isDirectory else {
             throw ImportError(
                 "no password store at \(store) (pass keeps it in $PASSWORD_STORE_DIR or ~/.password-store; give --store DIR)",
                 exitCode: 1)
         }
-        let prefix = subfolder.map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "/")) } ?? ""
+        let prefix = subfolder.map { folder in folder.trimming { $0 == "/" } } ?? ""
         // Nothing outside the store is read: a symlink (or `..`) leading out of it is refused by
         // name, never followed to gpg.
         let storeRoot = resolved(store) ?? store
@@ -48,23 +51,17 @@ public enum PassStore {
             return [prefix]
         }
         let root = prefix.isEmpty ? store : store + "/" + prefix
-        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue,
+        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory,
             inside(root)
         else {
             throw ImportError("\(prefix) is neither an entry nor a folder of the password store \(store)", exitCode: 1)
         }
-        guard let walker = FileManager.default.enumerator(atPath: root) else {
+        guard let files = files(under: root) else {
             throw ImportError("cannot list the password store \(root)", exitCode: 1)
         }
         var out: [String] = []
         var outside: [String] = []
-        while let relative = walker.nextObject() as? String {
-            if relative.split(separator: "/").contains(where: { $0.hasPrefix(".") }) {
-                if walker.fileAttributes?[.type] as? FileAttributeType == .typeDirectory { walker.skipDescendants() }
-                continue
-            }
-            guard relative.hasSuffix(".gpg"), walker.fileAttributes?[.type] as? FileAttributeType != .typeDirectory
-            else { continue }
+        for relative in files where relative.hasSuffix(".gpg") {
             let name = String(relative.dropLast(4))
             let entry = prefix.isEmpty ? name : prefix + "/" + name
             guard inside(store + "/" + entry + ".gpg") else {
@@ -79,6 +76,23 @@ public enum PassStore {
                 exitCode: 1)
         }
         return out.sorted()
+    }
+
+    /// Every file (and symlink) under `root`, relative to it, in name order; hidden files and
+    /// directories are left out and symlinks not followed. Nil when `root` cannot be listed.
+    static func files(under root: String) -> [String]? {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: root) else { return nil }
+        var out: [String] = []
+        for name in names.sorted() where !name.hasPrefix(".") {
+            var st = stat()
+            guard lstat(root + "/" + name, &st) == 0 else { continue }
+            if st.st_mode & S_IFMT == S_IFDIR {
+                out += (files(under: root + "/" + name) ?? []).map { name + "/" + $0 }
+            } else {
+                out.append(name)
+            }
+        }
+        return out
     }
 
     /// The path with every symlink resolved, or nil when it does not exist.
@@ -116,8 +130,8 @@ public enum PassStore {
                 continue
             }
             if let colon = line.firstIndex(of: ":") {
-                let key = line[..<colon].trimmingCharacters(in: .whitespaces).lowercased()
-                let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                let key = line[..<colon].trimmingWhitespace().lowercased()
+                let value = line[line.index(after: colon)...].trimmingWhitespace()
                 if ["login", "username", "user"].contains(key) && record.account.isEmpty && !value.isEmpty {
                     record.account = value
                     continue
@@ -152,23 +166,26 @@ public enum PassStore {
         guard let gpg = gpgExecutable() else {
             throw ImportError("gpg is not installed (pass entries are decrypted with gpg)", exitCode: 1)
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: gpg)
-        process.arguments = options + ["--decrypt", "--batch", "--quiet", "--", file]
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
-        do { try process.run() } catch {
+        var pipes: [(read: Int32, write: Int32)] = []
+        let pid: pid_t
+        do {
+            for _ in 0..<2 { pipes.append(try ChildProcess.pipe()) }
+            pid = try ChildProcess.spawn(
+                gpg, arguments: [gpg] + options + ["--decrypt", "--batch", "--quiet", "--", file],
+                descriptors: [(0, .null), (1, .duplicate(pipes[0].write)), (2, .duplicate(pipes[1].write))])
+        } catch {
+            for p in pipes { (close(p.read), close(p.write)) }
             throw ImportError("cannot start \(gpg): \(error)", exitCode: 1)
         }
-        try? output.fileHandleForWriting.close()
-        try? errors.fileHandleForWriting.close()
-        var plaintext = readAll(output.fileHandleForReading.fileDescriptor, limit: (1 << 20) + 65536)
-        let diagnostics = readAll(errors.fileHandleForReading.fileDescriptor, limit: 65536)
-        process.waitUntilExit()
-        guard let bytes = plaintext, process.terminationReason == .exit, process.terminationStatus == 0 else {
+        let (output, errors) = (pipes[0], pipes[1])
+        close(output.write)
+        close(errors.write)
+        var plaintext = readAll(output.read, limit: (1 << 20) + 65536)
+        let diagnostics = readAll(errors.read, limit: 65536)
+        close(output.read)
+        close(errors.read)
+        let termination = ChildProcess.wait(pid)
+        guard let bytes = plaintext, termination == .exited(0) else {
             if plaintext != nil { Sodium.wipe(&plaintext!) }
             // gpg's own last line ("gpg: decryption failed: No secret key") names the problem;
             // it never holds plaintext.
@@ -177,9 +194,9 @@ public enum PassStore {
             let how =
                 plaintext == nil
                 ? "its plaintext is over 1 MiB"
-                : process.terminationReason == .exit
-                    ? "gpg exited with status \(process.terminationStatus)"
-                    : "gpg was killed by signal \(process.terminationStatus)"
+                : termination == .signaled(termination.status)
+                    ? "gpg was killed by signal \(termination.status)"
+                    : "gpg exited with status \(termination.status)"
             throw ImportError("pass entry \(entry): cannot decrypt it (\(how))\(last)", exitCode: 1)
         }
         return bytes

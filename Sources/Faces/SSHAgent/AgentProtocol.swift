@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 /// The ssh agent protocol (draft-miller-ssh-agent) as far as a vault-backed agent answers it:

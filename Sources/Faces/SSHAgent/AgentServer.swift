@@ -1,5 +1,6 @@
 import CPlatform
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import Synchronization
 import KeychainAccess
@@ -214,7 +215,7 @@ public final class AgentServer: Sendable {
                 close(connection)
                 continue
             }
-            Thread.detachNewThread { [self] in
+            Threads.detach { [self] in
                 self.handle(connection)
                 close(connection)
                 connections.release()

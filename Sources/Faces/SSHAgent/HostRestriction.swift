@@ -1,5 +1,6 @@
 import Crypto
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 /// Per-key host restrictions (a key's `sshHosts` attribute): a key that names hosts is offered

@@ -1,5 +1,6 @@
 import CSystemd
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// A D-Bus error to answer a call with: its name (`org.freedesktop.Secret.Error.IsLocked`) and
 /// a one-line message. Never holds a secret.

@@ -1,5 +1,6 @@
 import CSystemd
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 
@@ -62,7 +63,7 @@ extension SecretServiceProvider {
     static func pid(ofHandle fd: Int32) -> pid_t? {
         guard let text = try? String(contentsOfFile: "/proc/self/fdinfo/\(fd)", encoding: .utf8) else { return nil }
         for line in text.split(separator: "\n") where line.hasPrefix("Pid:") {
-            if let pid = pid_t(line.dropFirst(4).trimmingCharacters(in: .whitespaces)), pid > 0 { return pid }
+            if let pid = pid_t(line.dropFirst(4).trimmingWhitespace()), pid > 0 { return pid }
         }
         return nil
     }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 // Each D-Bus interface the provider serves is declared once, here and in the object files
 // (ServiceObject.swift, CollectionObject.swift, ItemObject.swift, SessionObject.swift,

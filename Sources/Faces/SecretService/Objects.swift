@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 /// The objects the provider serves and their paths (the Secret Service spec's layout): the

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 
@@ -40,7 +41,7 @@ extension SecretServiceProvider {
             completed(n, owner: started.pending.owner, dismissed: true, unlocked: [])
             return
         }
-        Thread.detachNewThread { [self] in
+        Threads.detach { [self] in
             defer { prompts.withLock { $0.running -= 1 } }
             let (dismissed, unlocked) = run(started.pending)
             let owner = started.pending.owner

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 
 /// The `session` collection (`/org/freedesktop/secrets/collection/session`, alias `session`), as

@@ -1,6 +1,7 @@
 import CModpDH
 import Crypto
-import Foundation
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 import _CryptoExtras
 

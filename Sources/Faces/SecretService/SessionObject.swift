@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 // Session objects, /org/freedesktop/secrets/session/N: org.freedesktop.Secret.Session, opened by

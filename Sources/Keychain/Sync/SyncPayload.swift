@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import KeychainCrypto
 
 /// What a sync record's blob holds once opened (SyncRecord.swift seals it): the item's class,

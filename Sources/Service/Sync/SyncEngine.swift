@@ -1,5 +1,6 @@
 import CPlatform
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import KeychainSync
@@ -73,13 +74,8 @@ public final class SyncEngine: @unchecked Sendable {
     }
 
     public func start() {
-        let thread = Thread { [self] in
-            // Named for ps, top and perf (Foundation's `Thread.name` does not reach the kernel).
-            _ = "kcfs-sync".withCString { kcfs_set_thread_name($0) }
-            run()
-        }
-        thread.name = "sync"
-        thread.start()
+        // Named for ps, top and perf.
+        Threads.detach(name: "kcfs-sync") { [self] in run() }
     }
 
     public func stop() {

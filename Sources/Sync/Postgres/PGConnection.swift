@@ -1,5 +1,6 @@
 import CPQ
-import Foundation
+import FoundationEssentials
+import Glibc
 
 #if canImport(Glibc)
     import Glibc
@@ -33,7 +34,7 @@ public final class PGConnection {
         guard PQstatus(c) == CONNECTION_OK else {
             let message = scrubSecrets(String(cString: PQerrorMessage(c)), secrets: secrets)
             PQfinish(c)
-            throw PGError.connect(message.trimmingCharacters(in: .whitespacesAndNewlines))
+            throw PGError.connect(message.trimmingWhitespaceAndNewlines())
         }
         conn = c
         // Text results are decoded by type; hex is the only bytea text form PGResult reads.
@@ -134,7 +135,7 @@ public final class PGConnection {
 
     /// `"name"` as an SQL identifier.
     public static func quoteIdentifier(_ name: String) -> String {
-        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        "\"" + name.replacing("\"", with: "\"\"") + "\""
     }
 
     /// LISTEN on `channel`: its NOTIFYs are then returned by `waitForNotifications`.

@@ -1,5 +1,6 @@
 import CPQ
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// A statement parameter. Bytes travel in libpq's binary format (no escaping, no hex doubling
 /// of a 64 KiB blob); everything else as text, typed so the server never has to guess.
@@ -114,7 +115,7 @@ public struct PGNotification: Sendable, Equatable {
 func scrubSecrets(_ text: String, secrets: [String]) -> String {
     var out = text
     for secret in secrets where !secret.isEmpty {
-        out = out.replacingOccurrences(of: secret, with: "***")
+        out = out.replacing(secret, with: "***")
     }
     out = out.replacing(/password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s]+)/.ignoresCase(), with: "password=***")
     out = out.replacing(/(postgres(?:ql)?:\/\/[^:@\/\s]*):[^@\/\s]*@/, with: { "\($0.output.1):***@" })

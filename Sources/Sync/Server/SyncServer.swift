@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 /// The sync server as the sync engine sees it: groups of opaque records in PostgreSQL (schema

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import SystemPackage
@@ -115,7 +116,7 @@ struct NetrcFile: ViewFile {
         if value.contains(where: { $0.isNewline || $0 == "\u{0}" }) { return nil }
         let plain = !value.isEmpty && !value.contains { $0.isWhitespace || $0 == "\"" || $0 == "\\" || $0 == "#" }
         if plain { return value }
-        return "\"" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+        return "\"" + value.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"")
             + "\""
     }
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import KeychainCrypto
@@ -164,7 +165,9 @@ public enum PathCodec {
                 host = escape(server, extra: hostExtra)
                 // "ftp:21" would read as protocol ftp, server 21: escape the host's first byte.
                 if protocolName == nil, port != 0, InternetProtocol.code(forName: host) != nil {
-                    host = String(format: "%%%02X", Array(host.utf8)[0]) + String(host.dropFirst())
+                    host =
+                        "%" + AttributeText.hex(Array(host.utf8)[0], width: 2, uppercase: true)
+                        + String(host.dropFirst())
                 }
             }
             out += host

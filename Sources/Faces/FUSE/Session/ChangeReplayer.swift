@@ -1,5 +1,6 @@
 import CPlatform
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import Synchronization
@@ -37,7 +38,7 @@ final class ChangeReplayer: Sendable {
         var started = false
     }
     private let queue = Mutex(Queue())
-    private let condition = NSCondition()
+    private let condition = Condition()
     /// The step being replayed, which the workers answer the thread's requests from.
     private let current = Mutex<ReplayStep?>(nil)
 
@@ -63,12 +64,10 @@ final class ChangeReplayer: Sendable {
             return !q.started && !q.stopped
         }
         guard first else { return }
-        let thread = Thread { [self] in
+        Threads.detach { [self] in
             threadID.store(Int32(kcfs_gettid()), ordering: .releasing)
             run()
         }
-        thread.name = "keychainfs.replay"
-        thread.start()
     }
 
     /// Stops at once: what is queued is dropped, waiting writers are released. A call in
@@ -103,7 +102,7 @@ final class ChangeReplayer: Sendable {
             let (until, stopped) = queue.withLock { ($0.pausedUntil, $0.stopped) }
             let now = MonotonicClock.nanoseconds()
             guard !stopped, until > now else { return }
-            _ = condition.wait(until: Date().addingTimeInterval(Double(until - now) / 1e9))
+            condition.wait(untilNanoseconds: until)
         }
     }
 
@@ -123,13 +122,13 @@ final class ChangeReplayer: Sendable {
 
     /// Waits until every change queued so far is replayed, at most `writerWait`.
     func waitForReplays() {
-        let deadline = Date().addingTimeInterval(Self.writerWait)
+        let deadline = MonotonicClock.nanoseconds() + UInt64(Self.writerWait * 1e9)
         condition.lock()
         defer { condition.unlock() }
         let target = queue.withLock { $0.queued }
         while true {
             let (done, stopped) = queue.withLock { ($0.replayed >= target, $0.stopped) }
-            if done || stopped || !condition.wait(until: deadline) { return }
+            if done || stopped || !condition.wait(untilNanoseconds: deadline) { return }
         }
     }
 

@@ -1,5 +1,6 @@
 import CPlatform
-import Foundation
+import FoundationEssentials
+import Glibc
 import SystemPackage
 import Synchronization
 import Keychain
@@ -60,7 +61,7 @@ public final class ControlServer: Sendable {
 
     /// Serves connections on a thread of its own until `stop()`.
     public func start() {
-        let thread = Thread { [self] in
+        Threads.detach { [self] in
             while true {
                 let client = accept(listener, nil, nil)
                 if client < 0 {
@@ -71,8 +72,6 @@ public final class ControlServer: Sendable {
                 close(client)
             }
         }
-        thread.name = "keychainfs-control"
-        thread.start()
     }
 
     public func stop() {

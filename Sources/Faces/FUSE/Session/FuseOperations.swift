@@ -1,5 +1,6 @@
 import CFuse
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import SystemPackage

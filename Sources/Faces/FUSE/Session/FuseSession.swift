@@ -1,6 +1,8 @@
 import CFuse
 import CPlatform
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Keychain
 import KeychainAccess
 import KeychainStore

@@ -1,5 +1,6 @@
 import CFuse
-import Foundation
+import FoundationEssentials
+import Glibc
 import Keychain
 
 /// The answers to the daemon's own requests, made by its replay thread (ChangeReplayer.swift):

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The byte edits every file kind shares: a write at an offset (zero-filling a gap, as POSIX
 /// says a write past the end does) and a resize (truncate or zero-extend).
