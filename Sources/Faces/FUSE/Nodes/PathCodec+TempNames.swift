@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Keychain
 
 // rsync's temp files (docs/paths.md, rule 10). `rsync -aX` writes each file N to `.N.XXXXXX`
