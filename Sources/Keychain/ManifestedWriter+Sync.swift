@@ -10,6 +10,7 @@ extension ManifestedWriter {
     func outbox(limit: Int) throws -> [StoredOutboxEntry] { try inner.outbox(limit: limit) }
     func outboxEntry(_ recordID: [UInt8]) throws -> StoredOutboxEntry? { try inner.outboxEntry(recordID) }
     func outboxCount() throws -> Int { try inner.outboxCount() }
+    func highestSyncClock() throws -> [UInt8]? { try inner.highestSyncClock() }
     func conflicts() throws -> [StoredConflict] { try inner.conflicts() }
     func setSyncValue(_ name: String, _ value: [UInt8]?) throws { try inner.setSyncValue(name, value) }
     func setSyncRecord(_ record: StoredSyncRecord) throws { try inner.setSyncRecord(record) }

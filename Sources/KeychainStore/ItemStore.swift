@@ -115,6 +115,9 @@ public protocol ItemStoreReader {
     func outbox(limit: Int) throws -> [StoredOutboxEntry]
     func outboxEntry(_ recordID: [UInt8]) throws -> StoredOutboxEntry?
     func outboxCount() throws -> Int
+    /// The highest clock stamp of the outbox and the record table (encoded big-endian, so the
+    /// bytes compare as the clocks do): every stamp this device issued or observed and kept.
+    func highestSyncClock() throws -> [UInt8]?
     /// The versions kept from conflicts, oldest first.
     func conflicts() throws -> [StoredConflict]
 }

@@ -169,6 +169,15 @@ extension Statements {
         return found
     }
 
+    func highestSyncClock() throws -> [UInt8]? {
+        guard try hasTable("sync_outbox") else { return nil }
+        var highest: [UInt8]?
+        try connection.run(
+            "SELECT max(c) FROM (SELECT max(clock) AS c FROM sync_outbox UNION ALL SELECT max(clock) FROM sync_record)"
+        ) { highest = $0.blob(0) }
+        return highest
+    }
+
     func outboxCount() throws -> Int {
         guard try hasTable("sync_outbox") else { return 0 }
         var count: Int64 = 0

@@ -194,11 +194,13 @@ extension Keychain {
             sync.install(keys: nil, device: [], clock: nil)
             return
         }
-        let clock = try vault.syncValue(SyncStateName.clock)
+        // The clock goes on from the highest stamp this device kept: the one saved with a pulled
+        // page or a join, or one in the outbox or the record table (a local change's stamp is
+        // kept only in its outbox row, then in its record), so no stamp is ever issued twice.
+        let stamps = [try vault.syncValue(SyncStateName.clock), try vault.highestSyncClock()]
+        let clock = stamps.compactMap { $0.flatMap { HybridTime(encoded: $0) } }.max()
         let (group, root) = try syncRoot(keys: keys, in: vault)
-        sync.install(
-            keys: try SyncKeys(group: group, root: root), device: device,
-            clock: clock.flatMap { HybridTime(encoded: $0) })
+        sync.install(keys: try SyncKeys(group: group, root: root), device: device, clock: clock)
     }
 
     /// Every synchronizable item in the outbox (joining a group), stamped now.

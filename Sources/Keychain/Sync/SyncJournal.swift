@@ -31,7 +31,6 @@ extension Keychain {
             }
         }
         guard sync.keys != nil, let metadata = state.withLock({ $0.keys?.metadata }) else { return }
-        var journaled = false
         for change in writer.changes where change.origin != syncOrigin {
             func open(_ row: StoredItem?) -> Attributes? {
                 guard let row, row.itemClass == change.itemClass.rawValue else { return nil }
@@ -47,14 +46,13 @@ extension Keychain {
                     ?? true
             {
                 try journal(tombstoneOf: change.itemClass, before, in: writer)
-                journaled = true
             }
             if let after, Self.syncs(after) {
                 try journal(live: change.id, change.itemClass, after, in: writer)
-                journaled = true
             }
         }
-        if journaled { try saveClock(writer) }
+        // The stamps are in the outbox rows just written: `loadSync` recovers the clock from them
+        // (`highestSyncClock`), so a commit writes no row of its own for it.
     }
 
     func recordID(_ itemClass: ItemClass, _ attributes: Attributes) -> [UInt8]? {
