@@ -1,6 +1,6 @@
 /// What the product used of Foundation's string methods that FoundationEssentials lacks (issue
 /// 28): `trimmingCharacters(in: .whitespaces)` and `.whitespacesAndNewlines` (the same sets,
-/// trimmed by Unicode scalar), and case-insensitive comparison.
+/// trimmed by Unicode scalar), case-insensitive comparison and percent-decoding.
 extension StringProtocol {
     /// Without leading and trailing whitespace: Unicode's Zs (space separators) and tab.
     public func trimmingWhitespace() -> String { trimming(Self.isWhitespace) }
@@ -48,5 +48,35 @@ extension StringProtocol {
     /// was used for: a label filter); never for an empty `other`, as Foundation.
     public func containsIgnoringCase(_ other: some StringProtocol) -> Bool {
         !other.isEmpty && caseFolded().contains(other.caseFolded())
+    }
+
+    /// Percent-decoded (Foundation's `removingPercentEncoding`): each `%` and two hex digits a
+    /// byte, other bytes themselves; nil for a `%` without two hex digits or bytes that are not
+    /// UTF-8. `lowercaseHex: false` refuses `%2f` (the mount's names: only `%2F` is canonical).
+    public func percentDecoded(lowercaseHex: Bool = true) -> String? {
+        func nibble(_ c: UInt8) -> UInt8? {
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+            case UInt8(ascii: "a")...UInt8(ascii: "f") where lowercaseHex: c - UInt8(ascii: "a") + 10
+            default: nil
+            }
+        }
+        let bytes = Array(utf8)
+        var out: [UInt8] = []
+        var i = 0
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: "%") {
+                guard i + 2 < bytes.count, let hi = nibble(bytes[i + 1]), let lo = nibble(bytes[i + 2]) else {
+                    return nil
+                }
+                out.append(hi << 4 | lo)
+                i += 3
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return String(validating: out, as: UTF8.self)
     }
 }

@@ -1,4 +1,3 @@
-import CPlatform
 import Dispatch
 import FoundationEssentials
 import Glibc
@@ -43,9 +42,9 @@ public final class SerialWorker: @unchecked Sendable {
         var job: Job
     }
 
-    // Everything below is used only with `lock` held.
-    private let lock: UnsafeMutablePointer<pthread_mutex_t>
-    private let wake: UnsafeMutablePointer<pthread_cond_t>
+    /// Its lock guards everything below; its broadcast wakes the thread (the only waiter). Its
+    /// deadlines are CLOCK_MONOTONIC: a change of the wall clock neither hurries nor delays them.
+    private let wake = Condition()
     private var ready: [Job] = []
     /// Sorted by deadline, then by the order they were given.
     private var delayed: [Delayed] = []
@@ -55,23 +54,6 @@ public final class SerialWorker: @unchecked Sendable {
 
     public init(name: String) {
         self.name = name
-        lock = .allocate(capacity: 1)
-        pthread_mutex_init(lock, nil)
-        wake = .allocate(capacity: 1)
-        var attributes = pthread_condattr_t()
-        pthread_condattr_init(&attributes)
-        // Deadlines are CLOCK_MONOTONIC: a change of the wall clock neither hurries nor delays them.
-        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
-        pthread_cond_init(wake, &attributes)
-        pthread_condattr_destroy(&attributes)
-    }
-
-    deinit {
-        // The running thread holds the worker: this runs only once it has ended or never began.
-        pthread_cond_destroy(wake)
-        wake.deallocate()
-        pthread_mutex_destroy(lock)
-        lock.deallocate()
     }
 
     /// Runs `job` on the worker's thread after everything queued before it.
@@ -128,7 +110,7 @@ public final class SerialWorker: @unchecked Sendable {
     public func stop() {
         withLock {
             stopped = true
-            pthread_cond_signal(wake)
+            wake.broadcast()
         }
     }
 
@@ -144,8 +126,8 @@ public final class SerialWorker: @unchecked Sendable {
     // MARK: The thread
 
     private func withLock<R>(_ body: () throws -> R) rethrows -> R {
-        pthread_mutex_lock(lock)
-        defer { pthread_mutex_unlock(lock) }
+        wake.lock()
+        defer { wake.unlock() }
         return try body()
     }
 
@@ -153,28 +135,15 @@ public final class SerialWorker: @unchecked Sendable {
     private func startOrWake() {
         guard started else {
             started = true
-            var id = pthread_t()
-            let context = Unmanaged.passRetained(self).toOpaque()
-            let rc = pthread_create(
-                &id, nil,
-                { context in
-                    let worker = Unmanaged<SerialWorker>.fromOpaque(context!).takeRetainedValue()
-                    worker.run()
-                    return nil
-                }, context)
-            guard rc == 0 else {
-                Unmanaged<SerialWorker>.fromOpaque(context).release()
-                fatalError("cannot start the \(name) thread: \(String(cString: strerror(rc)))")
-            }
-            pthread_detach(id)
+            // The running thread holds the worker until it ends.
+            Threads.detach(name: name) { [self] in run() }
             return
         }
-        pthread_cond_signal(wake)
+        wake.broadcast()
     }
 
     private func run() {
-        _ = name.withCString { kcfs_set_thread_name($0) }
-        pthread_mutex_lock(lock)
+        wake.lock()
         thread = pthread_self()
         while true {
             let now = Self.now()
@@ -185,25 +154,23 @@ public final class SerialWorker: @unchecked Sendable {
             if !ready.isEmpty {
                 var batch: [Job] = []
                 swap(&batch, &ready)
-                pthread_mutex_unlock(lock)
+                wake.unlock()
                 for job in batch { job() }
                 batch = []
-                pthread_mutex_lock(lock)
+                wake.lock()
                 continue
             }
             if stopped { break }
             if let first = delayed.first {
-                var deadline = timespec(
-                    tv_sec: Int(first.deadline / 1_000_000_000), tv_nsec: Int(first.deadline % 1_000_000_000))
-                _ = pthread_cond_timedwait(wake, lock, &deadline)
+                wake.wait(untilNanoseconds: first.deadline)
             } else {
-                pthread_cond_wait(wake, lock)
+                wake.wait()
             }
         }
         thread = nil
         var dropped: [Delayed] = []
         swap(&dropped, &delayed)
-        pthread_mutex_unlock(lock)
+        wake.unlock()
         dropped = []
     }
 

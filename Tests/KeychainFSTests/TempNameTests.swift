@@ -83,19 +83,32 @@ struct TempNameTests {
             let (item, suffix) = pair
             let c = item.itemClass, main = Self.mainAttribute(c), directory = Self.directoryAttributes(item)
             let name = PathCodec.leaf(of: c, item.attributes)
-            // rsync makes no such name for N over 247 bytes (it cuts N), nor reaches an item for
-            // `.#…` (emacs's, kept in memory: rule 6).
-            guard name.utf8.count <= 247, !PathCodec.isLongSpelling(name) else { return }
-            // rsync's get_tmpname: `.` + N + `.XXXXXX`, N's own leading dot not doubled.
+            // rsync's get_tmpname: `.` + N + `.XXXXXX`, N's own leading dot not doubled. It cuts
+            // an N over 246 bytes and drops a trailing `.` (knownCutNames), nor reaches an item
+            // for `.#…` (emacs's, kept in memory: rule 6).
             let inner =
                 name.utf8.first == UInt8(ascii: ".") ? String(decoding: name.utf8.dropFirst(), as: UTF8.self) : name
+            guard inner.utf8.count <= 246, inner.utf8.last != UInt8(ascii: "."), !PathCodec.isLongSpelling(name)
+            else { return }
             let temp = "." + inner + "." + suffix
             guard !PathCodec.isScratchName(temp) else { return }
+            // Rule 10: `..R` is not restored where `.R` is read for R (`..4913`: the one temp
+            // item is `.4913`'s, named `.4913.XXXXXX`).
+            let innerRest = String(decoding: inner.utf8.dropFirst(), as: UTF8.self)
+            guard inner.utf8.first != UInt8(ascii: ".") || PathCodec.tempReading(innerRest) == innerRest else {
+                return
+            }
             let what = "\"\(scalars(temp))\" (\(item))"
             #expect(PathCodec.isTempName(temp, for: name), "\(what) is the temp name of N")
             let parsed = PathCodec.parseLeaf(c, temp, in: directory)
-            // The temp item is that of the name inside, R: N itself, or N without its leading dot.
-            var rest = PathCodec.parseLeaf(c, inner, in: directory)
+            // The temp item is that of the name inside, R: N itself, or N without its leading dot;
+            // N when R is no item's name (`.4913`'s R, `4913`, is vim's) and N is no temp item's
+            // (rule 10: a temp item left over, with fields, is not restored).
+            let eitherPlain = PathCodec.rsyncTempParts(inner) == nil && PathCodec.rsyncTempParts(name) == nil
+            let reading =
+                PathCodec.parseLeaf(c, inner, in: directory)
+                ?? (eitherPlain ? PathCodec.parseLeaf(c, name, in: directory) : nil)
+            var rest = reading
             rest?[main] = item.attributes[main]
             guard let rest, Self.same(rest, item.attributes) else {
                 // Documented (rule 10): R names no item, or one with other fields.
@@ -103,8 +116,7 @@ struct TempNameTests {
                 return
             }
             var expected = item.attributes
-            expected[main] = .string(
-                "." + PathCodec.string(PathCodec.parseLeaf(c, inner, in: directory)!, main) + "." + suffix)
+            expected[main] = .string("." + PathCodec.string(reading!, main) + "." + suffix)
             Self.expectSame(parsed, expected, what)
             guard let parsed else { return }
             // Spelled back byte for byte: the temp item's one name.
@@ -181,6 +193,9 @@ struct TempNameTests {
             // rsync's temp file for `env;accessGroup=team`, never `.env` in a group `team.ABC123`.
             (".env;accessGroup=team.ABC123", genp(".env.ABC123", group: "team")),
             (".a%7E.abc123", genp(".a~.abc123")), ("a.abc123", genp("a.abc123")),
+            // `.4913`'s temp file (vim's `4913` is no item): the account `..4913.XXXXXX`.
+            (".4913.abc123", genp("..4913.abc123")), (".4913;accessGroup=t.abc123", genp(".4913.abc123", group: "t")),
+            (".%34913.abc123", genp(".4913.abc123")), ("..#x.abc123", genp("...#x.abc123")),
         ])
     func knownNames(_ name: String, _ attributes: Attributes) {
         let parsed = PathCodec.parseLeaf(.genericPassword, name, in: [Schema.service: .string("svc")])
@@ -192,7 +207,7 @@ struct TempNameTests {
         "names of rsync's shape whose inner name is no item's, or not canonical, name nothing",
         arguments: [
             "..abc123", ".%ZZ;accessGroup=t.abc123", ".a;bogus=1.abc123", ".a;synchronizable=false.abc123",
-            ".%2Ea.abc123", ".a~.abc123",
+            ".%2Ea.abc123", ".a~.abc123", "..4913.abc123", "...abc123",
         ])
     func notNames(_ name: String) {
         #expect(PathCodec.parseLeaf(.genericPassword, name, in: [:]) == nil, "\(name)")
@@ -216,5 +231,29 @@ struct TempNameTests {
             expected[Schema.account] = .string(".bob.Zz9Zz9")
             Self.expectSame(PathCodec.parseLeaf(.internetPassword, "." + n + ".Zz9Zz9", in: dir), expected, n)
         }
+    }
+
+    @Test("rsync cuts a long name in its temp name (246 bytes kept, no UTF-8 sequence split) and drops a trailing dot")
+    func knownCutNames() {
+        let a250 = String(repeating: "a", count: 250), a246 = String(repeating: "a", count: 246)
+        #expect(PathCodec.isTempName("." + a246 + ".Ab12cd", for: a250))
+        #expect(PathCodec.isTempName("." + a246 + ".Ab12cd", for: "." + a250))
+        #expect(PathCodec.isTempName("." + a246 + ".Ab12cd", for: String(repeating: "a", count: 247)))
+        #expect(PathCodec.isTempName("." + a246 + ".Ab12cd", for: a246 + "b"))
+        #expect(!PathCodec.isTempName("." + a246 + ".Ab12cd", for: "b" + a246))
+        // Cut, the temp name is its own prefix: not its own temp file (its comment is its own).
+        #expect(!PathCodec.isTempName("." + a246 + ".Ab12cd", for: "." + a246 + ".Ab12cd"))
+        #expect(!PathCodec.isTempName("." + String(repeating: "a", count: 245) + ".Ab12cd", for: a246 + "b"))
+        // The cut falls in `é` (C3 A9): every non-ASCII byte before it goes too.
+        let e = String(repeating: "a", count: 243) + "\u{E9}\u{E9}x"
+        #expect(PathCodec.isTempName("." + String(repeating: "a", count: 243) + ".Ab12cd", for: e))
+        #expect(PathCodec.isTempName(".a.Ab12cd", for: "a."))
+        #expect(PathCodec.isTempName(".a.Ab12cd", for: ".a."))
+        #expect(!PathCodec.isTempName(".a..Ab12cd", for: "a."))
+        // The temp item of the cut name is an item that spells back.
+        let temp = "." + a246 + ".Ab12cd"
+        let parsed = PathCodec.parseLeaf(.genericPassword, temp, in: [Schema.service: .string("svc")])
+        Self.expectSame(parsed, Self.genp("." + a246 + ".Ab12cd"), "the cut temp name")
+        #expect(parsed.map { PathCodec.leaf(of: .genericPassword, $0) } == temp)
     }
 }

@@ -88,15 +88,13 @@ struct PushNoticeTests {
         _ = try writer.push(group: group, [PushRequest(recordID: id, expectedVersion: 0, version: 1, blob: [1])])
         #expect(try watcher.waitForNotice(timeout: .milliseconds(300)) == nil)
         // An older program's NOTIFY carries no number: the listener cannot skip its round.
-        _ = try writer.connection.execute("SELECT pg_notify($1, '')", [.text("kcfs_" + hexString(group))])
+        _ = try writer.connection.execute("SELECT pg_notify($1, '')", [.text(SyncServer.channel(group: group))])
         #expect(try watcher.waitForNotice(timeout: .seconds(30)) == ChangeNotice(highestSeq: nil))
     }
 
     private func cursors(_ sync: SyncServer, _ group: [UInt8]) throws -> [[UInt8]: Int64] {
         Dictionary(uniqueKeysWithValues: try sync.devices(group: group).map { ($0.device, $0.cursor) })
     }
-
-    private func hexString(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
 }
 
 /// `PGValue.byteaArray` (PostgreSQL's binary array format, written by hand) and the text arrays,

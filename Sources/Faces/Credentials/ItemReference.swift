@@ -37,7 +37,7 @@ public struct ItemReference: Equatable, Sendable, CustomStringConvertible {
         }
         var decoded: [String] = []
         for part in parts.dropFirst() {
-            guard let d = Self.percentDecoded(part), !d.isEmpty else { throw bad("an empty or malformed part") }
+            guard let d = part.percentDecoded(), !d.isEmpty else { throw bad("an empty or malformed part") }
             decoded.append(d)
         }
         var attributes = Attributes()
@@ -50,7 +50,7 @@ public struct ItemReference: Equatable, Sendable, CustomStringConvertible {
             itemClass = .internetPassword
             attributes[Schema.server] = .string(decoded[0])
             for option in (queryText ?? "").split(separator: "&") {
-                let kv = option.split(separator: "=", maxSplits: 1).map { Self.percentDecoded($0) ?? "" }
+                let kv = option.split(separator: "=", maxSplits: 1).map { $0.percentDecoded() ?? "" }
                 guard kv.count == 2 else { throw bad("options are name=value") }
                 switch kv[0] {
                 case "protocol":
@@ -86,34 +86,5 @@ public struct ItemReference: Equatable, Sendable, CustomStringConvertible {
         let data = try door.item(id: matches[0].id, itemClass: itemClass, withData: true).data ?? []
         if itemClass == .internetPassword, let nul = data.firstIndex(of: 0) { return Array(data[..<nul]) }
         return data
-    }
-
-    /// Foundation's `removingPercentEncoding`: each `%` and two hex digits a byte; nil for a `%`
-    /// without them or bytes that are not UTF-8.
-    static func percentDecoded(_ text: some StringProtocol) -> String? {
-        func value(_ c: UInt8) -> UInt8? {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
-            default: nil
-            }
-        }
-        let bytes = Array(text.utf8)
-        var out: [UInt8] = []
-        var i = 0
-        while i < bytes.count {
-            if bytes[i] == UInt8(ascii: "%") {
-                guard i + 2 < bytes.count, let hi = value(bytes[i + 1]), let lo = value(bytes[i + 2]) else {
-                    return nil
-                }
-                out.append(hi << 4 | lo)
-                i += 3
-            } else {
-                out.append(bytes[i])
-                i += 1
-            }
-        }
-        return String(validating: out, as: UTF8.self)
     }
 }

@@ -43,6 +43,8 @@ public final class SyncEngine: @unchecked Sendable {
     /// A round started by a local commit waits until this long passes with no further local
     /// commit, so a burst of writes is one round, one push and one server commit…
     static let gatherQuiet: Duration = .milliseconds(10)
+    /// `gatherQuiet` in microseconds, as `usleep` takes it.
+    static let gatherQuietMicroseconds = UInt32(gatherQuiet / .microseconds(1))
     /// …but no longer than this after the first (the propagation a steady writer's changes see).
     static let gatherLimit: Duration = .milliseconds(200)
 
@@ -139,7 +141,7 @@ public final class SyncEngine: @unchecked Sendable {
         let started = ContinuousClock.now
         var seen = state.withLock { $0.commits }
         while ContinuousClock.now - started < Self.gatherLimit {
-            usleep(UInt32(Self.gatherQuiet.components.attoseconds / 1_000_000_000_000))
+            usleep(Self.gatherQuietMicroseconds)
             let now = state.withLock { $0.commits }
             if now == seen { break }
             seen = now
@@ -151,7 +153,7 @@ public final class SyncEngine: @unchecked Sendable {
     /// meanwhile. Not at all when `unless` holds already, checked under the same lock a commit
     /// takes, so no commit falls between the check and the sleep unheard. The pipe is drained
     /// after.
-    private func asSleeper(unless skip: (Signals) -> Bool = { _ in false }, _ wait: () throws -> Void) rethrows {
+    private func asSleeper(unless skip: (Signals) -> Bool, _ wait: () throws -> Void) rethrows {
         let skipped = state.withLock { s -> Bool in
             if skip(s) { return true }
             s.sleeping = true

@@ -183,6 +183,9 @@ extension KeychainFileSystem {
         }
         do {
             let item = try session(file.caller).create(c, key, data: data).item
+            // Created through the mount: rsync's temp file `.c.XXXXXX`, written and closed, then
+            // given c's label xattr before its rename (XattrNamespaces.swift).
+            memoryFiles.markCreated(item.id)
             let (parent, name) = file.state.withLock { s in
                 memory.state.withLock { m in
                     m.added = (c, item.id)

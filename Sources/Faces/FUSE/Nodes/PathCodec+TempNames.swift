@@ -28,14 +28,47 @@ extension PathCodec {
             || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b)
     }
 
-    /// Whether `name` is rsync's temp file for `leaf`: `.` + leaf + `.` + six letters or digits,
-    /// the leaf's own leading `.` (if any) not doubled: `.env`'s is `.env.XXXXXX` (rsync's
-    /// `get_tmpname` and mkstemp's `XXXXXX`). Compared as bytes.
+    /// Whether `name` is rsync's temp file for another name `leaf`: `rsyncTempPrefix(leaf)` + `.`
+    /// + six letters or digits (mkstemp's `XXXXXX`). Compared as bytes. (A temp name of 254
+    /// bytes is its own cut: never its own temp file.)
     public static func isTempName(_ name: String, for leaf: String) -> Bool {
-        var l = Array(leaf.utf8)
-        if l.first == UInt8(ascii: ".") { l.removeFirst() }
-        guard !l.isEmpty, let (inner, _) = rsyncTempParts(name) else { return false }
-        return inner.utf8.elementsEqual(l)
+        let prefix = rsyncTempPrefix(Array(leaf.utf8))
+        guard prefix.count > 1, !same(name, leaf), let (inner, _) = rsyncTempParts(name) else { return false }
+        return inner.utf8.elementsEqual(prefix.dropFirst())
+    }
+
+    /// What rsync (3.x's `get_tmpname`) puts before `.XXXXXX` in the temp name of a file named
+    /// `leaf`: `.`, then the leaf without its own leading `.` (not doubled), cut to 246 bytes so
+    /// that the temp name fits in 255 (and, when the cut fell inside non-ASCII bytes, every
+    /// non-ASCII byte before it dropped too, so no UTF-8 sequence is split), then one trailing
+    /// `.` dropped (`a.`'s temp name is `.a.XXXXXX`).
+    static func rsyncTempPrefix(_ leaf: [UInt8]) -> [UInt8] {
+        var rest = leaf.first == UInt8(ascii: ".") ? Array(leaf.dropFirst()) : leaf
+        if rest.count > rsyncTempKept {
+            let firstCut = rest[rsyncTempKept]
+            rest = Array(rest.prefix(rsyncTempKept))
+            if firstCut & 0x80 != 0 { while let last = rest.last, last & 0x80 != 0 { rest.removeLast() } }
+        }
+        var prefix = [UInt8(ascii: ".")] + rest
+        if prefix.last == UInt8(ascii: ".") { prefix.removeLast() }
+        return prefix
+    }
+
+    /// The bytes of a name rsync keeps in its temp name: 255, less its leading `.` and `.XXXXXX`,
+    /// less one (its buffer counts the NUL).
+    static let rsyncTempKept = maxComponentBytes - 1 - 7 - 1
+
+    /// The name whose temp file `.` + `inner` + `.XXXXXX` is read as (parseTempLeaf): `inner`
+    /// itself, unless it is a name never given to an item (a scratch name, `.`, `…~`: `component`
+    /// escapes it; an empty account or label, spelled `%`) while `.` + `inner` is one. rsync
+    /// dropped that leading `.` (`.4913`'s temp file is `.4913.XXXXXX`).
+    static func tempReading(_ inner: String) -> String {
+        guard rsyncTempParts(inner) == nil,
+            inner.utf8.first == UInt8(ascii: ";") || !component(inner).utf8.elementsEqual(inner.utf8)
+        else { return inner }
+        let dotted = "." + inner
+        guard rsyncTempParts(dotted) == nil, component(dotted).utf8.elementsEqual(dotted.utf8) else { return inner }
+        return dotted
     }
 
     /// The spelling of a leaf (before `fitted`) whose account or label is `main` and whose
@@ -46,7 +79,12 @@ extension PathCodec {
     /// is `%2Eenv;accessGroup=t.abc123`): rsync's shape is rsync's temp files only.
     static func spell(_ main: String, fields: String) -> String {
         if let (inner, tail) = rsyncTempParts(main) {
-            let temp = "." + spell(inner, fields: fields) + tail
+            let spelled = spell(inner, fields: fields)
+            // `.4913`'s temp item (account `..4913.XXXXXX`) is spelled as rsync names it,
+            // `.4913.XXXXXX`: its inner name `4913` is no item's (tempReading).
+            let bytes = Array(spelled.utf8)
+            let own = String(decoding: bytes.dropFirst(), as: UTF8.self)
+            let temp = (bytes.first == UInt8(ascii: ".") && tempReading(own) != own ? "" : ".") + spelled + tail
             if !isScratchName(temp) { return temp }
         }
         let plain = component(escape(main, extra: leafExtra) + fields)
@@ -60,7 +98,7 @@ extension PathCodec {
     static func parseTempLeaf(
         _ itemClass: ItemClass, _ name: String, inner: String, tail: String, in directory: Attributes
     ) -> Attributes? {
-        guard var attributes = parseLeaf(itemClass, inner, in: directory) else { return nil }
+        guard var attributes = parseLeaf(itemClass, tempReading(inner), in: directory) else { return nil }
         let main = mainAttribute(itemClass)
         attributes[main] = .string("." + string(attributes, main) + tail)
         guard same(leaf(of: itemClass, attributes), name) else { return nil }

@@ -72,30 +72,7 @@ public enum PathCodec {
 
     /// Reverses `escape`. Nil for a malformed escape or bytes that are not UTF-8.
     static func unescape(_ spelled: String) -> String? {
-        if spelled == "%" { return "" }
-        let bytes = Array(spelled.utf8)
-        var out = [UInt8]()
-        var i = 0
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 48...57: c - 48
-            case 65...70: c - 55
-            default: nil  // lowercase escapes are not canonical
-            }
-        }
-        while i < bytes.count {
-            if bytes[i] == 0x25 {
-                guard i + 2 < bytes.count,
-                    let hi = nibble(bytes[i + 1]), let lo = nibble(bytes[i + 2])
-                else { return nil }
-                out.append(hi << 4 | lo)
-                i += 3
-            } else {
-                out.append(bytes[i])
-                i += 1
-            }
-        }
-        return String(validating: out, as: UTF8.self)
+        spelled == "%" ? "" : spelled.percentDecoded(lowercaseHex: false)  // lowercase escapes are not canonical
     }
 
     /// A component longer than a filename may be is spelled as a prefix, `%~` and a hash of

@@ -83,8 +83,8 @@ final class MemoryFiles: Sendable {
     private struct State {
         var files: [UInt64: MemoryFile] = [:]
         var next: UInt64 = 1
-        var freshItems: Set<Int64> = []
-        var createdItems: Set<Int64> = []
+        var freshItems = RecentItems()
+        var createdItems = RecentItems()
     }
 
     private let state = Mutex(State())
@@ -141,27 +141,28 @@ final class MemoryFiles: Sendable {
         }
     }
 
-    /// Fresh items remembered at most; past it the set starts over (an old temp file renamed
-    /// over an item then replaces it instead of giving it its bytes; nothing is lost).
-    static let freshCapacity = 65_536
-
-    func markFresh(_ id: Int64) {
-        state.withLock {
-            if $0.freshItems.count >= Self.freshCapacity { $0.freshItems.removeAll() }
-            $0.freshItems.insert(id)
-        }
-    }
+    func markFresh(_ id: Int64) { state.withLock { $0.freshItems.insert(id) } }
     func isFresh(_ id: Int64) -> Bool { state.withLock { $0.freshItems.contains(id) } }
-    func forgetFresh(_ id: Int64) { _ = state.withLock { $0.freshItems.remove(id) } }
+    func forgetFresh(_ id: Int64) { state.withLock { $0.freshItems.remove(id) } }
 
     /// Items created through the mount and not renamed since (whatever attributes were set on
     /// them): where rsync's temp files are (XattrNamespaces.swift). Bounded as the fresh ones.
-    func markCreated(_ id: Int64) {
-        state.withLock {
-            if $0.createdItems.count >= Self.freshCapacity { $0.createdItems.removeAll() }
-            $0.createdItems.insert(id)
-        }
-    }
+    func markCreated(_ id: Int64) { state.withLock { $0.createdItems.insert(id) } }
     func isCreatedHere(_ id: Int64) -> Bool { state.withLock { $0.createdItems.contains(id) } }
-    func forgetCreated(_ id: Int64) { _ = state.withLock { $0.createdItems.remove(id) } }
+    func forgetCreated(_ id: Int64) { state.withLock { $0.createdItems.remove(id) } }
+}
+
+/// A set of item ids remembered up to `capacity`; past it the set starts over (for the fresh
+/// items: an old temp file renamed over an item then replaces it instead of giving it its
+/// bytes; nothing is lost).
+struct RecentItems {
+    static let capacity = 65_536
+    private var ids: Set<Int64> = []
+
+    mutating func insert(_ id: Int64) {
+        if ids.count >= Self.capacity { ids.removeAll() }
+        ids.insert(id)
+    }
+    func contains(_ id: Int64) -> Bool { ids.contains(id) }
+    mutating func remove(_ id: Int64) { ids.remove(id) }
 }

@@ -45,7 +45,7 @@ public enum Threads {
 }
 
 /// A mutex and its condition variable, what Foundation's `NSCondition` gave (issue 28), its
-/// timed waits on CLOCK_MONOTONIC (`MonotonicClock.nanoseconds()`): a change of the wall clock
+/// timed waits on CLOCK_MONOTONIC (Keychain's `MonotonicClock.nanoseconds()`): a change of the wall clock
 /// neither hurries nor delays them.
 public final class Condition: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
