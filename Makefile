@@ -33,7 +33,10 @@ CONFIGURATION ?= release
 # One self-contained binary: the Swift runtime linked in (only Debian's libraries at run time,
 # nothing found through a RUNPATH into the toolchain), stripped when installed (STRIP= keeps
 # the symbols).
-SWIFT_BUILD_FLAGS ?= $(if $(filter release,$(CONFIGURATION)),--static-swift-stdlib)
+# No RUNPATH either (--disable-local-rpath; SwiftPM adds $$ORIGIN otherwise): the binary's and
+# libpq's libraries (libpq is loaded when sync first connects) come from the system's library
+# path only, never from a file beside the installed binary.
+SWIFT_BUILD_FLAGS ?= $(if $(filter release,$(CONFIGURATION)),--static-swift-stdlib --disable-local-rpath)
 STRIP ?= -s
 BIN ?= .build/$(CONFIGURATION)/keychainfs
 # git's and docker's credential helpers: hard links to keychainfs, which runs each by the name

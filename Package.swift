@@ -31,11 +31,9 @@ let package = Package(
         .systemLibrary(
             name: "CFuse", pkgConfig: "fuse3",
             providers: [.apt(["libfuse3-dev"])]),
-        // libpq, PostgreSQL's client library: the sync engine's server (a shim for the PG_DIAG_*
-        // character constants).
-        .systemLibrary(
-            name: "CPQ", pkgConfig: "libpq",
-            providers: [.apt(["libpq-dev"])]),
+        // libpq, PostgreSQL's client library: the sync engine's server, loaded with dlopen on its
+        // first use (Sources/CPQ/include/CPQ.h says why); libpq-dev's header gives the types.
+        .target(name: "CPQ", linkerSettings: [.linkedLibrary("dl")]),
         // Linux calls Swift's Glibc module lacks (prctl is variadic).
         .systemLibrary(name: "CPlatform"),
         // sd-bus, for the Secret Service provider (a shim for the credential-mask constants).

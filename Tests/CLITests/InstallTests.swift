@@ -62,6 +62,12 @@ struct InstallTests {
         // Stripped on install: no symbol table left.
         let symbols = try box.run("/usr/bin/readelf", ["-S", stage + "/usr/bin/keychainfs"], timeout: 20)
         #expect(symbols.status == 0 && !symbols.stdout.contains(".symtab"), "the installed binary is not stripped")
+        // libpq is loaded when sync first connects (Sources/CPQ), not at every start: its 24
+        // libraries are no NEEDED entry of the binary, while the libraries every verb uses are.
+        let dynamic = try box.run("/usr/bin/readelf", ["-d", stage + "/usr/bin/keychainfs"], timeout: 20)
+        #expect(
+            dynamic.status == 0 && dynamic.stdout.contains("[libsodium.so") && !dynamic.stdout.contains("libpq"),
+            "NEEDED: \(dynamic.summary)")
         // Completions complete the subcommands, new ones included.
         let bashCompletion = "/usr/share/bash-completion/completions/keychainfs"
         let bash = (try? String(contentsOfFile: stage + bashCompletion, encoding: .utf8)) ?? ""

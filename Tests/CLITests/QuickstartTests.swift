@@ -87,6 +87,8 @@ struct QuickstartTests {
             named.subtracting(listed).isEmpty, "not in mount-helper/packages: \(named.subtracting(listed).sorted())")
         // CModpDH links GMP, which has no pkg-config provider line.
         #expect(manifest.contains(#"linkedLibrary("gmp")"#) == listed.contains("libgmp-dev"))
+        // CPQ includes libpq-dev's header and loads libpq5 with dlopen: no provider line either.
+        #expect(manifest.contains(#"name: "CPQ""#) == listed.contains("libpq-dev"))
         for script in ["mount-helper/quickstart", ".ci/run"] {
             #expect(try read(script).contains("mount-helper/packages"), "\(script) does not read mount-helper/packages")
         }

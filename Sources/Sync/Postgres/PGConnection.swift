@@ -18,6 +18,7 @@ public final class PGConnection {
     /// libpq's own connect timeout is infinite: 10 s applies unless the conninfo sets one.
     /// `connectTimeout`: seconds, unless the connection string sets its own.
     public init(conninfo: String, connectTimeout: Int = 10) throws(PGError) {
+        try Self.loadLibPQ()
         secrets = Self.passwords(in: conninfo)
         // expand_dbname: the conninfo in "dbname" is parsed as a whole connection string, and
         // its settings override the defaults listed before it.
@@ -28,40 +29,50 @@ public final class PGConnection {
         defer {
             for p in keywordPointers + valuePointers { free(UnsafeMutablePointer(mutating: p)) }
         }
-        guard let c = PQconnectdbParams(keywordPointers, valuePointers, 1) else {
+        guard let c = kcfs_PQconnectdbParams(keywordPointers, valuePointers, 1) else {
             throw .connectionFailed(message: "libpq could not allocate a connection")
         }
-        guard PQstatus(c) == CONNECTION_OK else {
-            let message = scrubSecrets(String(cString: PQerrorMessage(c)), secrets: secrets)
-            PQfinish(c)
+        guard kcfs_PQstatus(c) == CONNECTION_OK else {
+            let message = scrubSecrets(String(cString: kcfs_PQerrorMessage(c)), secrets: secrets)
+            kcfs_PQfinish(c)
             throw PGError.connect(message.trimmingWhitespaceAndNewlines())
         }
         conn = c
         // Text results are decoded by type; hex is the only bytea text form PGResult reads.
-        _ = PQsetClientEncoding(c, "UTF8")
+        _ = kcfs_PQsetClientEncoding(c, "UTF8")
         // libpq prints the server's notices ("… already exists, skipping") and a dying server's
         // last words to stderr by default: a daemon's output is not the place; failures are
         // reported as PGError instead.
-        PQsetNoticeProcessor(c, { _, _ in }, nil)
+        kcfs_PQsetNoticeProcessor(c, { _, _ in }, nil)
         try execute("SET bytea_output = 'hex'")
     }
 
     deinit { close() }
 
+    /// libpq is loaded on the first connection, not at start-up (Sources/CPQ/include/CPQ.h): a
+    /// machine without libpq5 gets this error from sync's verbs, and every other verb runs.
+    static func loadLibPQ() throws(PGError) {
+        var message = [CChar](repeating: 0, count: 256)
+        guard kcfs_pq_load(&message, message.count) == 0 else {
+            let text = String(decoding: message.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            throw .connectionFailed(message: "libpq (libpq.so.5, Debian's libpq5) could not be loaded: " + text)
+        }
+    }
+
     /// Ends the connection (PQfinish). Calls after it throw `.connectionLost`.
     public func close() {
-        if let c = conn { PQfinish(c) }
+        if let c = conn { kcfs_PQfinish(c) }
         conn = nil
     }
 
     /// The connection's socket (PQsocket), for a caller's own poll; -1 when closed.
-    public var socket: Int32 { conn.map { PQsocket($0) } ?? -1 }
+    public var socket: Int32 { conn.map { kcfs_PQsocket($0) } ?? -1 }
 
     /// True while libpq considers the connection usable.
-    public var isConnected: Bool { conn.map { PQstatus($0) == CONNECTION_OK } ?? false }
+    public var isConnected: Bool { conn.map { kcfs_PQstatus($0) == CONNECTION_OK } ?? false }
 
     private func open() throws(PGError) -> OpaquePointer {
-        guard let c = conn, PQstatus(c) == CONNECTION_OK else { throw .connectionLost }
+        guard let c = conn, kcfs_PQstatus(c) == CONNECTION_OK else { throw .connectionLost }
         return c
     }
 
@@ -85,7 +96,7 @@ public final class PGConnection {
             return UnsafePointer(buffer)
         }
         defer { for v in values { v.map { UnsafeMutablePointer(mutating: $0).deallocate() } } }
-        let result = PQexecParams(c, sql, Int32(params.count), &types, &values, &lengths, &formats, 0)
+        let result = kcfs_PQexecParams(c, sql, Int32(params.count), &types, &values, &lengths, &formats, 0)
         return try finish(c, result)
     }
 
@@ -94,25 +105,25 @@ public final class PGConnection {
     @discardableResult
     public func executeScript(_ sql: String) throws(PGError) -> PGResult {
         let c = try open()
-        return try finish(c, PQexec(c, sql))
+        return try finish(c, kcfs_PQexec(c, sql))
     }
 
     private func finish(_ c: OpaquePointer, _ result: OpaquePointer?) throws(PGError) -> PGResult {
         guard let result else {
-            if PQstatus(c) == CONNECTION_BAD { throw .connectionLost }
-            throw .connectionFailed(message: scrubSecrets(String(cString: PQerrorMessage(c)), secrets: secrets))
+            if kcfs_PQstatus(c) == CONNECTION_BAD { throw .connectionLost }
+            throw .connectionFailed(message: scrubSecrets(String(cString: kcfs_PQerrorMessage(c)), secrets: secrets))
         }
-        defer { PQclear(result) }
-        let status = PQresultStatus(result)
+        defer { kcfs_PQclear(result) }
+        let status = kcfs_PQresultStatus(result)
         if status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY {
             return try PGResult(result)
         }
         // A failure that left the connection bad (the server shut down or the socket broke) is a
         // lost connection, whatever the server's last words were (57P01 admin_shutdown…).
-        if PQstatus(c) == CONNECTION_BAD { throw .connectionLost }
-        let state = PQresultErrorField(result, kcfs_pg_diag_sqlstate).map { String(cString: $0) } ?? ""
-        let primary = PQresultErrorField(result, kcfs_pg_diag_message_primary).map { String(cString: $0) }
-        let message = scrubSecrets(primary ?? String(cString: PQresultErrorMessage(result)), secrets: secrets)
+        if kcfs_PQstatus(c) == CONNECTION_BAD { throw .connectionLost }
+        let state = kcfs_PQresultErrorField(result, kcfs_pg_diag_sqlstate).map { String(cString: $0) } ?? ""
+        let primary = kcfs_PQresultErrorField(result, kcfs_pg_diag_message_primary).map { String(cString: $0) }
+        let message = scrubSecrets(primary ?? String(cString: kcfs_PQresultErrorMessage(result)), secrets: secrets)
         if state == "28P01" || state == "28000" { throw .authenticationFailed(message: message) }
         throw .server(sqlState: state, message: message)
     }
@@ -126,7 +137,7 @@ public final class PGConnection {
             try execute("COMMIT")
             return value
         } catch {
-            if let c = conn, PQstatus(c) == CONNECTION_OK, PQtransactionStatus(c) != PQTRANS_IDLE {
+            if let c = conn, kcfs_PQstatus(c) == CONNECTION_OK, kcfs_PQtransactionStatus(c) != PQTRANS_IDLE {
                 _ = try? execute("ROLLBACK")
             }
             throw error
@@ -156,11 +167,11 @@ public final class PGConnection {
         let deadline = timeout.map { ContinuousClock.now + $0 }
         while true {
             // Notifications may already be queued, read along with an earlier statement's result.
-            guard PQconsumeInput(c) != 0 else { throw .connectionLost }
+            guard kcfs_PQconsumeInput(c) != 0 else { throw .connectionLost }
             let heard = drainNotifications(c)
             if !heard.isEmpty { return heard }
-            let fd = PQsocket(c)
-            guard PQstatus(c) == CONNECTION_OK, fd >= 0 else { throw .connectionLost }
+            let fd = kcfs_PQsocket(c)
+            guard kcfs_PQstatus(c) == CONNECTION_OK, fd >= 0 else { throw .connectionLost }
             var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
             if let wakeFD { fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)) }
             var milliseconds: Int32 = -1
@@ -178,7 +189,7 @@ public final class PGConnection {
             }
             if ready == 0 { continue }  // the deadline check above returns
             if fds[0].revents != 0 {
-                guard PQconsumeInput(c) != 0 else { throw .connectionLost }
+                guard kcfs_PQconsumeInput(c) != 0 else { throw .connectionLost }
                 let heard = drainNotifications(c)
                 if !heard.isEmpty { return heard }
             }
@@ -188,12 +199,12 @@ public final class PGConnection {
 
     private func drainNotifications(_ c: OpaquePointer) -> [PGNotification] {
         var heard: [PGNotification] = []
-        while let n = PQnotifies(c) {
+        while let n = kcfs_PQnotifies(c) {
             heard.append(
                 PGNotification(
                     channel: String(cString: n.pointee.relname), payload: String(cString: n.pointee.extra),
                     senderPID: n.pointee.be_pid))
-            PQfreemem(n)
+            kcfs_PQfreemem(n)
         }
         return heard
     }
@@ -202,7 +213,7 @@ public final class PGConnection {
     private static func passwords(in conninfo: String) -> [String] {
         var found: [String] = []
         var error: UnsafeMutablePointer<CChar>?
-        if let options = PQconninfoParse(conninfo, &error) {
+        if let options = kcfs_PQconninfoParse(conninfo, &error) {
             var option = options
             while let keyword = option.pointee.keyword {
                 if String(cString: keyword) == "password", let value = option.pointee.val {
@@ -210,9 +221,9 @@ public final class PGConnection {
                 }
                 option += 1
             }
-            PQconninfoFree(options)
+            kcfs_PQconninfoFree(options)
         }
-        if let error { PQfreemem(error) }
+        if let error { kcfs_PQfreemem(error) }
         return found
     }
 }

@@ -15,22 +15,22 @@ public struct PGResult: Sendable {
     private let cells: [[UInt8]?]
 
     init(_ result: OpaquePointer) throws(PGError) {
-        let rows = Int(PQntuples(result)), cols = Int(PQnfields(result))
+        let rows = Int(kcfs_PQntuples(result)), cols = Int(kcfs_PQnfields(result))
         var names: [String] = [], types: [UInt32] = []
         for c in 0..<cols {
-            names.append(PQfname(result, Int32(c)).map { String(cString: $0) } ?? "")
-            types.append(UInt32(PQftype(result, Int32(c))))
+            names.append(kcfs_PQfname(result, Int32(c)).map { String(cString: $0) } ?? "")
+            types.append(UInt32(kcfs_PQftype(result, Int32(c))))
         }
         var cells: [[UInt8]?] = []
         cells.reserveCapacity(rows * cols)
         for r in 0..<rows {
             for c in 0..<cols {
-                if PQgetisnull(result, Int32(r), Int32(c)) != 0 {
+                if kcfs_PQgetisnull(result, Int32(r), Int32(c)) != 0 {
                     cells.append(nil)
                     continue
                 }
-                let length = Int(PQgetlength(result, Int32(r), Int32(c)))
-                let raw = UnsafeRawBufferPointer(start: PQgetvalue(result, Int32(r), Int32(c)), count: length)
+                let length = Int(kcfs_PQgetlength(result, Int32(r), Int32(c)))
+                let raw = UnsafeRawBufferPointer(start: kcfs_PQgetvalue(result, Int32(r), Int32(c)), count: length)
                 if types[c] == 17 {
                     cells.append(try Self.decodeHex(raw, row: r, column: names[c]))
                 } else {
@@ -41,7 +41,7 @@ public struct PGResult: Sendable {
         columns = names
         columnTypes = types
         rowCount = rows
-        affectedRows = PQcmdTuples(result).flatMap { Int(String(cString: $0)) } ?? 0
+        affectedRows = kcfs_PQcmdTuples(result).flatMap { Int(String(cString: $0)) } ?? 0
         self.cells = cells
     }
 
