@@ -5,6 +5,8 @@ import Testing
 /// on PATH that "builds" by copying the test binary (a real release build takes minutes) and
 /// prints SwiftPM's progress lines. The packages are already installed (.ci/run), so apt is
 /// skipped; everything after the build is real: the per-user install, init, mount, a demo item.
+/// The real release build, from a fresh HOME, is .ci/quickstart-check's (CI runs it before the
+/// tests); this one is the quick check of the terminal's progress line and the log, under `swift test`.
 @Suite("quickstart")
 struct QuickstartTests {
     @Test("quickstart: one progress line for the build, output in its log, installed under ~/.local, mounted")
