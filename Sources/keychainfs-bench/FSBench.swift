@@ -81,7 +81,12 @@ final class FSBench {
         // the same CPU) would otherwise run under the first rows at 100,000 items. What a user
         // meets before it ends is measured apart (`MountUsable`: mount until usable, and the
         // first readdir after mounting).
-        r.kc.idleAfterMount = kc.waitUntilIdle()
+        Out.progress("  open+read+close of each item once, right after the mount")
+        let mounted = Clock.now()
+        r.kc.firstReads = try readEachOnce(kc.mountpoint)
+        r.kc.firstReadsEnded = Clock.since(mounted)
+        r.kc.idleAfterMount = r.kc.firstReadsEnded + kc.waitUntilIdle()
+        r.floor.firstReads = try readEachOnce(floorMount)
         r.floor.startup = floorStartup
         r.floor.reportedMount = floorReported
         r.floor.rssAfterMount = floorRSSAfterMount

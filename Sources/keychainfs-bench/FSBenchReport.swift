@@ -28,9 +28,10 @@ extension FSBench {
             let target = limit.map { "≤ \(Fmt.ratio($0)) " + verdict(ratio, $0) } ?? ""
             rows.append([name, Fmt.duration(a.p50), Fmt.duration(b.p50), Fmt.ratio(ratio), target])
         }
+        // Issue 29's targets: open+read+close ≤ 1.2×, `cat` ≤ 1.05×, reads during the pass ≤ 2×.
         lat(
             "open+read+close p50", f.openReadClose, k.openReadClose,
-            atMost: 1.5)
+            atMost: 1.2)
         rows.append([
             "open+read+close p99", Fmt.duration(f.openReadClose.p99), Fmt.duration(k.openReadClose.p99),
             Fmt.ratio(k.openReadClose.p99 / f.openReadClose.p99), "",
@@ -39,7 +40,14 @@ extension FSBench {
             "open+read+close max", Fmt.duration(f.openReadClose.max), Fmt.duration(k.openReadClose.max),
             Fmt.ratio(k.openReadClose.max / f.openReadClose.max), "",
         ])
-        lat("cat, fresh process, p50", f.cat, k.cat, atMost: 1.1)
+        lat(
+            "open+read+close, each item once, during the integrity pass p50", f.firstReads, k.firstReads,
+            atMost: 2.0)
+        rows.append([
+            "open+read+close, each item once, during the pass p99", Fmt.duration(f.firstReads.p99),
+            Fmt.duration(k.firstReads.p99), Fmt.ratio(k.firstReads.p99 / f.firstReads.p99), "",
+        ])
+        lat("cat, fresh process, p50", f.cat, k.cat, atMost: 1.05)
         lat(
             "getxattr user.keychain.account p50", f.xattrValue, k.xattrValue,
             atMost: 1.5)
@@ -133,6 +141,9 @@ extension FSBench {
         }
         Out.line(
             "  measured once the keychainfs daemon was idle (its background integrity pass done): \(Fmt.duration(k.idleAfterMount)) after its mount, 0.2 s of it the idle time waited for"
+        )
+        Out.line(
+            "  except the reads of each item once (\(k.firstReads.count) of the 1,000-entry directory): from the live mount until \(Fmt.duration(k.firstReadsEnded)) after it, \(k.firstReadsEnded < k.idleAfterMount - 0.2 ? "all during the pass" : "the pass ended during them")"
         )
         Out.line(
             "  samples: open+read+close \(Fmt.grouped(k.openReadClose.count)) per fs, cat \(k.cat.count), getxattr \(Fmt.grouped(k.xattrValue.count)), ls -l \(k.lsSmallCold.count) cold + \(k.lsSmallWarm.count) warm, writes \(k.writes.count)"

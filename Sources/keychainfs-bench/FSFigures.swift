@@ -29,6 +29,11 @@ struct FSFigures {
     /// From the live mount until the daemon used no CPU (its background integrity pass done),
     /// waited before the measurements.
     var idleAfterMount = Double.nan
+    /// Each item of the 1,000-entry directory read once (open, read, close), keychainfs's right
+    /// after its mount, during its background integrity pass (FSBenchFirstReads.swift).
+    var firstReads = Samples()
+    /// When those reads ended, from the live mount: before `idleAfterMount`, all were in the pass.
+    var firstReadsEnded = Double.nan
     var rssAfterWork = Double.nan
     var peakRSS = Double.nan
 }
