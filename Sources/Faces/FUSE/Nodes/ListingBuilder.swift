@@ -122,6 +122,14 @@ struct ListingBuilder {
         if !copied, let previous {
             made.entries = shared == previous.entries.count ? previous.entries : Array(previous.entries[0..<shared])
         }
+        // The first chunk's count times the chunks overshoots when later chunks hold fewer (longer
+        // or deleted names): the cache keeps the array, so not a buffer many times its entries.
+        if made.entries.capacity > 2 * made.entries.count + 1_024 {
+            var fitted: [DirectoryEntry] = []
+            fitted.reserveCapacity(made.entries.count)
+            fitted.append(contentsOf: made.entries)
+            made.entries = fitted
+        }
         return made
     }
 }
