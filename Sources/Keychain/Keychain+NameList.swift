@@ -37,8 +37,11 @@ extension Keychain {
     /// its keyed entry and whether it is kept: a kept chunk hands no entries to `body` (the
     /// caller copies its own, decoded from the same bytes under the same key and AD), and only its
     /// ids are checked against its neighbours'. With several groups neither is called.
+    /// `expecting` is told, before the first chunk, how many chunks the list has (one group:
+    /// a caller sizes what it gathers from it).
     public func forEachNameListEntry(
         _ itemClass: ItemClass, grouping value: AttributeValue, caller callerArgument: Caller? = nil,
+        expecting: (_ chunks: Int) -> Void = { _ in },
         keptChunk: ([UInt8]) -> (first: Int64, last: Int64)? = { _ in nil },
         chunk chunkStarts: ([UInt8], _ kept: Bool) throws -> Void = { _, _ in },
         _ body: (NameListEntry) throws -> Void
@@ -72,6 +75,7 @@ extension Keychain {
         // One group's list is in id order as it is stored; several are merged by id.
         var merged: [NameListEntry] = []
         for (group, (sidx, (chunks, entries))) in zip(groups, zip(indexes, sealed)) {
+            if groups.count == 1 { expecting(chunks.count) }
             var last = Int64.min
             for (position, (chunk, box)) in chunks.enumerated() {
                 let next = position + 1 < chunks.count ? chunks[position + 1].chunk : Int64.max

@@ -41,16 +41,17 @@ extension KeychainSession {
     }
 
     /// A service or server directory's entries from its sealed name lists.
-    /// `keptChunk` and `chunk`: a listing that takes the entries of unchanged chunks from the
+    /// `expecting`, `keptChunk` and `chunk`: a listing sized from its chunks' count that takes the entries of unchanged chunks from the
     /// one it made before (`Keychain.forEachNameListEntry`).
     public func forEachNameListEntry(
-        _ itemClass: ItemClass, grouping value: AttributeValue,
+        _ itemClass: ItemClass, grouping value: AttributeValue, expecting: (_ chunks: Int) -> Void = { _ in },
         keptChunk: ([UInt8]) -> (first: Int64, last: Int64)? = { _ in nil },
         chunk: ([UInt8], _ kept: Bool) throws -> Void = { _, _ in },
         _ body: (NameListEntry) throws -> Void
     ) throws {
         try keychain.forEachNameListEntry(
-            itemClass, grouping: value, caller: caller, keptChunk: keptChunk, chunk: chunk, body)
+            itemClass, grouping: value, caller: caller, expecting: expecting, keptChunk: keptChunk, chunk: chunk,
+            body)
     }
 
     /// An identity's two halves without data, for a stat.

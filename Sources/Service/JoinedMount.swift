@@ -58,6 +58,7 @@ final class JoinedMount: Sendable {
         control?.onQuiesce = { [weak fs] in fs?.pauseReplays() }
         let session = FuseSession(fs: fs, mountpoint: request.mountpoint, options: options)
         if let idle { session.onRequest = { idle.touch() } }
+        session.warmUp()
         do { try session.mount() } catch {
             throw KeychainError(
                 .io, "cannot mount on \(request.mountpoint) (is /dev/fuse usable, and fusermount3 installed?)")

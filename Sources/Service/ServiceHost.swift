@@ -187,6 +187,8 @@ public final class ServiceHost: Sendable {
             idle.start()
         }
         if let fuse {
+            // The first listing's Swift and store set-up, before the mount is announced.
+            fuse.warmUp()
             do { try fuse.mount() } catch {
                 throw StartFailure(
                     description:

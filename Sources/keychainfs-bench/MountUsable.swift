@@ -17,6 +17,7 @@ struct MountUsableFigures {
     /// The same figure for `--baseline-keychainfs` (another build, e.g. main's), alternated too.
     var baselineUsable = Samples()
     var baselineCommandReturned = Samples()
+    var baselineFirstReaddir = Samples()
     var baseline: String?
     var rounds: Int { usable.count }
 }
@@ -83,10 +84,11 @@ enum MountUsable {
                 MountTable.lazyUnmount(mp)
                 throw BenchError("cat \(item) on the fresh mount exited \(catStatus)")
             }
-            if !isBaseline && Layout.hasLargeDirectory(vault.size) {
+            if Layout.hasLargeDirectory(vault.size) {
                 do {
-                    f.firstReaddir.add(
-                        try FSBench.readdirTimed(mp + "/genp/" + Layout.largeDirectory, expect: Layout.largeCount))
+                    let listed = try FSBench.readdirTimed(
+                        mp + "/genp/" + Layout.largeDirectory, expect: Layout.largeCount)
+                    if isBaseline { f.baselineFirstReaddir.add(listed) } else { f.firstReaddir.add(listed) }
                 } catch {
                     MountTable.lazyUnmount(mp)
                     throw error
@@ -166,6 +168,13 @@ enum MountUsable {
                     "baseline ÷ this \(Fmt.ratio((f.baselineUsable.p50 - f.kdf.p50) / (f.usable.p50 - f.kdf.p50)))",
                 ],
             ]
+            if f.baselineFirstReaddir.count > 0 && f.firstReaddir.count > 0 {
+                rows.append([
+                    "baseline: first readdir of 10,000 after mounting", Fmt.duration(f.baselineFirstReaddir.p50),
+                    Fmt.duration(f.baselineFirstReaddir.p99), Fmt.duration(f.baselineFirstReaddir.max),
+                    "baseline ÷ this \(Fmt.ratio(f.baselineFirstReaddir.p50 / f.firstReaddir.p50))",
+                ])
+            }
         }
         Out.table(rows)
         if let baseline = f.baseline { Out.line("  baseline: \(baseline)") }

@@ -253,4 +253,45 @@ struct NameListMountTests {
             #expect(try box.sh("cat '\(many)/renamed700'").stdout == "secret-700")
         }
     }
+
+    @Test(
+        "the first listing of a fresh daemon (several chunks, warmed at mount): every name, byte for byte, to another process"
+    )
+    func firstListingAfterMount() throws {
+        // Accounts the listing spells from their stored bytes (plain, NFC and NFD, longer than a
+        // small string) and accounts PathCodec spells (a leading dot, kept; `%`, `;` and a
+        // trailing `~`, escaped).
+        let plain = (0..<1_200).map { "acct\($0)" } + ["caf\u{E9}", "cafe\u{301}", "a-name-longer-than-fifteen-bytes"]
+        let escaped = [
+            ".hidden": ".hidden", "50%off": "50%25off", "semi;colon": "semi%3Bcolon", "trail~": "trail%7E",
+        ]
+        try withMount(
+            "first-listing",
+            setup: { box in
+                try box.importGeneric(
+                    (plain + escaped.keys).map { ("many", $0, "secret") } + [("few", "f0", "secret-f")])
+            }
+        ) { box in
+            // From a process other than the mount's caller: the names as bytes, sorted.
+            let list = "import os, sys\nfor n in sorted(os.listdir(os.fsencode(sys.argv[1]))): print(n.hex())"
+            let expected = (plain + escaped.values).map { Data($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) }
+            let first = try box.py(list, [box.mnt + "/genp/many"])
+            try #require(first.status == 0, "first listing: \(first.summary)")
+            let listed = first.lines.map { line in
+                Data(
+                    stride(from: 0, to: line.count, by: 2).compactMap { i -> UInt8? in
+                        let start = line.index(line.startIndex, offsetBy: i)
+                        return UInt8(line[start..<line.index(start, offsetBy: 2)], radix: 16)
+                    })
+            }
+            #expect(listed.count == expected.count, "first listing: \(listed.count) names")
+            #expect(listed == expected, "first listing: the names differ")
+            // The same listing again (from the cache), and the other directory's own first one.
+            #expect(try box.py(list, [box.mnt + "/genp/many"]).lines == first.lines)
+            #expect(
+                try box.py(list, [box.mnt + "/genp/few"]).lines == [
+                    Data("f0".utf8).map { String(format: "%02x", $0) }.joined()
+                ])
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 @testable import KeychainFS
+import Keychain
 import Testing
 
 // The listing cache's bound (docs/architecture.md, State/ListingCache.swift): entries over all
@@ -58,5 +59,26 @@ struct ListingCacheTests {
         let cache = ListingCache()
         cache.store(Self.listing(10_000), for: 1)
         #expect(cache.listing(1)?.entries.count == 10_000)
+    }
+
+    @Test("a first listing reserved from its first chunk keeps no buffer many times its entries")
+    func reservedFromFirstChunk() throws {
+        // A first chunk of 10 names in a list said to have 1,000 chunks: 10,000 reserved, but the
+        // other chunks hold nothing of this directory (ids of another server, or deleted names).
+        var builder = ListingBuilder(
+            .genericPassword, spelling: "svc", sameForAll: true, groups: ["default"], previous: nil)
+        builder.expect(chunks: 1_000)
+        try builder.chunk([1], isKept: false)
+        for i in 0..<10 {
+            builder.add(
+                NameListEntry(
+                    id: Int64(i + 1), .genericPassword,
+                    attributes: [Schema.service: .string("svc"), Schema.account: .string("acct\(i)")]))
+        }
+        try builder.chunk([2], isKept: false)
+        let made = builder.finish()
+        #expect(made.entries.map(\.name) == (0..<10).map { "acct\($0)" })
+        #expect(made.entries.capacity <= 2 * made.entries.count + 1_024, "capacity \(made.entries.capacity)")
+        #expect(made.chunks.count == 1 && made.chunks[[1]]?.range == 0..<10)
     }
 }

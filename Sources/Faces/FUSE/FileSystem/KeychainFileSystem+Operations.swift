@@ -9,6 +9,12 @@ import SystemPackage
 extension KeychainFileSystem {
     public func lookup(parent: UInt64, name: String, caller: Caller) throws -> NodeStat {
         let node = try node(parent)
+        // The usual parents, cast to their own types: no conformance lookup (a protocol cast is
+        // one per request, in the runtime's conformance cache).
+        if let directory = node as? GroupDirectory { return try directory.lookup(name, in: self, caller: caller) }
+        if let directory = node as? GroupedClassDirectory {
+            return try directory.lookup(name, in: self, caller: caller)
+        }
         guard let lookuper = node as? any NodeLookuper else {
             throw node.isDirectory ? Errno.noSuchFileOrDirectory : Errno.notDirectory
         }
@@ -38,7 +44,9 @@ extension KeychainFileSystem {
     public func list(_ ino: UInt64, caller: Caller) throws -> DirectoryListing {
         let node = try node(ino)
         guard node.isDirectory else { throw Errno.notDirectory }
-        let entries = try (node as? any NodeReaddirer)?.entries(in: self, caller: caller) ?? []
+        let entries =
+            try (node as? GroupDirectory)?.entries(in: self, caller: caller)
+            ?? (node as? any NodeReaddirer)?.entries(in: self, caller: caller) ?? []
         return DirectoryListing(ino: ino, parent: Inode.root, entries: entries)
     }
 

@@ -53,75 +53,13 @@ extension KeychainFileSystem {
         {
             return ListingCache.Made(entries: [])
         }
-        var made = ListingCache.Made(entries: [])
-        let kept = previous?.groups == caller.accessGroups ? previous?.chunks ?? [:] : [:]
-        // While every chunk so far is kept, in the place it had, the listing is the start of the
-        // previous one (`shared` entries of it), not copied: after a change elsewhere in the vault
-        // the new listing shares the previous one's array. Copied at the first chunk that differs.
-        var shared = 0
-        var copied = false
-        func copyShared() {
-            guard !copied else { return }
-            copied = true
-            made.entries.reserveCapacity(previous?.entries.count ?? 0)
-            if let previous, shared > 0 { made.entries.append(contentsOf: previous.entries[0..<shared]) }
-        }
-        // The chunk being decoded: its entry, where its names start in `made.entries`, the ids
-        // of its first and last entries (every entry, those of other directories too).
-        var open: (entry: [UInt8], start: Int, first: Int64, last: Int64)?
-        func close() {
-            if let o = open, o.first <= o.last {
-                made.chunks[o.entry] = ListingCache.Chunk(
-                    first: o.first, last: o.last, range: o.start..<made.entries.count)
-            }
-            open = nil
-        }
-        let leaves = PathCodec.ListedLeaves(itemClass)
-        // Each name spelled from the entry itself, as its chunk is decoded (its values decoded
-        // only where the spelling needs them): no attribute set and no array of entries.
+        var builder = ListingBuilder(
+            itemClass, spelling: spelling, sameForAll: sameForAll, groups: caller.accessGroups, previous: previous)
         try session(caller).forEachNameListEntry(
-            itemClass, grouping: value, keptChunk: { kept[$0].map { ($0.first, $0.last) } },
-            chunk: { entry, isKept in
-                close()
-                guard isKept else {
-                    copyShared()
-                    open = (entry, made.entries.count, Int64.max, Int64.min)
-                    return
-                }
-                // The core keeps only what `keptChunk` said was here.
-                guard let chunk = kept[entry], let previous else { throw Errno.ioError }
-                if !copied && chunk.range.lowerBound == shared {
-                    shared = chunk.range.upperBound
-                    made.chunks[entry] = chunk
-                    return
-                }
-                copyShared()
-                let start = made.entries.count
-                made.entries.append(contentsOf: previous.entries[chunk.range])
-                made.chunks[entry] = ListingCache.Chunk(
-                    first: chunk.first, last: chunk.last, range: start..<made.entries.count)
-            }
-        ) { entry in
-            // Several groups' lists (merged by id) come with no chunk: nothing is shared then.
-            if !copied { copyShared() }
-            if open != nil {
-                if open!.first == Int64.max { open!.first = entry.id }
-                open!.last = entry.id
-            }
-            if !sameForAll {
-                guard let directory = PathCodec.directory(of: itemClass, entry), PathCodec.same(directory, spelling)
-                else { return }
-            }
-            made.entries.append(
-                DirectoryEntry(
-                    name: leaves.leaf(entry), ino: Inode.item(itemClass, id: entry.id),
-                    isDirectory: false))
-        }
-        close()
-        if !copied, let previous {
-            made.entries = shared == previous.entries.count ? previous.entries : Array(previous.entries[0..<shared])
-        }
-        return made
+            itemClass, grouping: value, expecting: { builder.expect(chunks: $0) },
+            keptChunk: { builder.keptChunk($0) }, chunk: { try builder.chunk($0, isKept: $1) }
+        ) { builder.add($0) }
+        return builder.finish()
     }
 
     /// Every item of a class the caller can see.

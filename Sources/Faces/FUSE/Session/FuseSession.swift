@@ -221,6 +221,15 @@ public final class FuseSession: Sendable {
 
     func listing(_ handle: UInt64) -> DirectoryListing? { state.withLock { $0.listings[handle] } }
 
+    /// Before the mount is announced: the file system's first listing set-up
+    /// (`KeychainFileSystem.warmUp`), and a directory handle's, made and dropped.
+    public func warmUp() {
+        fs.warmUp()
+        let handle = openListing(DirectoryListing(ino: Inode.root, parent: Inode.root, entries: []))
+        _ = listing(handle).map { [CChar](repeating: 0, count: $0.count) }
+        closeListing(handle)
+    }
+
     func closeListing(_ handle: UInt64) { _ = state.withLock { $0.listings.removeValue(forKey: handle) } }
 
     // MARK: Requests
