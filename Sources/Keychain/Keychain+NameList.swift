@@ -129,13 +129,20 @@ extension Keychain {
         let value = query.attributes[grouping] ?? AttributeValue.defaultValue(for: grouping.type)
         let names = NameListEntry.nameAttributes(of: itemClass).filter { $0 != Schema.synchronizable }
         let wanted = names.map { query.attributes[$0] ?? AttributeValue.defaultValue(for: $0.type) }
+        // Most entries store one string field (a generic password's account, not synchronizable):
+        // compared as bytes, with no value made per entry.
+        var sole: (attribute: Attribute, bytes: [UInt8])?
+        if names.count == 1, case .string(let w) = wanted[0] { sole = (names[0], Array(w.utf8)) }
         var possible = false
         do {
             try forEachNameListEntry(itemClass, grouping: value, caller: caller) { entry in
-                if !possible {
-                    possible = zip(names, wanted).allSatisfy { attribute, want in
-                        (entry[attribute] ?? AttributeValue.defaultValue(for: attribute.type)) == want
-                    }
+                guard !possible else { return }
+                if let sole, let stored = entry.soleString(sole.attribute) {
+                    possible = stored.elementsEqual(sole.bytes)
+                    return
+                }
+                possible = zip(names, wanted).allSatisfy { attribute, want in
+                    (entry[attribute] ?? AttributeValue.defaultValue(for: attribute.type)) == want
                 }
             }
         } catch { return false }

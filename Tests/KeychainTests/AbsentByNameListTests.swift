@@ -16,6 +16,21 @@ private func populated(_ v: TestVault) throws {
         (1...2_000).map { NewItem(.genericPassword, genp("s\($0 / 500)", "acct\($0)"), data: bytes("secret-\($0)")) })
     _ = try v.keychain.add(
         .genericPassword, genp("s0", "acct5", [Schema.synchronizable: .bool(true)]), data: bytes("synced"))
+    _ = try v.keychain.add(.internetPassword, inet("host.example", "bob", port: 443), data: bytes("web"))
+}
+
+/// An internet password's whole primary key (defaults but server, account and port), as a path
+/// names one: a query naming fewer attributes is a search, which waits for every bucket.
+private func inet(_ server: String, _ account: String, port: Int64) -> Attributes {
+    var key: Attributes = [:]
+    for attribute in Schema.primaryKey(of: .internetPassword)
+    where attribute != Schema.accessGroup && attribute != Schema.synchronizable {
+        key[attribute] = AttributeValue.defaultValue(for: attribute.type)
+    }
+    key[Schema.server] = .string(server)
+    key[Schema.account] = .string(account)
+    key[Schema.port] = .number(port)
+    return key
 }
 
 /// Unlocked incrementally, as the mount's daemon is, without the background pass: every bucket
@@ -41,6 +56,8 @@ struct AbsentByNameListTests {
                 Query(
                     .genericPassword, genp("s3", "acct600", [Schema.accessGroup: .string("default")]), matchLimit: .all),
                 Query(.genericPassword, genp("s1", "acct600x"), synchronizableAny: true),
+                // An internet password's entry stores several fields: the other port is another item.
+                Query(.internetPassword, inet("host.example", "bob", port: 8443)),
             ] {
                 expectError(.itemNotFound) { try kc.copyMatching(query) }
             }
@@ -48,6 +65,7 @@ struct AbsentByNameListTests {
             // Present items are still served through their own bucket, and the answer is the same
             // once every bucket is verified.
             #expect(try secret(kc, "s1", "acct600") == bytes("secret-600"))
+            #expect(try kc.copyMatching(Query(.internetPassword, inet("host.example", "bob", port: 443))).count == 1)
             #expect(kc.waitForIntegrityCheck() == nil)
             expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "acct-nosuch"))) }
         }
