@@ -71,6 +71,19 @@ struct AbsentByNameListTests {
         }
     }
 
+    @Test("past the proofs' budget, a missing name verifies every bucket, as before the proofs")
+    func budgetSpent() throws {
+        try withVault { v in
+            try populated(v)
+            let kc = try incrementalWithoutPass(v)
+            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch1"))) }
+            #expect(!kc.integrityCheckComplete)
+            kc.state.withLock { $0.integrity.absenceProofs = Keychain.absenceProofBudget }
+            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch2"))) }
+            #expect(kc.integrityCheckComplete, "the budget was spent, yet no bucket was verified")
+        }
+    }
+
     @Test("a row deleted behind the vault's back: its entry stays, so the lookup verifies every bucket and fails")
     func deletedRowIsNotNotFound() throws {
         try withVault { v in
