@@ -37,6 +37,9 @@ struct IntegrityProgress {
     /// Whether an incremental unlock starts the background pass (a one-shot command does not:
     /// it ends long before, and the pass only competed with its one read).
     var backgroundPassEnabled = true
+    /// Time spent since the unlock proving missing items absent from name lists
+    /// (`provenAbsentByNameList`); past its budget, "not found" verifies every bucket instead.
+    var absenceProofs: Duration = .zero
 }
 
 /// A background pass that readers of a whole class wait for.
@@ -85,6 +88,7 @@ extension Keychain {
             $0.integrity.failure = nil
             $0.integrity.tableVerifiedAt = nil
             $0.integrity.namesVerifiedAt = nil
+            $0.integrity.absenceProofs = .zero
             $0.integrity.pass = pass
         }
         guard let pass else { return }

@@ -94,7 +94,7 @@ extension Keychain {
             try requireVerified(id: id)
         } else if namesOneItem && !rows.isEmpty {
             try requireVerified(ids: rows.map(\.id))
-        } else {
+        } else if !(namesOneItem && vault == nil && provenAbsentByNameList(query, caller: caller, keys: keys)) {
             try requireEveryBucketVerified()
         }
 

@@ -110,3 +110,60 @@ extension Keychain {
         for entry in merged { try body(entry) }
     }
 }
+
+extension Keychain {
+    /// What proofs of absence may cost in all after an unlock (about the every-bucket check of a
+    /// 20,000-item vault): past it, the every-bucket check is cheaper than proofs to come.
+    static let absenceProofBudget: Duration = .milliseconds(100)
+
+    /// "No such item" for a query naming one generic or internet password by its whole primary
+    /// key, proven from its directory's name list while the mount's first integrity pass has
+    /// not yet verified every bucket (after it, "not found" needs no proof and this returns false
+    /// at once). Every row of a listed class has an entry in the list of its class, access group
+    /// and grouping value, written in the row's own transaction and covered by the manifest's
+    /// tag (Manifest.names; docs/security.md, "Name lists"): a list that authenticates, with no
+    /// entry whose primary key could be the query's, shows that no such row was committed. A row
+    /// deleted behind the vault's back leaves its entry, so the answer falls back to verifying
+    /// every bucket, which finds the deletion. False (fall back) on any doubt: an entry whose
+    /// name attributes equal the query's whatever its `synchronizable`, a list that does not
+    /// authenticate, an error. What it saves: the first lookup of a missing name after a mount
+    /// (a create's own LOOKUP) no longer waits for every bucket of a 100,000-item vault.
+    ///
+    /// A proof reads its whole list (about 15 ms for 100,000 names), so proofs stop once they
+    /// have cost `absenceProofBudget` since the unlock: a burst of creates right after a mount
+    /// then pays the every-bucket check once, as before, instead of a proof each until the
+    /// background pass (which such a burst starves) ends.
+    func provenAbsentByNameList(_ query: Query, caller: Caller, keys: Keys) -> Bool {
+        let itemClass = query.itemClass
+        guard NameLists.listedClasses.contains(itemClass),
+            state.withLock({ !$0.integrity.complete && $0.integrity.absenceProofs < Self.absenceProofBudget })
+        else { return false }
+        let started = ContinuousClock.now
+        defer {
+            let spent = ContinuousClock.now - started
+            state.withLock { $0.integrity.absenceProofs += spent }
+        }
+        let grouping = Schema.groupingAttribute(of: itemClass)
+        let value = query.attributes[grouping] ?? AttributeValue.defaultValue(for: grouping.type)
+        let names = NameListEntry.nameAttributes(of: itemClass).filter { $0 != Schema.synchronizable }
+        let wanted = names.map { query.attributes[$0] ?? AttributeValue.defaultValue(for: $0.type) }
+        // Most entries store one string field (a generic password's account, not synchronizable):
+        // compared as bytes, with no value made per entry.
+        var sole: (attribute: Attribute, bytes: [UInt8])?
+        if names.count == 1, case .string(let w) = wanted[0] { sole = (names[0], Array(w.utf8)) }
+        var possible = false
+        do {
+            try forEachNameListEntry(itemClass, grouping: value, caller: caller) { entry in
+                guard !possible else { return }
+                if let sole, let stored = entry.soleString(sole.attribute) {
+                    possible = stored.elementsEqual(sole.bytes)
+                    return
+                }
+                possible = zip(names, wanted).allSatisfy { attribute, want in
+                    (entry[attribute] ?? AttributeValue.defaultValue(for: attribute.type)) == want
+                }
+            }
+        } catch { return false }
+        return !possible
+    }
+}

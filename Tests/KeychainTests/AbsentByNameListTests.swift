@@ -1,0 +1,123 @@
+import Foundation
+import KeychainCrypto
+import Testing
+
+@testable import Keychain
+
+// Issue 29, item 5b: a lookup of a missing item right after an incremental unlock (the mount's)
+// is answered from its directory's name list instead of waiting for every bucket to verify
+// (Keychain.provenAbsentByNameList), without ever answering "not found" for a row deleted behind
+// the vault's back. Real vault files, tampered with through SQLite as an attacker would.
+
+/// 2,000 items, ids 1–2000 in buckets 0–3: `s<i/500>`/`acct<i>`, and acct5 in s0 also as a
+/// synchronizable item of the same name.
+private func populated(_ v: TestVault) throws {
+    _ = try v.keychain.addBatch(
+        (1...2_000).map { NewItem(.genericPassword, genp("s\($0 / 500)", "acct\($0)"), data: bytes("secret-\($0)")) })
+    _ = try v.keychain.add(
+        .genericPassword, genp("s0", "acct5", [Schema.synchronizable: .bool(true)]), data: bytes("synced"))
+    _ = try v.keychain.add(.internetPassword, inet("host.example", "bob", port: 443), data: bytes("web"))
+}
+
+/// An internet password's whole primary key (defaults but server, account and port), as a path
+/// names one: a query naming fewer attributes is a search, which waits for every bucket.
+private func inet(_ server: String, _ account: String, port: Int64) -> Attributes {
+    var key: Attributes = [:]
+    for attribute in Schema.primaryKey(of: .internetPassword)
+    where attribute != Schema.accessGroup && attribute != Schema.synchronizable {
+        key[attribute] = AttributeValue.defaultValue(for: attribute.type)
+    }
+    key[Schema.server] = .string(server)
+    key[Schema.account] = .string(account)
+    key[Schema.port] = .number(port)
+    return key
+}
+
+/// Unlocked incrementally, as the mount's daemon is, without the background pass: every bucket
+/// stays unverified until a request verifies it.
+private func incrementalWithoutPass(_ v: TestVault) throws -> Keychain {
+    let kc = try v.open().withoutBackgroundIntegrityPass()
+    try kc.unlock(passphrase: try secure(testPassphrase), incrementalCheck: true)
+    return kc
+}
+
+@Suite("A missing item proven absent from its name list")
+struct AbsentByNameListTests {
+    @Test(
+        "a missing name, in a missing directory, in a named group, of either synchronizable state: not found, no bucket verified"
+    )
+    func missingWithoutEveryBucket() throws {
+        try withVault { v in
+            try populated(v)
+            let kc = try incrementalWithoutPass(v)
+            for query in [
+                Query(.genericPassword, genp("s1", "acct-nosuch")),
+                Query(.genericPassword, genp("nosuch-service", "acct600")),
+                Query(
+                    .genericPassword, genp("s3", "acct600", [Schema.accessGroup: .string("default")]), matchLimit: .all),
+                Query(.genericPassword, genp("s1", "acct600x"), synchronizableAny: true),
+                // An internet password's entry stores several fields: the other port is another item.
+                Query(.internetPassword, inet("host.example", "bob", port: 8443)),
+            ] {
+                expectError(.itemNotFound) { try kc.copyMatching(query) }
+            }
+            #expect(!kc.integrityCheckComplete, "a missing name waited for every bucket")
+            // Present items are still served through their own bucket, and the answer is the same
+            // once every bucket is verified.
+            #expect(try secret(kc, "s1", "acct600") == bytes("secret-600"))
+            #expect(try kc.copyMatching(Query(.internetPassword, inet("host.example", "bob", port: 443))).count == 1)
+            #expect(kc.waitForIntegrityCheck() == nil)
+            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "acct-nosuch"))) }
+        }
+    }
+
+    @Test("past the proofs' budget, a missing name verifies every bucket, as before the proofs")
+    func budgetSpent() throws {
+        try withVault { v in
+            try populated(v)
+            let kc = try incrementalWithoutPass(v)
+            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch1"))) }
+            #expect(!kc.integrityCheckComplete)
+            kc.state.withLock { $0.integrity.absenceProofs = Keychain.absenceProofBudget }
+            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch2"))) }
+            #expect(kc.integrityCheckComplete, "the budget was spent, yet no bucket was verified")
+        }
+    }
+
+    @Test("a row deleted behind the vault's back: its entry stays, so the lookup verifies every bucket and fails")
+    func deletedRowIsNotNotFound() throws {
+        try withVault { v in
+            try populated(v)
+            try v.raw().exec("DELETE FROM items WHERE id = 1100")
+            let kc = try incrementalWithoutPass(v)
+            expectError(.decode, containing: ["integrity check failed", "items 1024–1535"]) {
+                try kc.copyMatching(Query(.genericPassword, genp("s2", "acct1100")))
+            }
+        }
+    }
+
+    @Test("an entry of the same name in the other synchronizable state is doubt: every bucket is verified")
+    func sameNameOtherSynchronizable() throws {
+        try withVault { v in
+            try populated(v)
+            let kc = try incrementalWithoutPass(v)
+            try v.raw().exec("DELETE FROM items WHERE id = 5")
+            // acct5 (not synchronizable) was deleted; the synchronizable acct5 keeps an entry of
+            // the same name, so the proof does not hold and the full check finds the deletion.
+            expectError(.decode, containing: ["integrity check failed"]) {
+                try kc.copyMatching(Query(.genericPassword, genp("s0", "acct5")))
+            }
+        }
+    }
+
+    @Test("the name lists' chunks deleted: no proof, the answer falls back to every bucket (still not found)")
+    func tamperedNameListFallsBack() throws {
+        try withVault { v in
+            try populated(v)
+            try v.raw().exec("DELETE FROM name_chunk")
+            let kc = try incrementalWithoutPass(v)
+            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "acct-nosuch"))) }
+            #expect(kc.integrityCheckComplete, "an unproven 'not found' must verify every bucket")
+        }
+    }
+}
