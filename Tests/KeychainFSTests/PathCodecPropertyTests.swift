@@ -193,3 +193,26 @@ struct PathCodecTests {
         #expect(Spec.isScratch(Array(name.utf8)) == scratch)
     }
 }
+
+extension PathCodecTests {
+    /// rsync's shape `.M.XXXXXX` with M made of the pieces rule 2 and rule 10 treat apart (`.`,
+    /// `;`, `%`, `~`, `#`, vim's `4913`, nothing), nested up to three deep, on items with and without
+    /// fields. CI's run with seed `MwyW+4g4…` found one (`...abc123` with a field) by chance.
+    @Test("round trip of rsync-shaped names built from awkward pieces, nested, with and without fields (5,000)")
+    func awkwardTempShapes() async {
+        let pieces = [".", "..", ";", "%", "~", "#", "4913", "", "a", "%2E", ".#", "a.b"]
+        let input = Generator { rng -> PathItem in
+            var item = PathItem(
+                itemClass: [.genericPassword, .internetPassword, .certificate].randomElement(using: &rng)!)
+            item.service = "svc"; item.server = "example.com"; item.protocolCode = "htps"
+            var main = (0..<Int.random(in: 0...3, using: &rng)).map { _ in pieces.randomElement(using: &rng)! }.joined()
+            for _ in 0..<Int.random(in: 1...3, using: &rng) { main = "." + main + "." + Names.tempSuffix(&rng) }
+            item.account = main; item.label = main
+            if Bool.random(using: &rng) { item.accessGroup = "t" }
+            if Int.random(in: 0..<4, using: &rng) == 0 { item.synchronizable = true }
+            if Int.random(in: 0..<4, using: &rng) == 0 { item.authenticationType = "form" }
+            return item
+        }
+        await propertyCheck(count: 5000, input: input) { item in expectRoundTrip(item) }
+    }
+}

@@ -177,7 +177,15 @@ enum Spec {
     /// its leading `.` too when it would have the shape.
     static func spell(_ main: [UInt8], _ fields: [UInt8]) -> [UInt8] {
         if let (inner, tail) = rsyncShape(main) {
-            let temp = [0x2E] + spell(inner, fields) + tail
+            let spelled = spell(inner, fields)
+            // rsync does not double a leading `.`: when the inner spelling's own part after its
+            // `.` is no item's name (an empty main part, `;…`, or one `component` escapes) and the
+            // dotted one is, the temp name is `.` + that part + tail (`..;f=v.XXXXXX` is not).
+            let own = Array(spelled.dropFirst())
+            let dropsDot =
+                spelled.first == 0x2E && rsyncShape(own) == nil && (own.first == 0x3B || component(own) != own)
+                && rsyncShape(spelled) == nil && component(spelled) == spelled
+            let temp = (dropsDot ? [] : [0x2E]) + spelled + tail
             if !isScratch(temp) { return temp }
         }
         let plain = component(escape(String(decoding: main, as: UTF8.self), semicolon) + fields)

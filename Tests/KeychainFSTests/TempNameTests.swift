@@ -196,6 +196,9 @@ struct TempNameTests {
             // `.4913`'s temp file (vim's `4913` is no item): the account `..4913.XXXXXX`.
             (".4913.abc123", genp("..4913.abc123")), (".4913;accessGroup=t.abc123", genp(".4913.abc123", group: "t")),
             (".%34913.abc123", genp(".4913.abc123")), ("..#x.abc123", genp("...#x.abc123")),
+            // CI's property run (seed MwyW+4g4…): account `...abc123` with a field is the temp file
+            // of account `.` with that field, `.;…`, as rsync names it (its leading `.` not doubled).
+            (".;accessGroup=t.abc123", genp("...abc123", group: "t")),
         ])
     func knownNames(_ name: String, _ attributes: Attributes) {
         let parsed = PathCodec.parseLeaf(.genericPassword, name, in: [Schema.service: .string("svc")])
