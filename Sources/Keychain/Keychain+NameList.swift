@@ -151,19 +151,21 @@ extension Keychain {
         // compared as bytes, with no value made per entry.
         var sole: (attribute: Attribute, bytes: [UInt8])?
         if names.count == 1, case .string(let w) = wanted[0] { sole = (names[0], Array(w.utf8)) }
-        var possible = false
+        // The first entry that could be the query's ends the proof (no later chunk is opened).
+        struct PossiblyPresent: Error {}
         do {
             try forEachNameListEntry(itemClass, grouping: value, caller: caller) { entry in
-                guard !possible else { return }
+                let possible: Bool
                 if let sole, let stored = entry.soleString(sole.attribute) {
                     possible = stored.elementsEqual(sole.bytes)
-                    return
+                } else {
+                    possible = zip(names, wanted).allSatisfy { attribute, want in
+                        (entry[attribute] ?? AttributeValue.defaultValue(for: attribute.type)) == want
+                    }
                 }
-                possible = zip(names, wanted).allSatisfy { attribute, want in
-                    (entry[attribute] ?? AttributeValue.defaultValue(for: attribute.type)) == want
-                }
+                if possible { throw PossiblyPresent() }
             }
         } catch { return false }
-        return !possible
+        return true
     }
 }

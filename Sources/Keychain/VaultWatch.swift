@@ -26,7 +26,11 @@ public final class VaultWatch: @unchecked Sendable {
         guard fd >= 0 else {
             throw KeychainError(.io, "cannot watch \(vault): inotify: \(String(cString: strerror(errno)))")
         }
-        let mask = UInt32(IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE)
+        // Not IN_CLOSE_WRITE: SQLite opens the vault and its WAL read-write even to read, so
+        // every connection's close (the mount's integrity pass, a command's direct open) raised
+        // it with no commit behind it, and each cost 200 polls of the change stamp
+        // (afterVaultWrite). A commit writes the WAL (IN_MODIFY) before any close.
+        let mask = UInt32(IN_MODIFY | IN_CREATE | IN_MOVED_TO)
         guard inotify_add_watch(fd, directory, mask) >= 0 else {
             let e = errno
             close(fd)

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import KeychainStore
 import Testing
 
 @_spi(CallerRule) @testable import Keychain
@@ -34,6 +35,29 @@ struct ForeignCommitsTests {
             let all = seen.withLock { $0 }
             #expect(all.map(\.seq) == [1, 2, 3], "each change once, in order: \(all.map(\.seq))")
             #expect(all.map(\.kind) == [.added, .added, .removed])
+        }
+    }
+
+    /// The mount's integrity pass reads through a connection of its own and closes it when done;
+    /// SQLite opens the vault and its WAL read-write even to read, so that close was an
+    /// IN_CLOSE_WRITE and woke the vault watch into 200 polls of the change stamp (10-13 ms of
+    /// the daemon's CPU right after every mount). A close wakes nothing; a commit still does,
+    /// at once (the events are queued before the call that caused them returns).
+    @Test("the vault watch: a reading connection's close wakes nothing, another opening's commit does")
+    func closeWakesNothing() throws {
+        try withVault { v throws in
+            _ = v.keychain  // the test process's own opening, as a daemon holds one
+            let watch = try VaultWatch(vault: v.path)
+            do {
+                let reader = try VaultStore.open(at: v.path)
+                _ = try reader.read { try $0.highestStoredID() }
+            }
+            #expect(!watch.drain(), "a read-only connection's open, read and close woke the watch")
+            let other = try v.openUnlocked()
+            #expect(!watch.drain(), "an unlock (reads only) woke the watch")
+            _ = try other.add(.genericPassword, genp("svc", "elsewhere"), data: bytes("x"))
+            #expect(watch.drain(), "a commit through another opening did not wake the watch")
+            #expect(!watch.drain(), "the events were not all read")
         }
     }
 }
