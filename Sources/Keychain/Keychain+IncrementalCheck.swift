@@ -40,6 +40,9 @@ struct IntegrityProgress {
     /// Time spent since the unlock proving missing items absent from name lists
     /// (`provenAbsentByNameList`); past its budget, "not found" verifies every bucket instead.
     var absenceProofs: Duration = .zero
+    /// What those proofs kept of the chunks they opened, per directory and caller's groups
+    /// (Keychain+AbsenceProof.swift); dropped when every bucket is verified.
+    var absenceChunks: [String: AbsenceChunks] = [:]
 }
 
 /// A background pass that readers of a whole class wait for.
@@ -89,6 +92,7 @@ extension Keychain {
             $0.integrity.tableVerifiedAt = nil
             $0.integrity.namesVerifiedAt = nil
             $0.integrity.absenceProofs = .zero
+            $0.integrity.absenceChunks = [:]
             $0.integrity.pass = pass
         }
         guard let pass else { return }
@@ -167,7 +171,10 @@ extension Keychain {
             }
             if !known { try verifyBucket(bucket, on: reader) }
         }
-        state.withLock { $0.integrity.complete = true }
+        state.withLock {
+            $0.integrity.complete = true
+            $0.integrity.absenceChunks = [:]
+        }
     }
 
     /// The name lists' bucket table against its authenticated accumulator (format 6), as a

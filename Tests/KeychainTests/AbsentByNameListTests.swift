@@ -121,3 +121,67 @@ struct AbsentByNameListTests {
         }
     }
 }
+
+/// The chunks a proof opened are kept (their names' hashes, by the chunk's keyed entry) until
+/// every bucket is verified: a later proof in the directory opens only the chunks that changed,
+/// and what it keeps never hides an entry.
+@Suite("A proof of absence keeps the chunks it opened")
+struct AbsenceChunksTests {
+    private static func kept(_ kc: Keychain) -> Set<[UInt8]> {
+        kc.state.withLock { Set($0.integrity.absenceChunks.values.flatMap(\.keys)) }
+    }
+
+    @Test(
+        "a row deleted after a first proof of its directory: the kept chunk holds its name, so every bucket is verified"
+    )
+    func deletedAfterFirstProof() throws {
+        try withVault { v in
+            try populated(v)
+            let kc = try incrementalWithoutPass(v)
+            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch1"))) }
+            #expect(!Self.kept(kc).isEmpty, "the proof kept nothing")
+            try v.raw().exec("DELETE FROM items WHERE id = 600")
+            expectError(.decode, containing: ["integrity check failed"]) {
+                try kc.copyMatching(Query(.genericPassword, genp("s1", "acct600")))
+            }
+        }
+    }
+
+    @Test(
+        "another process adds to the directory: the next proof opens the one changed chunk, and finds a new name deleted behind the vault's back"
+    )
+    func changedChunkOpenedAgain() throws {
+        try withVault { v in
+            try populated(v)
+            let kc = try incrementalWithoutPass(v)
+            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch1"))) }
+            let before = Self.kept(kc)
+            let other = try v.openUnlocked()
+            let id = try other.add(.genericPassword, genp("s1", "fresh"), data: bytes("new")).id
+            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch2"))) }
+            let after = Self.kept(kc)
+            #expect(
+                before.subtracting(after).count == 1 && after.subtracting(before).count == 1,
+                "\(before.count) → \(after.count)")
+            #expect(!kc.integrityCheckComplete, "the second proof did not hold")
+            try v.raw().exec("DELETE FROM items WHERE id = \(id)")
+            expectError(.decode, containing: ["integrity check failed"]) {
+                try kc.copyMatching(Query(.genericPassword, genp("s1", "fresh")))
+            }
+        }
+    }
+
+    @Test(
+        "a kept chunk altered on disk: the list no longer authenticates, the proof gives up (still not found, every bucket verified)"
+    )
+    func alteredKeptChunk() throws {
+        try withVault { v in
+            try populated(v)
+            let kc = try incrementalWithoutPass(v)
+            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch1"))) }
+            try v.raw().exec("UPDATE name_chunk SET sealed = sealed || x'00'")
+            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch2"))) }
+            #expect(kc.integrityCheckComplete, "a proof held over an altered list")
+        }
+    }
+}
