@@ -133,6 +133,8 @@ struct IntegrityMountTests {
             // Each cat looks the name up (LOOKUP by name, then OPEN by id): the daemon keeps the
             // attributes the lookup opened and the open reuses them (RecentRows).
             for _ in 0..<3 { #expect(try box.sh("cat '\(path)'").stdout == "the secret") }
+            let found = try box.py("import os, sys; os.close(os.open(sys.argv[1], os.O_PATH)); print('found')", [path])
+            #expect(found.stdout == "found\n", "lookup: \(found.summary)")
             let tamper = try box.py(
                 """
                 import sqlite3, sys
@@ -144,6 +146,18 @@ struct IntegrityMountTests {
                 db.commit()
                 """, [box.vault])
             try #require(tamper.status == 0, "tamper: \(tamper.summary)")
+            // An O_PATH open is the lookup alone (no GETATTR, no OPEN): only the lookup's own
+            // query can refuse it, so it fails only if that query compares the box it read.
+            let lookupOnly = try box.py(
+                """
+                import errno, os, sys
+                try:
+                    os.close(os.open(sys.argv[1], os.O_PATH))
+                    print("found")
+                except OSError as e:
+                    print(errno.errorcode[e.errno])
+                """, [path])
+            #expect(lookupOnly.stdout == "EIO\n", "lookup of the damaged item: \(lookupOnly.summary)")
             let stat = try box.sh("stat -c %s '\(path)'")
             #expect(stat.status != 0 && stat.stderr.contains("Input/output error"), "stat: \(stat.summary)")
             let cat = try box.sh("cat '\(path)'")
