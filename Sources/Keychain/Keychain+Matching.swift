@@ -86,7 +86,13 @@ extension Keychain {
             }
             return rows
         }
+        // Taken before the read (RecentRows): a commit in between makes the rows kept below stale.
+        let commits = store.localCommitCount &+ foreignCommits.deliveryCount
         let rows = try vault.map(candidates) ?? storeCall { try store.lookup(candidates) }
+        // A query naming one item, outside a write transaction (committed rows only), shares
+        // RecentRows with reads by id: a mount's LOOKUP of a name, then the OPEN that reads the
+        // row by id, open its attributes once between them (and a name looked up again, once).
+        let sharesRecentRows = namesOneItem && vault == nil
         // The incremental check (Keychain+IncrementalCheck.swift): rows found by id or key are
         // served once their buckets verify; a reference's bucket is verified even when its row
         // is gone; any other answer (a scan, an index range, "not found") waits for every bucket.
@@ -102,7 +108,16 @@ extension Keychain {
         for row in rows where row.itemClass == itemClass.rawValue {
             let attributes: Attributes
             do {
-                attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
+                if sharesRecentRows,
+                    let kept = recentRows.attributes(sameAs: row, metadataKey: keys.metadata, commits: commits)
+                {
+                    attributes = kept
+                } else {
+                    attributes = try openAttributes(row, itemClass: itemClass, keys: keys)
+                    if sharesRecentRows {
+                        recentRows.put(row, attributes, commits: commits, metadataKey: keys.metadata)
+                    }
+                }
             } catch  where !namesOneItem {
                 // In a scan, a row that fails its own check is skipped and reported: one
                 // damaged row never fails a whole listing.

@@ -24,10 +24,13 @@ import Synchronization
 ///   opening would, at any age: every open of a file reads its row (the data is needed), and
 ///   this is most of what that read cost besides SQLite. A new metadata key (a rotation, an
 ///   unlock after the keys were wiped) is a new object: the entry's weak reference to the old
-///   one is then nil or another object, and nothing matches.
+///   one is then nil or another object, and nothing matches. A query naming one item by its
+///   primary key, outside a write transaction (`Keychain.matches`: the mount's lookup of a
+///   name), uses and keeps entries the same way, so the open that follows a first lookup does
+///   not open the box the lookup opened.
 ///
 /// Visibility, the class and the lock state are still checked on every call
-/// (`Keychain.visibleRow`). Holds no secret: attributes only, at most `capacity`.
+/// (`Keychain.visibleRow`, `Keychain.matches`). Holds no secret: attributes only, at most `capacity`.
 final class RecentRows: Sendable {
     /// A weak reference: an entry must not keep a replaced key's guarded memory alive.
     final class KeyReference: @unchecked Sendable {

@@ -117,4 +117,52 @@ struct IntegrityMountTests {
             #expect(cat.stderr.contains("Input/output error"), "cat: \(cat.summary)")
         }
     }
+
+    @Test(
+        "with every open looking its name up (-o cache=0), a name looked up before its attribute box was damaged is not answered from what the lookup kept: stat and cat fail EIO"
+    )
+    func damagedAfterLookupIsNotReused() throws {
+        try withMount(
+            options: ["cache=0"],
+            setup: {
+                try $0.addGeneric("svc", "acct", "the secret")
+                try $0.addGeneric("svc", "other", "other secret")
+            }
+        ) { box in
+            let path = "\(box.mnt)/genp/svc/acct"
+            // Each cat looks the name up (LOOKUP by name, then OPEN by id): the daemon keeps the
+            // attributes the lookup opened and the open reuses them (RecentRows).
+            for _ in 0..<3 { #expect(try box.sh("cat '\(path)'").stdout == "the secret") }
+            let found = try box.py("import os, sys; os.close(os.open(sys.argv[1], os.O_PATH)); print('found')", [path])
+            #expect(found.stdout == "found\n", "lookup: \(found.summary)")
+            let tamper = try box.py(
+                """
+                import sqlite3, sys
+                db = sqlite3.connect(sys.argv[1])
+                (id, blob) = db.execute("SELECT id, attrs FROM items WHERE id = (SELECT min(id) FROM items)").fetchone()
+                blob = bytearray(blob)
+                blob[len(blob) // 2] ^= 0x01
+                db.execute("UPDATE items SET attrs = ? WHERE id = ?", (bytes(blob), id))
+                db.commit()
+                """, [box.vault])
+            try #require(tamper.status == 0, "tamper: \(tamper.summary)")
+            // An O_PATH open is the lookup alone (no GETATTR, no OPEN): only the lookup's own
+            // query can refuse it, so it fails only if that query compares the box it read.
+            let lookupOnly = try box.py(
+                """
+                import errno, os, sys
+                try:
+                    os.close(os.open(sys.argv[1], os.O_PATH))
+                    print("found")
+                except OSError as e:
+                    print(errno.errorcode[e.errno])
+                """, [path])
+            #expect(lookupOnly.stdout == "EIO\n", "lookup of the damaged item: \(lookupOnly.summary)")
+            let stat = try box.sh("stat -c %s '\(path)'")
+            #expect(stat.status != 0 && stat.stderr.contains("Input/output error"), "stat: \(stat.summary)")
+            let cat = try box.sh("cat '\(path)'")
+            #expect(cat.status != 0 && cat.stdout.isEmpty, "cat served a damaged item: \(cat.summary)")
+            #expect(!box.daemonLog.contains("the secret"))
+        }
+    }
 }
