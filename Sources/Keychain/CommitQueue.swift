@@ -79,6 +79,8 @@ final class CommitQueue: Sendable {
     private struct State {
         var pending: [Member] = []
         var leaderActive = false
+        /// A leader waits in `awaitBatch` (woken by `park`).
+        var leaderParked = false
     }
     private let state = Mutex(State())
 
@@ -87,12 +89,46 @@ final class CommitQueue: Sendable {
 
     /// Queues a member; true when its caller must lead now (no batch is being committed).
     func enqueue(_ member: Member) -> Bool {
-        state.withLock { s in
+        let (leads, wake) = state.withLock { s in
             s.pending.append(member)
-            if s.leaderActive { return false }
+            // A create does not wait for the fsync the parked leader waits for.
+            let wake = s.leaderParked && !member.durable
+            if wake { s.leaderParked = false }
+            if s.leaderActive { return (false, wake) }
             s.leaderActive = true
+            return (true, wake)
+        }
+        if wake { park.signal() }
+        return leads
+    }
+
+    /// Wakes a leader parked in `awaitBatch`: an fsync ended.
+    func fsyncEnded() {
+        let wake = state.withLock { s in
+            defer { s.leaderParked = false }
+            return s.leaderParked
+        }
+        if wake { park.signal() }
+    }
+    private let park = DispatchSemaphore(value: 0)
+    /// The longest a leader stays parked, should a wake-up be missed: never a hang.
+    static let parkLimit = DispatchTimeInterval.milliseconds(20)
+
+    /// Before a leader takes its batch: while a durable batch committed before it has not been
+    /// synced yet (its members' fsync is running), a durable leader waits for that fsync to end
+    /// (`fsyncEnded`), so that the writers arriving meanwhile commit together with it, as they
+    /// did when the fsync ran inside the commit; a create arriving meanwhile (`enqueue`), or a
+    /// create at the head, commits at once with whoever queued so far.
+    func awaitBatch(leader: Member, unsynced: () -> Bool) {
+        guard leader.durable else { return }
+        let parked = state.withLock { s in
+            guard unsynced(), s.pending.allSatisfy(\.durable) else { return false }
+            s.leaderParked = true
             return true
         }
+        guard parked else { return }
+        _ = park.wait(timeout: .now() + Self.parkLimit)
+        state.withLock { $0.leaderParked = false }
     }
 
     /// The batch the leader commits: the leader itself and the members queued that use the
@@ -174,6 +210,9 @@ extension Keychain {
             }
             // Leading: commit the batch this member heads, pass the lead on, wake its members.
             // Each durable member (this one too) makes the batch durable itself (`finish`).
+            commitQueue.awaitBatch(leader: member) {
+                commitQueue.ledger.withLock { $0.lastCounted.batch > $0.synced }
+            }
             let batch = commitQueue.takeBatch(leader: member)
             commitBatch(batch, keys: keys)
             let next = commitQueue.nextLeader()
@@ -202,6 +241,7 @@ extension Keychain {
         try commitQueue.syncing.withLock { _ in
             let (target, counted, synced) = commitQueue.ledger.withLock { ($0.committed, $0.lastCounted, $0.synced) }
             guard synced < batch else { return }
+            defer { commitQueue.fsyncEnded() }
             try storeCall { try store.syncLog() }
             commitQueue.ledger.withLock { $0.synced = max($0.synced, target) }
             if counted.batch > 0 { raiseMark(to: counted.counter) }
@@ -222,7 +262,7 @@ extension Keychain {
     /// commit the device's rollback mark is raised to the new counter. Each member's error (its
     /// own, or the whole transaction's) is left in the member.
     private func commitBatch(_ batch: [CommitQueue.Member], keys: ManifestKeys) {
-        let durable = batch.contains { $0.durable }
+        var durable = false
         var committedChanges: [ItemChange] = []
         var ownSeqs: [Int64] = []
         do {
@@ -257,6 +297,8 @@ extension Keychain {
                     }
                     // Every member failed: their savepoints left nothing to commit.
                     guard committed > 0 else { return nil }
+                    // Durable when a member that asked for it committed: only such a member syncs.
+                    durable = batch.contains { $0.durable && $0.error == nil }
                     try writer.logChanges()
                     try journalSyncChanges(writer)
                     // Before the commit: the follower of other processes' commits reads committed
