@@ -16,12 +16,14 @@ import Synchronization
 /// false)`), the lead passes on at once, and each durable member then makes its batch durable
 /// on its own thread (`Keychain.syncCommits`: one `fdatasync` of the WAL, `ItemStore.syncLog`,
 /// for every member and batch committed before it started; members that arrive while one runs
-/// wait for it, then find theirs done or run the next). So the next batch commits while the
-/// last one's fsync runs, and a member that asks no fsync (a create's empty item, which nothing
-/// has promised durable yet: its writer's close or fsync makes it durable) waits for no fsync
-/// at all, neither its own batch's nor the one committing when it came: creates in one
-/// directory, which the kernel sends one at a time, join the batches of the writers' closes
-/// instead of taking turns with them.
+/// wait for it, then find theirs done or run the next). A durable leader waits for the fsync of
+/// the last durable batch before it takes its own (`awaitBatch`, at most `parkLimit`), so that
+/// durable writers gather as they did behind an fsync inside the commit; but a member that asks
+/// no fsync (a create's empty item, which nothing has promised durable yet: its writer's close
+/// or fsync makes it durable) ends that wait as it arrives, and waits for no fsync at all,
+/// neither its own batch's nor the one committing when it came: creates in one directory, which
+/// the kernel sends one at a time, join the batches of the writers' closes instead of taking
+/// turns with them.
 ///
 /// The counter: a batch with a durable member takes the manifest's counter up by one; a batch
 /// of members that ask no fsync only leaves it as it is, so that the next durable commit of
