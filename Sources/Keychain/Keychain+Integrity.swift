@@ -127,8 +127,17 @@ extension Keychain {
         state.withLock { $0.highestCounterSeen = counter }
     }
 
-    /// Remembers a counter seen or committed, here and in the device's mark.
+    /// Remembers a counter seen or committed, here and in the device's mark, once it is
+    /// durable: the WAL is synced first (`ItemStore.syncLog`), since the commit that reached it
+    /// may be one whose writer has not synced it yet (a group commit syncs after its commit,
+    /// CommitQueue.swift, and so may another process's). If the sync fails the mark stays.
     func noteCounter(_ counter: Int64) {
+        guard (try? store.syncLog()) != nil else { return }
+        raiseMark(to: counter)
+    }
+
+    /// `noteCounter` for a counter known durable (the group commit's, after its fsync).
+    func raiseMark(to counter: Int64) {
         state.withLock { $0.highestCounterSeen = max($0.highestCounterSeen, counter) }
         rollbackMark.raise(to: counter)
     }

@@ -72,8 +72,6 @@ public final class Keychain: Sendable {
         var otherWriteObservers: [@Sendable () -> Void] = []
         /// Which of the manifest's buckets this unlock has verified (Keychain+IncrementalCheck.swift).
         var integrity = IntegrityProgress()
-        /// Whether this process's last commit was not durable (CommitQueue, `makeCommitsDurable`).
-        var undurableCommits = false
     }
 
     let state: Mutex<State>

@@ -35,6 +35,11 @@ public protocol ItemStore: Sendable {
     /// in order, or by a checkpoint, which syncs the WAL first. A power loss before that loses
     /// it, and nothing committed before it).
     func write<R>(durable: Bool, _ body: (any ItemStoreWriter) throws -> R) throws -> R
+    /// Makes every commit made so far (through any connection, by any process) durable: what
+    /// `write(durable: false)` followed by this call commits is durable when it returns, as
+    /// `write(durable: true)` would have made it, except that readers saw it from its commit on
+    /// and other writers committed meanwhile (the group commit, CommitQueue.swift).
+    func syncLog() throws
     /// One row with its data, as `lookup { $0.item(id: id, withData: true) }` would read it
     /// now. A store may answer from a row it read earlier when it can tell that nothing has
     /// committed since (VaultStore: RowSnapshots.swift).

@@ -3,47 +3,6 @@ import Glibc
 import CSQLite
 import Synchronization
 
-/// One item row as stored: opaque ciphertext plus keyed-hash indexes. The store never sees
-/// attribute values or secrets; `itemClass` (genp, inet, …) is the only plaintext field.
-public struct StoredItem: Sendable, Equatable {
-    public var id: Int64
-    public var itemClass: String
-    /// Keyed hash of the full primary key: unique, used for point lookups and duplicates.
-    public var primaryIndex: [UInt8]
-    /// Keyed hash of the first path component (service, server, label): for directory listings.
-    public var secondaryIndex: [UInt8]
-    /// Bumped on every change; the manifest covers it, so an old row replayed is detected.
-    public var version: Int64
-    /// The version at which the data and item key were last sealed (their AD binds it).
-    public var dataGeneration: Int64
-    public var sealedAttributes: [UInt8]
-    public var wrappedItemKey: [UInt8]
-    public var sealedData: [UInt8]
-    /// Length of the sealed data column, known even when the data itself was not loaded.
-    public var sealedDataLength: Int
-    /// Keyed hashes of the item's Secret Service attribute pairs (the `attr_index` rows), set
-    /// by the core whenever it seals the attributes. nil: not read, and on `replace` the
-    /// stored tags are kept (they change only with the attributes or the index key).
-    public var attributeTags: [[UInt8]]?
-
-    public init(
-        id: Int64 = 0, itemClass: String, primaryIndex: [UInt8], secondaryIndex: [UInt8],
-        version: Int64, dataGeneration: Int64, sealedAttributes: [UInt8],
-        wrappedItemKey: [UInt8], sealedData: [UInt8]
-    ) {
-        self.id = id
-        self.itemClass = itemClass
-        self.primaryIndex = primaryIndex
-        self.secondaryIndex = secondaryIndex
-        self.version = version
-        self.dataGeneration = dataGeneration
-        self.sealedAttributes = sealedAttributes
-        self.wrappedItemKey = wrappedItemKey
-        self.sealedData = sealedData
-        self.sealedDataLength = sealedData.count
-    }
-}
-
 /// The vault file: one SQLite database in WAL mode with `synchronous=FULL` (every commit is
 /// durable when it returns) and `secure_delete=ON` (freed pages are zeroed, so deleted
 /// ciphertext does not linger). Two connections, each held in a mutex: writes (and the
@@ -78,6 +37,8 @@ public final class VaultStore: ItemStore {
     /// Serialises every use of `connection`: each statement runs inside `withLock`.
     private let state = Mutex(())
     public let path: String
+    /// The WAL held open for `syncLog` (WalSync.swift).
+    let wal: WalSync
 
     /// `PRAGMA application_id` of a keychainfs vault: 'KCFS'. Identifies the file as ours.
     public static let applicationID: Int32 = 0x4B43_4653
@@ -90,6 +51,7 @@ public final class VaultStore: ItemStore {
     private init(path: String, connection: Connection) throws {
         self.path = path
         self.connection = connection
+        wal = WalSync(vaultPath: path)
         readerConnection = try Connection(path: path, create: false)
         try Self.configure(readerConnection)
         OpenStores.register(self)
@@ -326,8 +288,7 @@ public final class VaultStore: ItemStore {
         // it would grow for as long as writes go on, each commit's fsync growing the file.
         endHeldRead()
         return try state.withLock { _ in
-            // Cached statements, as for every statement here: sqlite3_exec parsed these four
-            // (with the savepoint's two) again on every commit.
+            // Cached statements: sqlite3_exec parsed these (and the savepoint's) at every commit.
             if !durable { try connection.run("PRAGMA synchronous = NORMAL") }
             defer { if !durable { try? connection.run("PRAGMA synchronous = FULL") } }
             try connection.run("BEGIN IMMEDIATE")

@@ -48,6 +48,10 @@ enum CreateBench {
             mountpoint: mp, log: directory + "/kc-creates.log")
         defer { try? kc.stop() }
         _ = kc.waitUntilIdle()
+        if let seconds = o.profileSeconds {
+            try profile(o, seconds: seconds, daemon: kc.pid, root: mp)
+            return
+        }
         let rows = try measure(root: mp) { kc.cpuTicks }
         let syncs = try countSyncs(daemon: kc.pid, root: mp, tag: 10_000)
         let read = try FSBench.readAll(mp + "/genp/\(Layout.service(0))/new-\(rounds * 6)-0-0")
@@ -92,6 +96,31 @@ enum CreateBench {
             }
         }
         return rows
+    }
+
+    /// `--profile`: blocks of one kind until `seconds` have passed, for a profiler attached to
+    /// the daemon meanwhile; prints the daemon's pid first and the rate and CPU per close after.
+    static func profile(_ o: Options, seconds: Double, daemon: pid_t, root: String) throws {
+        let kind: Kind =
+            switch o.profileKind {
+            case "overwrite": .overwrite
+            case "create": .create
+            default: .createFsync
+            }
+        Out.line("creates --profile: daemon pid \(daemon); \(kind.name) by \(o.profileWriters) writer(s)")
+        let each = o.profileWriters == 1 ? single : perWriter
+        let started = Clock.now()
+        var closes = 0
+        var tag = 20_000
+        while Clock.since(started) < seconds {
+            tag += 1
+            try runBlock(kind, writers: o.profileWriters, each: each, root: root, tag: tag)
+            closes += o.profileWriters * each
+        }
+        Out.line(
+            String(
+                format: "  %d closes in %.1f s: %.0f/s", closes, Clock.since(started),
+                Double(closes) / Clock.since(started)))
     }
 
     static func median(_ v: [Double]) -> Double { v.isEmpty ? .nan : v.sorted()[v.count / 2] }

@@ -33,6 +33,12 @@ struct Options {
     var idleSeconds = 60.0
     /// `sync`: the synchronizable items of the device the other joins.
     var syncItems = 10_000
+    /// `creates`: instead of the tables, create blocks (`--profile-kind`, `--profile-writers`)
+    /// for this many seconds with the daemon's pid printed first, for `perf record -p` or
+    /// `strace -c -f -p` attached meanwhile.
+    var profileSeconds: Double?
+    var profileKind = "create-fsync"
+    var profileWriters = 1
     /// git's contrib/credential/libsecret/git-credential-libsecret.c, built at run time (Debian's
     /// git package ships it; the project does not carry git's source).
     var gitLibsecretSource: String? = {
@@ -48,6 +54,7 @@ struct Options {
                                       [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
                keychainfs-bench agent [--calls N] [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
                keychainfs-bench creates [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
+                                        [--profile SECONDS [--profile-kind KIND] [--profile-writers N]]
                keychainfs-bench notify [--changes N] [--idle SECONDS] [--cpu N] [--tmpdir DIR] [--keychainfs PATH]
                keychainfs-bench sync [--changes N] [--items N] [--idle SECONDS] [--cpu N] [--server-cpu N] [--tmpdir DIR]
                                      [--keychainfs PATH]
@@ -94,6 +101,10 @@ struct Options {
           --baseline-keychainfs PATH
                     another build's keychainfs (say main's): its `mount` until usable is
                     measured in the same rounds, alternated, and divided by this one's
+          --profile SECONDS
+                    creates: no tables; blocks of one kind (--profile-kind overwrite, create or
+                    create-fsync, default create-fsync) by --profile-writers writers (default 1)
+                    for SECONDS, the daemon's pid printed first (attach perf or strace to it)
           --calls N  faces: timed calls of each face and peer, alternated in rounds (default 200)
           --direct-calls N
                     faces: timed `git credential fill` calls with no service, each opening the
@@ -179,6 +190,22 @@ struct Options {
                     throw BenchError("--idle takes seconds from 0 to 3600")
                 }
                 o.idleSeconds = n
+            case "--profile":
+                guard let n = Double(try next()), n > 0, n <= 3_600 else {
+                    throw BenchError("--profile takes seconds from 0 to 3600")
+                }
+                o.profileSeconds = n
+            case "--profile-kind":
+                let kind = try next()
+                guard ["overwrite", "create", "create-fsync"].contains(kind) else {
+                    throw BenchError("--profile-kind takes overwrite, create or create-fsync")
+                }
+                o.profileKind = kind
+            case "--profile-writers":
+                guard let n = Int(try next()), n >= 1, n <= 8 else {
+                    throw BenchError("--profile-writers takes a count from 1 to 8")
+                }
+                o.profileWriters = n
             case "--builtin-daemon":
                 o.keychainfs = nil
             case "--baseline-keychainfs":

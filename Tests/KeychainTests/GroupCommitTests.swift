@@ -66,6 +66,78 @@ struct GroupCommitTests {
         }
     }
 
+    @Test("a create queued first commits in one batch with the durable writers behind it, and takes no fsync")
+    func createJoinsDurableBatch() throws {
+        try withVault { v throws in
+            let kc = v.keychain
+            let startCounter = kc.highestCounterSeen()
+            let leaderInside = DispatchSemaphore(value: 0)
+            let releaseLeader = DispatchSemaphore(value: 0)
+            let keys = try kc.callContext(nil).unlockedKeys().manifest
+            let outcomes = Mutex<[String: String]>([:])
+            let group = DispatchGroup()
+            onOwnThread(group) {
+                do {
+                    try kc.writeTransaction(keys: keys) { _ in
+                        leaderInside.signal()
+                        releaseLeader.wait()
+                    }
+                    outcomes.withLock { $0["leader"] = "ok" }
+                } catch { outcomes.withLock { $0["leader"] = "\(error)" } }
+            }
+            leaderInside.wait()
+            let before = kc.commitQueue.ledger.withLock { $0.committed }
+            // The create (the mount's: no fsync) first in the queue, two durable writers after it.
+            let writers: [(String, Bool)] = [("create", false), ("w1", true), ("w2", true)]
+            for (index, (name, durable)) in writers.enumerated() {
+                onOwnThread(group) {
+                    do {
+                        _ = try kc.add(.genericPassword, genp("mixed", name), data: bytes(name), durable: durable)
+                        outcomes.withLock { $0[name] = "ok" }
+                    } catch { outcomes.withLock { $0[name] = "\(error)" } }
+                }
+                #expect(waitFor { kc.commitQueue.waiting == index + 1 }, "\(name) did not queue")
+            }
+            releaseLeader.signal()
+            group.wait()
+            let results = outcomes.withLock { $0 }
+            for name in ["leader", "create", "w1", "w2"] { #expect(results[name] == "ok", "\(name): \(results)") }
+            // Two batches: the leader's, then the create with the two durable writers (it used
+            // to lead a batch of its own, the durable ones a third); each took the counter up.
+            let ledger = kc.commitQueue.ledger.withLock { $0 }
+            #expect(ledger.committed == before + 2, "\(ledger.committed - before) batches after the leader's")
+            #expect(
+                kc.highestCounterSeen() == startCounter + 2, "counter \(kc.highestCounterSeen()) from \(startCounter)")
+            // Both durable batches are covered by a finished fsync, and nothing is owed.
+            #expect(ledger.synced == ledger.committed)
+            #expect(!kc.lastCommitUndurable)
+            let reopened = try v.openUnlocked()
+            for (name, _) in writers {
+                let item = try reopened.copyMatching(
+                    Query(.genericPassword, genp("mixed", name), matchLimit: .one, returnData: true))
+                #expect(item.first?.data == bytes(name), "\(name) did not read back")
+            }
+        }
+    }
+
+    @Test("a create alone leaves the counter, and makeCommitsDurable takes it up with one durable commit")
+    func createAloneThenDurable() throws {
+        try withVault { v throws in
+            let kc = v.keychain
+            let startCounter = kc.highestCounterSeen()
+            _ = try kc.add(.genericPassword, genp("alone", "new"), data: [], durable: false)
+            #expect(kc.lastCommitUndurable)
+            #expect(kc.highestCounterSeen() == startCounter, "a create's commit raised the mark")
+            try kc.makeCommitsDurable()
+            #expect(!kc.lastCommitUndurable)
+            #expect(kc.highestCounterSeen() == startCounter + 1)
+            // Nothing owed now: a second call commits nothing.
+            let committed = kc.commitQueue.ledger.withLock { $0.committed }
+            try kc.makeCommitsDurable()
+            #expect(kc.commitQueue.ledger.withLock { $0.committed } == committed)
+        }
+    }
+
     @Test("400 concurrent adds from 8 threads: every item is there and the manifest verifies")
     func manyConcurrentWriters() throws {
         try withVault { v throws in
