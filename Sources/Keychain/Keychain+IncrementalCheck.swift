@@ -158,7 +158,11 @@ extension Keychain {
     /// Verifies every bucket not yet verified, from bucket 0 to the last one that holds a row, an
     /// index row or a stored bucket, each in its own snapshot (readers are never held up for more
     /// than one bucket's check).
-    private func verifyEveryBucket(on reader: (any ItemStore)? = nil) throws {
+    /// With `until`, stops (the check not complete) once a bucket's check ends past that time;
+    /// at least one bucket not yet verified is verified.
+    func verifyEveryBucket(on reader: (any ItemStore)? = nil, until deadline: ContinuousClock.Instant? = nil)
+        throws
+    {
         let last = try storeCall {
             try (reader ?? store).read { vault in
                 max(try vault.highestStoredID(), try vault.manifestBuckets().keys.max() ?? 0)
@@ -169,7 +173,10 @@ extension Keychain {
                 if let failure = s.integrity.failure { throw KeychainError(.decode, failure) }
                 return s.integrity.complete || s.integrity.verified.contains(bucket)
             }
-            if !known { try verifyBucket(bucket, on: reader) }
+            if !known {
+                try verifyBucket(bucket, on: reader)
+                if let deadline, ContinuousClock.now >= deadline { return }
+            }
         }
         state.withLock {
             $0.integrity.complete = true

@@ -71,16 +71,46 @@ struct AbsentByNameListTests {
         }
     }
 
-    @Test("past the proofs' budget, a missing name verifies every bucket, as before the proofs")
+    @Test("past the proofs' budget, each proof also verifies buckets (at least one): a burst of lookups ends the check")
     func budgetSpent() throws {
         try withVault { v in
             try populated(v)
             let kc = try incrementalWithoutPass(v)
             expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch1"))) }
             #expect(!kc.integrityCheckComplete)
+            #expect(kc.state.withLock { $0.integrity.verified.isEmpty }, "a proof within the budget verified a bucket")
             kc.state.withLock { $0.integrity.absenceProofs = Keychain.absenceProofBudget }
-            expectError(.itemNotFound) { try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch2"))) }
-            #expect(kc.integrityCheckComplete, "the budget was spent, yet no bucket was verified")
+            // Buckets 0-3 hold the rows: each lookup verifies at least one more, until all are.
+            var lookups = 0
+            while !kc.integrityCheckComplete && lookups < 6 {
+                let before = kc.state.withLock { $0.integrity.verified.count }
+                lookups += 1
+                expectError(.itemNotFound) {
+                    try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch-\(lookups)")))
+                }
+                let after = kc.state.withLock { $0.integrity.verified.count }
+                #expect(kc.integrityCheckComplete || after > before, "lookup \(lookups) verified no bucket")
+            }
+            #expect(kc.integrityCheckComplete, "6 lookups past the budget did not end the check")
+        }
+    }
+
+    @Test("past the budget, a proof's own check finds a row deleted behind the vault's back in another bucket")
+    func budgetSpentFindsDeletion() throws {
+        try withVault { v in
+            try populated(v)
+            let kc = try incrementalWithoutPass(v)
+            try v.raw().exec("DELETE FROM items WHERE id = 1800")
+            kc.state.withLock { $0.integrity.absenceProofs = Keychain.absenceProofBudget }
+            var failed = false
+            for i in 0..<6 where !failed {
+                do {
+                    _ = try kc.copyMatching(Query(.genericPassword, genp("s1", "nosuch-\(i)")))
+                } catch let e as KeychainError where e.status == .decode {
+                    failed = true
+                } catch {}
+            }
+            #expect(failed, "lookups that verified every bucket did not find the deleted row")
         }
     }
 
